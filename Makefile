@@ -1,0 +1,77 @@
+# zest: the two commands of the README are `make train` and `make test`; the rest serve them.
+#   make deps       install missing Debian packages (fast no-op when present)
+#   make build      configure build/ (Ninja, RelWithDebInfo, -Werror) once, then build
+#   make test       the whole suite except gpu-labelled tests; extra ctest flags: CTEST_ARGS=...
+#   make test-gpu   the gpu-labelled tests (on a machine with a GPU)
+#   make train      the default training job: zest-train --config configs/default.json
+#   make sanitize   ASan+UBSan build in build-asan/, quick tests
+#   make tsan       TSan build in build-tsan/, quick tests of the threaded runtime
+#   make bench      every benchmark program
+#   make clean      remove the build folders
+# Extra configure flags for a fresh build folder: CMAKE_ARGS=... (e.g. -DZEST_CUDA=OFF).
+
+NPROC       ?= $(shell nproc 2>/dev/null || echo 2)
+BUILD_DIR   ?= build
+CMAKE_ARGS  ?=
+CTEST_ARGS  ?=
+TRAIN_CONFIG ?= configs/default.json
+TRAIN_ARGS  ?=
+
+CTEST = ctest --output-on-failure
+
+# $(call configure,DIR,FLAGS): configure DIR only if it has never been configured; a folder whose
+# last configure failed is configured again with the flags it has cached.
+define configure
+	@if [ ! -f $(1)/CMakeCache.txt ]; then \
+	  echo "+ cmake -S . -B $(1) -G Ninja $(strip $(2) $(CMAKE_ARGS))"; \
+	  cmake -S . -B $(1) -G Ninja $(2) $(CMAKE_ARGS); \
+	elif [ ! -f $(1)/build.ninja ] && [ ! -f $(1)/Makefile ]; then \
+	  echo "+ cmake -S . -B $(1)"; \
+	  cmake -S . -B $(1); \
+	fi
+endef
+
+.PHONY: all deps build test test-gpu train sanitize tsan bench clean
+
+all: build
+
+deps:
+	@tools/setup/install-deps.sh
+
+build: deps
+	$(call configure,$(BUILD_DIR),-DCMAKE_BUILD_TYPE=RelWithDebInfo -DZEST_WERROR=ON)
+	cmake --build $(BUILD_DIR) -j$(NPROC)
+
+test: build
+	$(CTEST) --test-dir $(BUILD_DIR) -j$(NPROC) --no-tests=error -LE gpu $(CTEST_ARGS)
+
+test-gpu: build
+	$(CTEST) --test-dir $(BUILD_DIR) -L gpu $(CTEST_ARGS)
+
+train: build
+	$(BUILD_DIR)/bin/zest-train --config $(TRAIN_CONFIG) $(TRAIN_ARGS)
+
+# Note: sanitizer builds are CPU-only (the CUDA runtime does not start under ASan's default
+# shadow layout, and nvcc-compiled code is not instrumented anyway) and skip the benchmarks.
+SANITIZER_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZEST_CUDA=OFF -DZEST_BENCHMARKS=OFF
+
+sanitize: deps
+	$(call configure,build-asan,$(SANITIZER_FLAGS) -DZEST_SANITIZE=address)
+	cmake --build build-asan -j$(NPROC)
+	$(CTEST) --test-dir build-asan -j$(NPROC) -L quick $(CTEST_ARGS)
+
+tsan: deps
+	$(call configure,build-tsan,$(SANITIZER_FLAGS) -DZEST_SANITIZE=thread)
+	cmake --build build-tsan -j$(NPROC)
+	$(CTEST) --test-dir build-tsan -j$(NPROC) -L quick -R 'Local|Stream|World|Collective' $(CTEST_ARGS)
+
+bench: build
+	@set -e; found=0; \
+	for bench in $(BUILD_DIR)/bin/*_bench; do \
+	  [ -x "$$bench" ] || continue; found=1; \
+	  echo "+ $$bench"; "$$bench"; \
+	done; \
+	[ $$found = 1 ] || echo "bench: no benchmark programs in $(BUILD_DIR)/bin yet"
+
+clean:
+	rm -rf $(BUILD_DIR) build-asan build-tsan

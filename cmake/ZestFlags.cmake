@@ -1,0 +1,34 @@
+# Warning and sanitizer flags, applied per target so that third-party code is never affected.
+include_guard(GLOBAL)
+
+if(NOT ZEST_SANITIZE MATCHES "^(|address|thread)$")
+  message(FATAL_ERROR "ZEST_SANITIZE must be empty, 'address' or 'thread', not '${ZEST_SANITIZE}'")
+endif()
+
+# -Wall -Wextra always; -Werror with ZEST_WERROR. CUDA sources get the same through the host
+# compiler (nvcc's own diagnostics stay warnings).
+function(zest_apply_flags target)
+  set(cxx_warnings -Wall -Wextra)
+  set(cuda_warnings -Xcompiler=-Wall,-Wextra)
+  if(ZEST_WERROR)
+    list(APPEND cxx_warnings -Werror)
+    set(cuda_warnings -Xcompiler=-Wall,-Wextra,-Werror)
+  endif()
+  target_compile_options(${target} PRIVATE
+    "$<$<COMPILE_LANGUAGE:CXX>:${cxx_warnings}>"
+    "$<$<COMPILE_LANGUAGE:CUDA>:${cuda_warnings}>")
+endfunction()
+
+# Sanitizer flags go on the library's *public* interface: everything that links an instrumented
+# libzest (tests, tools, benchmarks, an installed consumer) must link the sanitizer runtime too.
+function(zest_apply_sanitizers target)
+  if(ZEST_SANITIZE STREQUAL "address")
+    set(flags -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+  elseif(ZEST_SANITIZE STREQUAL "thread")
+    set(flags -fsanitize=thread -fno-omit-frame-pointer)
+  else()
+    return()
+  endif()
+  target_compile_options(${target} PUBLIC "$<$<COMPILE_LANGUAGE:CXX>:${flags}>")
+  target_link_options(${target} PUBLIC ${flags})
+endfunction()

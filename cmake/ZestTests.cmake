@@ -1,0 +1,99 @@
+# GoogleTest suites: every tests/<layer>/<name>_test.cc becomes the executable <layer>_<name>_test.
+#
+# Labels come from a marker comment in the first 10 lines of the test file, space-separated:
+#     // ctest-labels: slow mpi
+# Without a marker a suite is `quick`. Suites labelled `slow` get a 900 s timeout, others 120 s.
+# Files named *_cuda_test.cc / *_test.cu build only with CUDA, *_mpi_test.cc only with MPI.
+include_guard(GLOBAL)
+include(GoogleTest)
+
+find_package(GTest REQUIRED)
+
+file(GLOB_RECURSE zest_test_sources CONFIGURE_DEPENDS RELATIVE "${CMAKE_SOURCE_DIR}/tests"
+     "${CMAKE_SOURCE_DIR}/tests/*_test.cc" "${CMAKE_SOURCE_DIR}/tests/*_test.cu")
+list(FILTER zest_test_sources EXCLUDE REGEX "^consumer/")
+if(NOT ZEST_HAVE_CUDA)
+  list(FILTER zest_test_sources EXCLUDE REGEX "(_cuda_test\\.cc|_test\\.cu)$")
+endif()
+if(NOT ZEST_HAVE_MPI)
+  list(FILTER zest_test_sources EXCLUDE REGEX "_mpi_test\\.cc$")
+endif()
+
+function(zest_read_test_labels file out_labels)
+  file(STRINGS "${file}" head LIMIT_COUNT 10)
+  set(labels quick)
+  foreach(line IN LISTS head)
+    if(line MATCHES "^[ \t]*//[ \t]*ctest-labels:[ \t]*(.*)$")
+      string(STRIP "${CMAKE_MATCH_1}" text)
+      separate_arguments(labels UNIX_COMMAND "${text}")
+      break()
+    endif()
+  endforeach()
+  set(${out_labels} "${labels}" PARENT_SCOPE)
+endfunction()
+
+# Note: allocator_may_return_null lets tests that ask for an impossible allocation see it fail
+# (and check the OutOfMemory zest raises) instead of the sanitizer aborting the process.
+set(zest_test_environment)
+if(ZEST_SANITIZE STREQUAL "address")
+  set(zest_test_environment
+    "ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1"
+    "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+elseif(ZEST_SANITIZE STREQUAL "thread")
+  set(zest_test_environment
+    "TSAN_OPTIONS=allocator_may_return_null=1:halt_on_error=1:second_deadlock_stack=1")
+endif()
+
+foreach(source IN LISTS zest_test_sources)
+  string(REGEX REPLACE "\\.(cc|cu)$" "" target "${source}")
+  string(REPLACE "/" "_" target "${target}")
+  add_executable(${target} "tests/${source}")
+  target_link_libraries(${target} PRIVATE zest::zest GTest::gtest_main GTest::gmock
+                                          zest::openblas zest::xxhash)
+  # Tests may use what libzest uses privately (a cblas reference, an MPI or NCCL handle).
+  if(ZEST_HAVE_MPI)
+    target_link_libraries(${target} PRIVATE MPI::MPI_CXX)
+  endif()
+  if(ZEST_HAVE_CUDA)
+    target_link_libraries(${target} PRIVATE CUDA::cublas CUDA::cublasLt zest::nccl)
+    set_target_properties(${target} PROPERTIES LINKER_LANGUAGE CXX)
+  endif()
+  if(source MATCHES "^tools/" AND TARGET zest_tools_common)
+    target_link_libraries(${target} PRIVATE zest_tools_common)
+  endif()
+  target_compile_definitions(${target} PRIVATE
+    ZEST_SOURCE_DIR="${CMAKE_SOURCE_DIR}" ZEST_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  set_target_properties(${target} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
+  zest_apply_flags(${target})
+
+  zest_read_test_labels("${CMAKE_SOURCE_DIR}/tests/${source}" labels)
+  set(timeout 120)
+  if("slow" IN_LIST labels)
+    set(timeout 900)
+  endif()
+  gtest_discover_tests(${target} DISCOVERY_TIMEOUT 60 TEST_LIST ${target}_TESTS)
+  # Note: CMake 3.25's gtest_discover_tests splits a list given in PROPERTIES (LABELS "slow;mpi"
+  # becomes LABELS slow, mpi ...), so labels and timeout are set by a script that ctest reads
+  # after the discovered tests, from the list of test names discovery leaves behind.
+  set(properties_file "${CMAKE_CURRENT_BINARY_DIR}/${target}_properties.cmake")
+  file(CONFIGURE OUTPUT "${properties_file}" @ONLY CONTENT [=[
+if(DEFINED @target@_TESTS)
+  set_tests_properties(${@target@_TESTS} PROPERTIES LABELS "@labels@" TIMEOUT @timeout@
+                       ENVIRONMENT "@zest_test_environment@")
+endif()
+]=])
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${properties_file}")
+endforeach()
+
+# The installed package works for a project outside this tree: install into a scratch prefix,
+# then configure, build and run tests/consumer against it.
+add_test(NAME install.FindPackageConsumerBuilds
+  COMMAND "${CMAKE_COMMAND}"
+    "-DZEST_BINARY_DIR=${CMAKE_BINARY_DIR}"
+    "-DCONSUMER_SOURCE_DIR=${CMAKE_SOURCE_DIR}/tests/consumer"
+    "-DCONSUMER_WORK_DIR=${CMAKE_BINARY_DIR}/consumer-test"
+    "-DCONSUMER_GENERATOR=${CMAKE_GENERATOR}"
+    "-DCONSUMER_CXX_COMPILER=${CMAKE_CXX_COMPILER}"
+    "-DCONSUMER_CONFIG=$<CONFIG>"
+    -P "${CMAKE_SOURCE_DIR}/tests/consumer/run.cmake")
+set_tests_properties(install.FindPackageConsumerBuilds PROPERTIES LABELS quick TIMEOUT 300)

@@ -1,0 +1,37 @@
+# The command-line tools. tools/<tool>/main.cc (plus any other .cc beside it) becomes
+# bin/zest-<tool>, for tool in train, estimate, ckpt, only once main.cc exists. Code shared by
+# the tools lives in tools/common/*.cc, built once as the static library zest_tools_common
+# (also linked by the tests under tests/tools/).
+include_guard(GLOBAL)
+
+set(zest_tools)
+
+file(GLOB zest_tools_common_sources CONFIGURE_DEPENDS "${CMAKE_SOURCE_DIR}/tools/common/*.cc")
+if(zest_tools_common_sources)
+  if(NOT TARGET CLI11::CLI11)
+    message(FATAL_ERROR "zest: CLI11 not found (Debian: apt-get install libcli11-dev)")
+  endif()
+  add_library(zest_tools_common STATIC ${zest_tools_common_sources})
+  target_link_libraries(zest_tools_common PUBLIC zest::zest CLI11::CLI11)
+  zest_apply_flags(zest_tools_common)
+endif()
+
+foreach(tool IN ITEMS train estimate ckpt)
+  if(NOT EXISTS "${CMAKE_SOURCE_DIR}/tools/${tool}/main.cc")
+    continue()
+  endif()
+  if(NOT TARGET CLI11::CLI11)
+    message(FATAL_ERROR "zest: CLI11 not found (Debian: apt-get install libcli11-dev)")
+  endif()
+  file(GLOB tool_sources CONFIGURE_DEPENDS "${CMAKE_SOURCE_DIR}/tools/${tool}/*.cc")
+  add_executable(zest-${tool} ${tool_sources})
+  target_link_libraries(zest-${tool} PRIVATE zest::zest CLI11::CLI11)
+  if(TARGET zest_tools_common)
+    target_link_libraries(zest-${tool} PRIVATE zest_tools_common)
+  endif()
+  if(ZEST_HAVE_CUDA)
+    set_target_properties(zest-${tool} PROPERTIES LINKER_LANGUAGE CXX)
+  endif()
+  zest_apply_flags(zest-${tool})
+  list(APPEND zest_tools zest-${tool})
+endforeach()

@@ -1,0 +1,125 @@
+#include "data/token_data.h"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "base/error.h"
+
+namespace zest {
+
+namespace {
+
+std::vector<std::string> expand(const std::string& pattern) {
+  glob_t matches{};
+  std::vector<std::string> files;
+  if (::glob(pattern.c_str(), 0, nullptr, &matches) == 0) {
+    for (std::size_t i = 0; i < matches.gl_pathc; ++i) files.emplace_back(matches.gl_pathv[i]);
+  }
+  ::globfree(&matches);
+  std::sort(files.begin(), files.end());
+  if (files.empty()) {
+    throw Error(ErrorKind::kData, "data.path: no file matches '" + pattern +
+                                      "'; give a .bin shard or a glob of them");
+  }
+  return files;
+}
+
+std::vector<char> read_whole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorKind::kData, path + ": cannot open for reading");
+  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void append_shard(const std::string& path, std::int64_t vocab_size, TokenData& data) {
+  const std::vector<char> bytes = read_whole(path);
+  const std::size_t header_bytes = kTokenShardHeaderInts * sizeof(std::int32_t);
+  if (bytes.size() < header_bytes) {
+    throw Error(ErrorKind::kData, path + ": truncated header (" + std::to_string(bytes.size()) +
+                                      " bytes; an llm.c token shard starts with 1024)");
+  }
+  std::int32_t header[kTokenShardHeaderInts];
+  std::copy(bytes.data(), bytes.data() + header_bytes, reinterpret_cast<char*>(header));
+  if (header[0] != kTokenShardMagic) {
+    throw Error(ErrorKind::kData, path + ": offset 0: wrong magic " + std::to_string(header[0]) +
+                                      " (an llm.c token shard has " +
+                                      std::to_string(kTokenShardMagic) + ")");
+  }
+  if (header[1] != kTokenShardVersion) {
+    throw Error(ErrorKind::kData, path + ": offset 4: unsupported version " +
+                                      std::to_string(header[1]) + " (zest reads version 1)");
+  }
+  const std::int64_t count = header[2];
+  const std::size_t expected = header_bytes + static_cast<std::size_t>(count) * 2;
+  if (count < 0 || bytes.size() != expected) {
+    throw Error(ErrorKind::kData, path + ": the header promises " + std::to_string(count) +
+                                      " tokens (" + std::to_string(expected) +
+                                      " bytes in all) but the file has " +
+                                      std::to_string(bytes.size()) + " bytes; is it truncated?");
+  }
+  const std::size_t first = data.tokens.size();
+  data.tokens.resize(first + count);
+  std::copy(bytes.data() + header_bytes, bytes.data() + expected,
+            reinterpret_cast<char*>(data.tokens.data() + first));
+  for (std::int64_t i = 0; i < count; ++i) {
+    if (data.tokens[first + i] >= vocab_size) {
+      throw Error(ErrorKind::kData,
+                  path + ": offset " + std::to_string(header_bytes + 2 * i) + ": token " +
+                      std::to_string(data.tokens[first + i]) + " is not below model.vocab_size (" +
+                      std::to_string(vocab_size) + ")");
+    }
+  }
+  data.files.push_back(path);
+}
+
+}  // namespace
+
+TokenData load_token_shards(const std::string& pattern, std::int64_t vocab_size) {
+  TokenData data;
+  for (const std::string& file : expand(pattern)) append_shard(file, vocab_size, data);
+  if (data.tokens.empty()) {
+    throw Error(ErrorKind::kData, "data.path: '" + pattern + "' holds no tokens");
+  }
+  return data;
+}
+
+TokenData load_text_tokens(const std::string& path) {
+  if (!std::filesystem::exists(path)) {
+    throw Error(ErrorKind::kData, "data.path: text file '" + path + "' does not exist");
+  }
+  const std::vector<char> bytes = read_whole(path);
+  if (bytes.empty()) {
+    throw Error(ErrorKind::kData, path + ": the text file is empty; it needs at least one sequence "
+                                         "of model.seq_len + 1 bytes");
+  }
+  TokenData data;
+  data.tokens.reserve(bytes.size());
+  for (char c : bytes) data.tokens.push_back(static_cast<unsigned char>(c));
+  data.files.push_back(path);
+  return data;
+}
+
+void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens) {
+  std::int32_t header[kTokenShardHeaderInts] = {};
+  header[0] = kTokenShardMagic;
+  header[1] = kTokenShardVersion;
+  header[2] = static_cast<std::int32_t>(tokens.size());
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(header), sizeof(header));
+    out.write(reinterpret_cast<const char*>(tokens.data()),
+              static_cast<std::streamsize>(tokens.size() * sizeof(std::uint16_t)));
+    if (!out) {
+      std::remove(temporary.c_str());
+      throw Error(ErrorKind::kData, path + ": cannot write the token shard");
+    }
+  }
+  std::filesystem::rename(temporary, path);
+}
+
+}  // namespace zest

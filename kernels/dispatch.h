@@ -1,0 +1,23 @@
+// How a kernel's dispatch function reaches its body: on the CPU device the body is enqueued on
+// the stream as a closure; a device without a body for the kernel is refused at the call, on
+// the host, before anything is enqueued. Invariant: the closure captures values and views
+// only (pointers into buffers someone else keeps alive until the stream has run it).
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include "base/error.h"
+#include "runtime/stream.h"
+
+namespace zest {
+
+template <typename Body>
+void dispatch_kernel(Stream& stream, const char* kernel, Body&& cpu_body) {
+  if (stream.device_kind() != DeviceKind::kCpu) {
+    throw Error(ErrorKind::kUsage, std::string(kernel) + ": no CUDA body yet");
+  }
+  stream.enqueue(std::forward<Body>(cpu_body));
+}
+
+}  // namespace zest

@@ -1,0 +1,46 @@
+#include "kernels/gelu.h"
+
+#include <cmath>
+
+#include "kernels/dispatch.h"
+
+namespace zest {
+namespace {
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kCubic = 0.044715f;
+
+}  // namespace
+
+namespace cpu {
+
+void gelu_forward(const float* x, float* y, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const float v = x[i];
+    const float t = std::tanh(kSqrt2OverPi * (v + kCubic * v * v * v));
+    y[i] = 0.5f * v * (1.0f + t);
+  }
+}
+
+void gelu_backward(const float* x, const float* dy, float* dx, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const float v = x[i];
+    const float t = std::tanh(kSqrt2OverPi * (v + kCubic * v * v * v));
+    const float dt = kSqrt2OverPi * (1.0f + 3.0f * kCubic * v * v) * (1.0f - t * t);
+    dx[i] = (0.5f * (1.0f + t) + 0.5f * v * dt) * dy[i];
+  }
+}
+
+}  // namespace cpu
+
+void gelu_forward(Stream& stream, const float* x, float* y, std::size_t count) {
+  if (count == 0) return;
+  dispatch_kernel(stream, "gelu_forward", [=] { cpu::gelu_forward(x, y, count); });
+}
+
+void gelu_backward(Stream& stream, const float* x, const float* dy, float* dx, std::size_t count) {
+  if (count == 0) return;
+  dispatch_kernel(stream, "gelu_backward", [=] { cpu::gelu_backward(x, dy, dx, count); });
+}
+
+}  // namespace zest

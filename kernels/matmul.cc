@@ -1,0 +1,55 @@
+#include "kernels/matmul.h"
+
+#include <cblas.h>
+
+#include <climits>
+#include <string>
+
+#include "base/error.h"
+#include "kernels/dispatch.h"
+
+namespace zest {
+namespace {
+
+void check_dimension(const char* name, std::int64_t value) {
+  // Note: OpenBLAS's cblas takes 32-bit ints (blasint) unless built for 64-bit indices.
+  if (value < 0 || value > INT_MAX) {
+    throw Error(ErrorKind::kUsage, std::string("matmul: ") + name +
+                                       " must be in [0, 2^31), got " + std::to_string(value));
+  }
+}
+
+void check_dimensions(std::int64_t m, std::int64_t n, std::int64_t k) {
+  check_dimension("m", m);
+  check_dimension("n", n);
+  check_dimension("k", k);
+}
+
+}  // namespace
+
+namespace cpu {
+
+void matmul(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+            float alpha, const float* a, const float* b, float beta, float* c) {
+  check_dimensions(m, n, k);
+  if (m == 0 || n == 0) return;
+  // Leading dimensions of the stored (untransposed) row-major matrices.
+  const int lda = static_cast<int>(trans_a ? m : k);
+  const int ldb = static_cast<int>(trans_b ? k : n);
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), alpha, a, lda > 0 ? lda : 1, b, ldb > 0 ? ldb : 1, beta, c,
+              static_cast<int>(n));
+}
+
+}  // namespace cpu
+
+void matmul(Stream& stream, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+            std::int64_t k, float alpha, const float* a, const float* b, float beta, float* c) {
+  check_dimensions(m, n, k);
+  if (m == 0 || n == 0) return;
+  dispatch_kernel(stream, "matmul",
+                  [=] { cpu::matmul(trans_a, trans_b, m, n, k, alpha, a, b, beta, c); });
+}
+
+}  // namespace zest

@@ -1,0 +1,25 @@
+#include "memory/category.h"
+
+namespace zest {
+
+const char* category_name(Category category) {
+  switch (category) {
+    case Category::kParams: return "params";
+    case Category::kGrads: return "grads";
+    case Category::kOptimizer: return "optimizer";
+    case Category::kGather: return "gather";
+    case Category::kBuckets: return "buckets";
+    case Category::kActivations: return "activations";
+    case Category::kWorkspace: return "workspace";
+  }
+  return "unknown";
+}
+
+const std::array<Category, kCategoryCount>& all_categories() {
+  static const std::array<Category, kCategoryCount> categories = {
+      Category::kParams, Category::kGrads,       Category::kOptimizer, Category::kGather,
+      Category::kBuckets, Category::kActivations, Category::kWorkspace};
+  return categories;
+}
+
+}  // namespace zest

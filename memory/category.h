@@ -1,0 +1,27 @@
+// What an allocation is for. Every byte a device hands out is charged to one category, so the
+// measured peak can be held against DESIGN.md's memory table line by line.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string>
+
+namespace zest {
+
+enum class Category {
+  kParams,       // parameters as the model computes with them (shards, or full at stages 0-2)
+  kGrads,        // gradients (full or shard)
+  kOptimizer,    // fp32 master weights and optimizer moments
+  kGather,       // ZeRO-3 buffers that hold a unit's gathered parameters
+  kBuckets,      // gradient reduction buckets
+  kActivations,  // what forward keeps for backward
+  kWorkspace,    // scratch that lives within one operation
+};
+
+inline constexpr std::size_t kCategoryCount = 7;
+
+const char* category_name(Category category);
+// All categories in declaration order, for loops and reports.
+const std::array<Category, kCategoryCount>& all_categories();
+
+}  // namespace zest

@@ -1,0 +1,20 @@
+// The CPU device's memory: aligned host allocations behind the Allocator's capacity and
+// accounting, so that a "device" of 2 GiB can be emulated on a large host and its
+// out-of-memory is as real as a GPU's.
+#pragma once
+
+#include "memory/allocator.h"
+
+namespace zest {
+
+class HostAllocator final : public Allocator {
+ public:
+  explicit HostAllocator(std::string device_name, std::size_t capacity = kUnlimitedCapacity)
+      : Allocator(std::move(device_name), capacity) {}
+
+ protected:
+  void* raw_allocate(std::size_t bytes) override;
+  void raw_free(void* data, std::size_t bytes) override;
+};
+
+}  // namespace zest

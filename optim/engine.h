@@ -1,0 +1,89 @@
+// The ZeRO engine. One Engine per rank; Engine::shard() lays a Module's units out in flat
+// buffers, shards them across the world and returns the Trainer that runs steps. The stage
+// decides what is sharded and nothing else changes in user code:
+//   0: nothing (DDP: gradients all-reduced);   1: optimizer state;
+//   2: + gradients (reduce-scattered per unit right after its backward);
+//   3: + parameters (gathered before a unit's forward and backward, released after each).
+// Invariant: every rank calls the same Trainer methods in the same order (they run collectives).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memory/allocator.h"
+#include "memory/shard_layout.h"
+#include "optim/module.h"
+#include "optim/optimizer.h"
+#include "runtime/world.h"
+
+namespace zest {
+
+struct EngineOptions {
+  int stage = 0;                    // zero_optimization.stage
+  std::uint64_t seed = 1234;        // parameter initialization
+  float gradient_clipping = 0.0f;   // global-norm clip; 0 = off
+  int gradient_accumulation_steps = 1;  // micro-batches per step
+  std::size_t shard_alignment = kDefaultShardAlignment;  // elements
+  std::size_t gather_slots = 2;     // stage 3: ring of gathered units (2 = overlap one ahead)
+};
+
+struct StepStats {
+  std::int64_t step = 0;    // optimizer steps taken so far
+  float loss = 0.0f;        // mean over the global batch (all micro-batches, all ranks)
+  float grad_norm = 0.0f;   // global L2 norm of the mean gradient, before clipping
+  float lr = 0.0f;
+};
+
+// Model-state bytes per rank predicted from DESIGN.md's table for this stage, in the same
+// categories the allocator measures (padding included, since it is real memory).
+struct MemoryPrediction {
+  std::size_t params = 0;
+  std::size_t grads = 0;
+  std::size_t optimizer = 0;
+  std::size_t total() const { return params + grads + optimizer; }
+};
+
+class Trainer;
+
+class Engine {
+ public:
+  Engine(RankContext& context, EngineOptions options);
+
+  // Builds flat units for `module`, initializes parameters (identically on every rank) and
+  // shards them. `module` and this Engine must outlive the Trainer.
+  std::unique_ptr<Trainer> shard(Module& module, std::unique_ptr<Optimizer> optimizer);
+
+  RankContext& context() { return context_; }
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  RankContext& context_;
+  EngineOptions options_;
+};
+
+class Trainer {
+ public:
+  virtual ~Trainer() = default;
+
+  // Runs one micro-batch's forward and backward and reduces its gradients; returns this rank's
+  // loss for it. Call it gradient_accumulation_steps times, then step().
+  virtual float forward_backward(const Batch& batch) = 0;
+  // Clips, updates each rank's shard, gathers the parameters back. `lr` overrides the
+  // optimizer's learning rate for this step when > 0 (schedules).
+  virtual StepStats step(float lr = 0.0f) = 0;
+
+  // The full value of a parameter ("<unit>.<name>") as fp32. A collective: every rank calls it.
+  virtual std::vector<float> full_parameter(const std::string& name) = 0;
+  // Every parameter's full name, in flat order.
+  virtual std::vector<std::string> parameter_names() const = 0;
+  virtual const std::vector<ShardLayout>& layouts() const = 0;
+
+  virtual MemoryPrediction predicted_memory() const = 0;
+  virtual int stage() const = 0;
+  virtual std::int64_t steps_taken() const = 0;
+};
+
+}  // namespace zest

@@ -1,0 +1,79 @@
+#include "optim/gather_ring.h"
+
+#include "base/error.h"
+
+namespace zest {
+
+GatherRing::GatherRing(Device& device, std::size_t slot_elements, std::size_t slots) {
+  if (slots < 2) {
+    throw Error(ErrorKind::kConfig, "stage 3 needs at least 2 gather slots, got " +
+                                        std::to_string(slots));
+  }
+  for (std::size_t i = 0; i < slots; ++i) {
+    Slot slot;
+    slot.buffer = device.allocator().allocate(slot_elements * sizeof(float), Category::kGather);
+    slot.gathered = device.create_event();
+    slot.released = device.create_event();
+    slots_.push_back(std::move(slot));
+  }
+}
+
+GatherRing::Slot* GatherRing::find(int unit) {
+  for (Slot& slot : slots_) {
+    if (slot.resident == unit) return &slot;
+  }
+  return nullptr;
+}
+
+GatherRing::Slot& GatherRing::take_free_slot(int unit_index) {
+  for (std::size_t tried = 0; tried < slots_.size(); ++tried) {
+    Slot& slot = slots_[cursor_];
+    cursor_ = (cursor_ + 1) % slots_.size();
+    if (slot.holders == 0) return slot;
+  }
+  throw Error(ErrorKind::kInternal,
+              "gather ring: every slot is held while gathering unit " +
+                  std::to_string(unit_index) + "; raise the number of gather slots");
+}
+
+float* GatherRing::acquire(const FlatUnit& unit, Stream& comm, Stream& compute,
+                           Communicator& communicator) {
+  Slot* slot = find(unit.index);
+  if (!slot) {
+    slot = &take_free_slot(unit.index);
+    // The slot's previous unit may still be read by compute work already enqueued.
+    comm.wait(*slot->released);
+    communicator.all_gather(comm, unit.params.data(), slot->buffer.data(),
+                            unit.layout.shard_length(), DType::kFloat32);
+    comm.record(*slot->gathered);
+    slot->resident = unit.index;
+  }
+  compute.wait(*slot->gathered);
+  ++slot->holders;
+  return slot->buffer.as<float>();
+}
+
+void GatherRing::release(const FlatUnit& unit, Stream& compute) {
+  Slot* slot = find(unit.index);
+  if (!slot || slot->holders == 0) {
+    throw Error(ErrorKind::kInternal, "gather ring: unit '" + unit.layout.unit_name() +
+                                          "' released without being acquired");
+  }
+  --slot->holders;
+  compute.record(*slot->released);
+}
+
+void GatherRing::clear() {
+  for (Slot& slot : slots_) {
+    slot.resident = -1;
+    slot.holders = 0;
+  }
+}
+
+std::size_t GatherRing::resident_count() const {
+  std::size_t count = 0;
+  for (const Slot& slot : slots_) count += slot.resident >= 0 ? 1 : 0;
+  return count;
+}
+
+}  // namespace zest

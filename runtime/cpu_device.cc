@@ -1,0 +1,28 @@
+#include "runtime/cpu_device.h"
+
+#include <cstring>
+
+#include "runtime/cpu_stream.h"
+
+namespace zest::cpu {
+
+CpuDevice::CpuDevice(int index, std::size_t capacity)
+    : name_("cpu:" + std::to_string(index)), allocator_(name_, capacity) {}
+
+std::unique_ptr<Stream> CpuDevice::create_stream(const std::string& name) {
+  return std::make_unique<CpuStream>(name);
+}
+
+std::unique_ptr<Event> CpuDevice::create_event() { return std::make_unique<CpuEvent>(); }
+
+void CpuDevice::copy(Stream& stream, void* destination, const void* source, std::size_t bytes) {
+  if (bytes == 0 || destination == source) return;
+  stream.enqueue([=] { std::memmove(destination, source, bytes); });
+}
+
+void CpuDevice::fill_zero(Stream& stream, void* destination, std::size_t bytes) {
+  if (bytes == 0) return;
+  stream.enqueue([=] { std::memset(destination, 0, bytes); });
+}
+
+}  // namespace zest::cpu

@@ -1,0 +1,27 @@
+// The CPU device: streams are worker threads, memory is host memory behind a capacity. With a
+// capacity it emulates a GPU of that size, out-of-memory included.
+#pragma once
+
+#include "memory/host_allocator.h"
+#include "runtime/device.h"
+
+namespace zest::cpu {
+
+class CpuDevice final : public Device {
+ public:
+  CpuDevice(int index, std::size_t capacity = kUnlimitedCapacity);
+
+  DeviceKind kind() const override { return DeviceKind::kCpu; }
+  const std::string& name() const override { return name_; }
+  Allocator& allocator() override { return allocator_; }
+  std::unique_ptr<Stream> create_stream(const std::string& name) override;
+  std::unique_ptr<Event> create_event() override;
+  void copy(Stream& stream, void* destination, const void* source, std::size_t bytes) override;
+  void fill_zero(Stream& stream, void* destination, std::size_t bytes) override;
+
+ private:
+  std::string name_;
+  HostAllocator allocator_;
+};
+
+}  // namespace zest::cpu

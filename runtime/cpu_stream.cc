@@ -1,0 +1,139 @@
+#include "runtime/cpu_stream.h"
+
+#include <utility>
+
+#include "base/error.h"
+
+namespace zest::cpu {
+
+void CpuEvent::synchronize() {
+  std::uint64_t sequence;
+  {
+    std::lock_guard lock(mutex_);
+    sequence = recorded_;
+  }
+  wait_for(sequence);
+}
+
+void CpuEvent::complete(std::uint64_t sequence, const std::string& failure) {
+  {
+    std::lock_guard lock(mutex_);
+    if (sequence > completed_) completed_ = sequence;
+    if (!failure.empty()) failure_ = failure;
+  }
+  completed_cv_.notify_all();
+}
+
+void CpuEvent::wait_for(std::uint64_t sequence) {
+  std::unique_lock lock(mutex_);
+  completed_cv_.wait(lock, [&] { return completed_ >= sequence; });
+  if (!failure_.empty()) {
+    throw Error(ErrorKind::kPeerFailure, "waited on an event of " + failure_);
+  }
+}
+
+CpuStream::CpuStream(std::string name) : name_(std::move(name)), worker_([this] { run_worker(); }) {}
+
+CpuStream::~CpuStream() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  worker_.join();
+}
+
+void CpuStream::push(Task task) {
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(std::move(task));
+  }
+  queue_cv_.notify_one();
+}
+
+void CpuStream::enqueue(std::function<void()> work) { push({std::move(work), false}); }
+
+void CpuStream::record(Event& event) {
+  auto& cpu_event = static_cast<CpuEvent&>(event);
+  std::uint64_t sequence;
+  {
+    std::lock_guard lock(cpu_event.mutex_);
+    sequence = ++cpu_event.recorded_;
+  }
+  // Note: the completion runs even when the stream has failed, carrying the failure, so a
+  // stream waiting on this event fails too instead of waiting forever.
+  push({[this, &cpu_event, sequence] {
+          std::string failure;
+          {
+            std::lock_guard lock(mutex_);
+            if (failure_) failure = "stream '" + name_ + "', which failed: " + failure_message_;
+          }
+          cpu_event.complete(sequence, failure);
+        },
+        true});
+}
+
+void CpuStream::wait(Event& event) {
+  auto& cpu_event = static_cast<CpuEvent&>(event);
+  std::uint64_t sequence;
+  {
+    std::lock_guard lock(cpu_event.mutex_);
+    sequence = cpu_event.recorded_;
+  }
+  if (sequence == 0) return;
+  enqueue([&cpu_event, sequence] { cpu_event.wait_for(sequence); });
+}
+
+void CpuStream::synchronize() {
+  std::unique_lock lock(mutex_);
+  idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  rethrow_failure_locked();
+}
+
+void CpuStream::rethrow_failure_locked() const {
+  if (!failure_) return;
+  try {
+    std::rethrow_exception(failure_);
+  } catch (const std::exception& error) {
+    raise(with_context(error, "stream '" + name_ + "'"));
+  } catch (...) {
+    throw Error(ErrorKind::kInternal, "stream '" + name_ + "': " + failure_message_);
+  }
+}
+
+void CpuStream::run_worker() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything enqueued has run
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    bool skip = failure_ && !task.runs_after_failure;
+    busy_ = true;
+    lock.unlock();
+    std::exception_ptr error;
+    if (!skip) {
+      try {
+        task.work();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    task = {};  // destroy captured state outside the lock
+    lock.lock();
+    busy_ = false;
+    if (error && !failure_) {
+      failure_ = error;
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        failure_message_ = e.what();
+      } catch (...) {
+        failure_message_ = "an exception that is not a std::exception";
+      }
+    }
+    if (queue_.empty()) idle_cv_.notify_all();
+  }
+}
+
+}  // namespace zest::cpu

@@ -1,0 +1,32 @@
+// A device: where a rank's memory lives and its work runs. It makes the streams and events of
+// its kind and owns the allocator that charges every byte to a category. The engine only talks
+// to this interface, so the CPU device and the CUDA device run the same engine code.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "memory/allocator.h"
+#include "runtime/stream.h"
+
+namespace zest {
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual DeviceKind kind() const = 0;
+  virtual const std::string& name() const = 0;  // "cpu:0", "cuda:3"
+  virtual Allocator& allocator() = 0;
+
+  virtual std::unique_ptr<Stream> create_stream(const std::string& name) = 0;
+  virtual std::unique_ptr<Event> create_event() = 0;
+
+  // Stream-ordered copy of device memory to device memory.
+  virtual void copy(Stream& stream, void* destination, const void* source, std::size_t bytes) = 0;
+  // Stream-ordered zero fill.
+  virtual void fill_zero(Stream& stream, void* destination, std::size_t bytes) = 0;
+};
+
+}  // namespace zest

@@ -1,0 +1,69 @@
+#include "runtime/host_reduction.h"
+
+#include <algorithm>
+#include <array>
+
+#include "base/error.h"
+
+namespace zest {
+
+namespace {
+
+// Elements reduced at a time: the accumulator stays in L1, and a destination that aliases a
+// source is written only after every source has been read for the block.
+constexpr std::size_t kBlock = 1024;
+
+inline float load(const float* data, std::size_t i) { return data[i]; }
+inline float load(const BFloat16* data, std::size_t i) { return static_cast<float>(data[i]); }
+inline void store(float* data, std::size_t i, float value) { data[i] = value; }
+inline void store(BFloat16* data, std::size_t i, float value) { data[i] = BFloat16(value); }
+
+template <typename T>
+void reduce_typed(const std::vector<const void*>& sources, const std::vector<void*>& destinations,
+                  std::size_t begin, std::size_t length, Reduction reduction) {
+  const auto world = static_cast<float>(sources.size());
+  std::array<float, kBlock> accumulator;
+  for (std::size_t block = 0; block < length; block += kBlock) {
+    const std::size_t size = std::min(kBlock, length - block);
+    const std::size_t offset = begin + block;
+    for (std::size_t s = 0; s < sources.size(); ++s) {
+      const T* source = static_cast<const T*>(sources[s]) + offset;
+      if (reduction == Reduction::kPreDividedMean) {
+        for (std::size_t i = 0; i < size; ++i) {
+          float value = load(source, i) / world;
+          accumulator[i] = s == 0 ? value : accumulator[i] + value;
+        }
+      } else {
+        for (std::size_t i = 0; i < size; ++i) {
+          float value = load(source, i);
+          accumulator[i] = s == 0 ? value : accumulator[i] + value;
+        }
+      }
+    }
+    if (reduction == Reduction::kMean) {
+      for (std::size_t i = 0; i < size; ++i) accumulator[i] /= world;
+    }
+    for (void* destination : destinations) {
+      T* out = static_cast<T*>(destination) + offset;
+      for (std::size_t i = 0; i < size; ++i) store(out, i, accumulator[i]);
+    }
+  }
+}
+
+}  // namespace
+
+void reduce_elements(const std::vector<const void*>& sources,
+                     const std::vector<void*>& destinations, std::size_t begin,
+                     std::size_t length, DType dtype, Reduction reduction) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return reduce_typed<float>(sources, destinations, begin, length, reduction);
+    case DType::kBFloat16:
+      return reduce_typed<BFloat16>(sources, destinations, begin, length, reduction);
+    default:
+      throw Error(ErrorKind::kUsage, std::string("reductions support fp32 and bf16, not ") +
+                                         dtype_name(dtype));
+  }
+}
+
+}  // namespace zest

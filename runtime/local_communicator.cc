@@ -1,0 +1,263 @@
+#include "runtime/local_communicator.h"
+
+#include <cstring>
+#include <utility>
+
+#include "base/error.h"
+#include "runtime/host_reduction.h"
+
+namespace zest {
+
+namespace {
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string text;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (i) text += ", ";
+    text += std::to_string(ranks[i]);
+  }
+  return text;
+}
+
+const char* reduction_name(Reduction reduction) {
+  switch (reduction) {
+    case Reduction::kSum: return "sum";
+    case Reduction::kMean: return "mean";
+    case Reduction::kPreDividedMean: return "pre-divided mean";
+  }
+  return "?";
+}
+
+const char* byte_pointer(const void* p, std::size_t offset) {
+  return static_cast<const char*>(p) + offset;
+}
+
+}  // namespace
+
+LocalGroup::LocalGroup(int world_size, std::chrono::milliseconds timeout)
+    : world_size_(world_size), timeout_(timeout), rank_departed_(world_size, false) {
+  if (world_size < 1) {
+    throw Error(ErrorKind::kUsage, "a local group needs at least 1 rank, got " +
+                                       std::to_string(world_size));
+  }
+}
+
+void LocalGroup::poison(int rank, const std::string& reason) {
+  {
+    std::lock_guard lock(mutex_);
+    if (poisoned_) return;  // the first failure is the cause; later ones are its echoes
+    poisoned_ = true;
+    poison_reason_ = "rank " + std::to_string(rank) + " failed: " + reason;
+  }
+  changed_.notify_all();
+}
+
+void LocalGroup::depart(int rank) {
+  {
+    std::lock_guard lock(mutex_);
+    rank_departed_[rank] = true;
+  }
+  changed_.notify_all();
+}
+
+std::string LocalGroup::describe(std::uint64_t sequence, const LocalCall& call) const {
+  std::string text = call.op + " #" + std::to_string(sequence) + " (" +
+                     std::to_string(call.count) + " x " + dtype_name(call.dtype);
+  if (call.op == "reduce_scatter" || call.op == "all_reduce") {
+    text += std::string(", ") + reduction_name(call.reduction);
+  }
+  if (call.op == "broadcast") text += ", root " + std::to_string(call.root);
+  return text + ")";
+}
+
+template <typename Done>
+void LocalGroup::wait_for_peers(std::unique_lock<std::mutex>& lock, int rank,
+                                std::uint64_t sequence, const std::vector<bool>& present,
+                                Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  const LocalCall& call = meetings_.at(sequence).calls[rank];
+  for (;;) {
+    if (poisoned_) {
+      throw Error(ErrorKind::kPeerFailure,
+                  describe(sequence, call) + " on rank " + std::to_string(rank) + ": " +
+                      poison_reason_);
+    }
+    if (done()) return;
+    std::vector<int> missing, departed;
+    for (int r = 0; r < world_size_; ++r) {
+      if (present[r]) continue;
+      missing.push_back(r);
+      if (rank_departed_[r]) departed.push_back(r);
+    }
+    if (!departed.empty()) {
+      std::string message = describe(sequence, call) + " on rank " + std::to_string(rank) +
+                            ": rank(s) " + rank_list(departed) +
+                            " finished without calling it; every rank must call the same "
+                            "collectives in the same order";
+      lock.unlock();
+      poison(rank, message);
+      throw Error(ErrorKind::kCommMismatch, message);
+    }
+    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && !done() && !poisoned_) {
+      std::string message = describe(sequence, call) + " on rank " + std::to_string(rank) +
+                            ": timed out after " + std::to_string(timeout_.count() / 1000.0) +
+                            " s waiting for rank(s) " + rank_list(missing) +
+                            "; a rank is stalled or skipped the collective (world.timeout_s "
+                            "sets the limit)";
+      lock.unlock();
+      poison(rank, message);
+      throw Error(ErrorKind::kCommTimeout, message);
+    }
+  }
+}
+
+const std::vector<LocalCall>& LocalGroup::arrive(int rank, std::uint64_t sequence,
+                                                 const LocalCall& call) {
+  std::unique_lock lock(mutex_);
+  Meeting& meeting = meetings_[sequence];
+  if (meeting.calls.empty()) {
+    meeting.calls.resize(world_size_);
+    meeting.arrived.assign(world_size_, false);
+    meeting.finished.assign(world_size_, false);
+  }
+  meeting.calls[rank] = call;
+  meeting.arrived[rank] = true;
+  ++meeting.arrived_count;
+  changed_.notify_all();
+  wait_for_peers(lock, rank, sequence, meeting.arrived,
+                 [&] { return meeting.arrived_count == world_size_; });
+  try {
+    check_agreement(sequence, meeting);
+  } catch (const Error& error) {
+    lock.unlock();
+    poison(rank, error.what());
+    throw;
+  }
+  return meeting.calls;
+}
+
+void LocalGroup::leave(int rank, std::uint64_t sequence) {
+  std::unique_lock lock(mutex_);
+  Meeting& meeting = meetings_.at(sequence);
+  meeting.finished[rank] = true;
+  ++meeting.finished_count;
+  changed_.notify_all();
+  wait_for_peers(lock, rank, sequence, meeting.finished,
+                 [&] { return meeting.finished_count == world_size_; });
+  if (++meeting.departed_count == world_size_) meetings_.erase(sequence);
+}
+
+void LocalGroup::check_agreement(std::uint64_t sequence, const Meeting& meeting) const {
+  const LocalCall& first = meeting.calls[0];
+  for (int r = 1; r < world_size_; ++r) {
+    const LocalCall& call = meeting.calls[r];
+    if (call.op != first.op || call.count != first.count || call.dtype != first.dtype ||
+        call.reduction != first.reduction || call.root != first.root) {
+      throw Error(ErrorKind::kCommMismatch,
+                  "collective mismatch: rank 0 called " + describe(sequence, first) + " but rank " +
+                      std::to_string(r) + " called " + describe(sequence, call) +
+                      "; every rank must call the same collectives in the same order");
+    }
+  }
+}
+
+LocalCommunicator::LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank)
+    : group_(std::move(group)), rank_(rank) {}
+
+std::vector<std::unique_ptr<LocalCommunicator>> LocalCommunicator::create_group(
+    int world_size, std::chrono::milliseconds timeout) {
+  auto group = std::make_shared<LocalGroup>(world_size, timeout);
+  std::vector<std::unique_ptr<LocalCommunicator>> communicators;
+  for (int rank = 0; rank < world_size; ++rank) {
+    communicators.push_back(std::make_unique<LocalCommunicator>(group, rank));
+  }
+  return communicators;
+}
+
+void LocalCommunicator::enqueue_collective(
+    Stream& stream, LocalCall call, void (*move)(int rank, const std::vector<LocalCall>& calls)) {
+  const std::uint64_t sequence = next_sequence_++;
+  stream.enqueue([group = group_, rank = rank_, sequence, call = std::move(call), move] {
+    const std::vector<LocalCall>& calls = group->arrive(rank, sequence, call);
+    try {
+      move(rank, calls);
+    } catch (const std::exception& error) {
+      group->poison(rank, error.what());
+      throw;
+    }
+    group->leave(rank, sequence);
+  });
+}
+
+void LocalCommunicator::all_gather(Stream& stream, const void* send, void* recv,
+                                   std::size_t count, DType dtype) {
+  enqueue_collective(stream, {"all_gather", count, dtype, Reduction::kSum, 0, send, recv},
+                     [](int rank, const std::vector<LocalCall>& calls) {
+                       const std::size_t bytes = calls[rank].count * dtype_size(calls[rank].dtype);
+                       char* recv = static_cast<char*>(calls[rank].recv);
+                       for (std::size_t q = 0; q < calls.size(); ++q) {
+                         char* destination = recv + q * bytes;
+                         if (destination != calls[q].send || q != static_cast<std::size_t>(rank)) {
+                           std::memcpy(destination, calls[q].send, bytes);
+                         }
+                       }
+                     });
+}
+
+void LocalCommunicator::reduce_scatter(Stream& stream, const void* send, void* recv,
+                                       std::size_t count, DType dtype, Reduction reduction) {
+  enqueue_collective(stream, {"reduce_scatter", count, dtype, reduction, 0, send, recv},
+                     [](int rank, const std::vector<LocalCall>& calls) {
+                       const LocalCall& mine = calls[rank];
+                       const std::size_t offset = rank * mine.count * dtype_size(mine.dtype);
+                       std::vector<const void*> sources;
+                       for (const LocalCall& call : calls) {
+                         sources.push_back(byte_pointer(call.send, offset));
+                       }
+                       reduce_elements(sources, {mine.recv}, 0, mine.count, mine.dtype,
+                                       mine.reduction);
+                     });
+}
+
+void LocalCommunicator::all_reduce(Stream& stream, const void* send, void* recv,
+                                   std::size_t count, DType dtype, Reduction reduction) {
+  // Each rank reduces one contiguous chunk and writes it to every rank's output: the work is
+  // split n ways, and no two ranks write the same element.
+  enqueue_collective(stream, {"all_reduce", count, dtype, reduction, 0, send, recv},
+                     [](int rank, const std::vector<LocalCall>& calls) {
+                       const std::size_t world = calls.size();
+                       const std::size_t count = calls[rank].count;
+                       const std::size_t begin = count * rank / world;
+                       const std::size_t end = count * (rank + 1) / world;
+                       std::vector<const void*> sources;
+                       std::vector<void*> destinations;
+                       for (const LocalCall& call : calls) {
+                         sources.push_back(call.send);
+                         destinations.push_back(call.recv);
+                       }
+                       reduce_elements(sources, destinations, begin, end - begin,
+                                       calls[rank].dtype, calls[rank].reduction);
+                     });
+}
+
+void LocalCommunicator::broadcast(Stream& stream, void* buffer, std::size_t count, DType dtype,
+                                  int root) {
+  if (root < 0 || root >= world_size()) {
+    throw Error(ErrorKind::kUsage, "broadcast root " + std::to_string(root) +
+                                       " is outside world size " + std::to_string(world_size()));
+  }
+  enqueue_collective(stream, {"broadcast", count, dtype, Reduction::kSum, root, buffer, buffer},
+                     [](int rank, const std::vector<LocalCall>& calls) {
+                       const LocalCall& mine = calls[rank];
+                       if (rank == mine.root) return;
+                       std::memcpy(mine.recv, calls[mine.root].send,
+                                   mine.count * dtype_size(mine.dtype));
+                     });
+}
+
+void LocalCommunicator::barrier(Stream& stream) {
+  enqueue_collective(stream, {"barrier", 0, DType::kFloat32, Reduction::kSum, 0, nullptr, nullptr},
+                     [](int, const std::vector<LocalCall>&) {});
+}
+
+}  // namespace zest

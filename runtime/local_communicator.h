@@ -1,0 +1,111 @@
+// The `local` backend: ranks are threads of one process and peers' buffers are read directly
+// from shared memory. Collectives are matched across ranks by the order each rank issues them
+// (its host-side sequence number), not by the order streams happen to run them, so
+// collectives enqueued on different streams (comm and prefetch) cannot be paired wrongly.
+// Invariant: a communicator is driven by one host thread (its rank's).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/communicator.h"
+
+namespace zest {
+
+// What one rank passed to one collective.
+struct LocalCall {
+  std::string op;  // "all_gather", ...
+  std::size_t count = 0;
+  DType dtype = DType::kFloat32;
+  Reduction reduction = Reduction::kSum;
+  int root = 0;
+  const void* send = nullptr;
+  void* recv = nullptr;
+};
+
+// The state all ranks of one local group share.
+class LocalGroup {
+ public:
+  LocalGroup(int world_size, std::chrono::milliseconds timeout);
+
+  int world_size() const { return world_size_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  // Marks the group failed because of `rank`: every collective waiting now or called later fails
+  // at once with `reason`, instead of waiting out its timeout.
+  void poison(int rank, const std::string& reason);
+  // Marks `rank` as finished: a collective still waiting for it fails at once.
+  void depart(int rank);
+
+  // Phase one of collective `sequence`: posts `call` and waits until every rank has posted.
+  // Returns all ranks' calls, checked to agree. Throws on timeout, poison or mismatch.
+  const std::vector<LocalCall>& arrive(int rank, std::uint64_t sequence, const LocalCall& call);
+  // Phase two: waits until every rank has finished touching the others' buffers.
+  void leave(int rank, std::uint64_t sequence);
+
+ private:
+  struct Meeting {
+    std::vector<LocalCall> calls;
+    std::vector<bool> arrived;
+    std::vector<bool> finished;
+    int arrived_count = 0;
+    int finished_count = 0;
+    int departed_count = 0;  // ranks that have left phase two; the last one erases the meeting
+  };
+
+  // Waits on `done` until it is true; throws (and poisons) on timeout, poison or a departed peer.
+  template <typename Done>
+  void wait_for_peers(std::unique_lock<std::mutex>& lock, int rank, std::uint64_t sequence,
+                      const std::vector<bool>& present, Done done);
+  std::string describe(std::uint64_t sequence, const LocalCall& call) const;
+  void check_agreement(std::uint64_t sequence, const Meeting& meeting) const;
+
+  const int world_size_;
+  const std::chrono::milliseconds timeout_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<std::uint64_t, Meeting> meetings_;
+  std::vector<bool> rank_departed_;
+  bool poisoned_ = false;
+  std::string poison_reason_;
+};
+
+class LocalCommunicator final : public Communicator {
+ public:
+  LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank);
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return group_->world_size(); }
+  std::chrono::milliseconds timeout() const override { return group_->timeout(); }
+
+  void all_gather(Stream& stream, const void* send, void* recv, std::size_t count,
+                  DType dtype) override;
+  void reduce_scatter(Stream& stream, const void* send, void* recv, std::size_t count,
+                      DType dtype, Reduction reduction) override;
+  void all_reduce(Stream& stream, const void* send, void* recv, std::size_t count, DType dtype,
+                  Reduction reduction) override;
+  void broadcast(Stream& stream, void* buffer, std::size_t count, DType dtype, int root) override;
+  void barrier(Stream& stream) override;
+
+  // Makes `world_size` communicators over one new group.
+  static std::vector<std::unique_ptr<LocalCommunicator>> create_group(
+      int world_size, std::chrono::milliseconds timeout);
+  LocalGroup& group() { return *group_; }
+
+ private:
+  // Enqueues a collective on `stream`: the meeting, then `move` (this rank's share of the data
+  // movement, given every rank's call), then the second meeting.
+  void enqueue_collective(Stream& stream, LocalCall call,
+                          void (*move)(int rank, const std::vector<LocalCall>& calls));
+
+  std::shared_ptr<LocalGroup> group_;
+  const int rank_;
+  std::uint64_t next_sequence_ = 0;
+};
+
+}  // namespace zest

@@ -1,0 +1,120 @@
+// Shared by the engine's tests: train the MLP for a few steps at a given stage and world size on
+// a fixed synthetic global batch, and collect per-step losses and final parameters.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "memory/allocator.h"
+#include "models/mlp.h"
+#include "optim/engine.h"
+#include "optim/zero_trainer.h"
+#include "runtime/world.h"
+
+namespace zest::testing {
+
+struct RunResult {
+  std::vector<float> losses;
+  std::vector<float> grad_norms;
+  std::map<std::string, std::vector<float>> params;
+  std::vector<MemoryUsage> usage;  // per rank, at the end
+  std::vector<MemoryPrediction> predicted;
+  std::vector<MemoryUsage> between_steps;  // per rank, after the last step
+  std::vector<std::size_t> gathered_between_steps;
+};
+
+struct RunSpec {
+  int stage = 0;
+  int world = 1;
+  std::string optimizer = "AdamW";
+  int steps = 20;
+  int global_batch = 60;
+  int accumulation = 1;
+  std::vector<std::int64_t> sizes = {13, 31, 17, 7};
+  float clipping = 0.0f;
+};
+
+// The global batch of `step`, all rows; every rank slices its own rows from it.
+inline void make_global_batch(int step, int rows, int features, int classes,
+                              std::vector<float>& inputs, std::vector<std::int32_t>& targets) {
+  std::mt19937 rng(1000 + step);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  inputs.resize(static_cast<std::size_t>(rows) * features);
+  targets.resize(rows);
+  for (float& x : inputs) x = normal(rng);
+  for (int r = 0; r < rows; ++r) {
+    // A learnable rule: the class is set by the sign pattern of the first features.
+    float score = inputs[static_cast<std::size_t>(r) * features] * 3.0f +
+                  inputs[static_cast<std::size_t>(r) * features + 1];
+    targets[r] = static_cast<std::int32_t>(std::abs(static_cast<int>(score * 2.0f)) % classes);
+  }
+}
+
+inline RunResult run_mlp(const RunSpec& spec) {
+  RunResult result;
+  result.losses.resize(spec.steps);
+  result.grad_norms.resize(spec.steps);
+  result.usage.resize(spec.world);
+  result.predicted.resize(spec.world);
+  result.between_steps.resize(spec.world);
+  result.gathered_between_steps.resize(spec.world);
+  WorldOptions world_options;
+  world_options.ranks = spec.world;
+  world_options.timeout = std::chrono::seconds(60);
+  World world(world_options);
+  world.run([&](RankContext& context) {
+    Mlp model(MlpConfig{spec.sizes});
+    EngineOptions options;
+    options.stage = spec.stage;
+    options.gradient_accumulation_steps = spec.accumulation;
+    options.gradient_clipping = spec.clipping;
+    Engine engine(context, options);
+    OptimizerOptions optimizer;
+    optimizer.type = spec.optimizer;
+    optimizer.lr = spec.optimizer == "SGD" ? 0.05f : 3e-3f;
+    optimizer.weight_decay = 0.01f;
+    optimizer.momentum = 0.9f;
+    auto trainer = engine.shard(model, make_optimizer(optimizer));
+    const int features = static_cast<int>(spec.sizes.front());
+    const int classes = static_cast<int>(spec.sizes.back());
+    const int local_rows = spec.global_batch / spec.world / spec.accumulation;
+    std::vector<float> inputs;
+    std::vector<std::int32_t> targets;
+    for (int step = 0; step < spec.steps; ++step) {
+      make_global_batch(step, spec.global_batch, features, classes, inputs, targets);
+      for (int micro = 0; micro < spec.accumulation; ++micro) {
+        // Rows are dealt rank-major within each micro-batch, so that every micro-batch of the
+        // single-rank run holds the same rows as the matching micro-batches of all ranks.
+        const std::size_t first =
+            static_cast<std::size_t>(micro * spec.world + context.rank) * local_rows;
+        Batch batch;
+        batch.inputs = Tensor{inputs.data() + first * features, {local_rows, features},
+                              DType::kFloat32};
+        batch.targets = Tensor{targets.data() + first, {local_rows}, DType::kInt32};
+        trainer->forward_backward(batch);
+      }
+      StepStats stats = trainer->step();
+      if (context.rank == 0) {
+        result.losses[step] = stats.loss;
+        result.grad_norms[step] = stats.grad_norm;
+      }
+    }
+    context.synchronize();
+    result.between_steps[context.rank] = context.allocator().usage();
+    if (auto* zero = dynamic_cast<ZeroTrainer*>(trainer.get())) {
+      result.gathered_between_steps[context.rank] = zero->gathered_units();
+    }
+    for (const std::string& name : trainer->parameter_names()) {
+      std::vector<float> value = trainer->full_parameter(name);
+      if (context.rank == 0) result.params[name] = std::move(value);
+    }
+    result.usage[context.rank] = context.allocator().usage();
+    result.predicted[context.rank] = trainer->predicted_memory();
+  });
+  return result;
+}
+
+}  // namespace zest::testing

@@ -1,0 +1,25 @@
+#include "tools/common/model_factory.h"
+
+#include "base/error.h"
+#include "models/mlp.h"
+
+namespace zest {
+
+std::unique_ptr<Module> make_model(const ModelConfig& config) {
+  if (config.type == "mlp") return std::make_unique<Mlp>(config.mlp);
+  throw Error(ErrorKind::kConfig, "model.type: must be mlp, got \"" + config.type + "\"");
+}
+
+std::size_t count_parameters(Module& module) {
+  std::size_t count = 0;
+  for (Unit* unit : module.units()) {
+    for (const ParamSpec& spec : unit->parameters()) {
+      std::size_t numel = 1;
+      for (std::int64_t d : spec.shape) numel *= static_cast<std::size_t>(d);
+      count += numel;
+    }
+  }
+  return count;
+}
+
+}  // namespace zest

@@ -1,0 +1,658 @@
+#include "tools/common/train_config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include "base/byte_size.h"
+#include "base/error.h"
+
+namespace zest {
+
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void config_error(const std::string& path, const std::string& message) {
+  throw Error(ErrorKind::kConfig, path + ": " + message);
+}
+
+// A value as a message shows it: its JSON type and, for short scalars, the value itself.
+std::string describe(const json& value) {
+  std::string text = value.dump();
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  switch (value.type()) {
+    case json::value_t::string: return "string " + text;
+    case json::value_t::boolean: return "boolean " + text;
+    case json::value_t::null: return "null";
+    case json::value_t::array: return "array " + text;
+    case json::value_t::object: return "object " + text;
+    default: return text;  // numbers speak for themselves
+  }
+}
+
+// "a, b or c"
+std::string one_of(const std::vector<std::string>& names) {
+  std::string text;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) text += i + 1 == names.size() ? " or " : ", ";
+    text += names[i];
+  }
+  return text;
+}
+
+std::string lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The known key closest to `key`, if one is close enough to be a likely typo: a different case,
+// or a few edits for its length.
+std::optional<std::string> closest_key(const std::string& key,
+                                       const std::vector<std::string>& known) {
+  std::optional<std::string> best;
+  std::size_t best_distance = std::numeric_limits<std::size_t>::max();
+  for (const std::string& candidate : known) {
+    const std::size_t distance = edit_distance(lower(key), lower(candidate));
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = candidate;
+    }
+  }
+  const std::size_t allowed = std::max<std::size_t>(2, key.size() / 3);
+  if (best && best_distance <= allowed) return best;
+  return std::nullopt;
+}
+
+std::string join_path(const std::string& parent, const std::string& key) {
+  return parent.empty() ? key : parent + "." + key;
+}
+
+// Float values as the shortest decimal that reads back as the same float, so that defaults in
+// the resolved JSON print as 0.001 rather than 0.0010000000474974513.
+double shortest(float value) {
+  char text[32];
+  const auto result = std::to_chars(text, text + sizeof(text), value);
+  return std::stod(std::string(text, result.ptr));
+}
+
+// ---- typed reads ---------------------------------------------------------------------------
+
+// An integer, or a float with an integral value (DeepSpeed configs write sizes as 5e8).
+std::int64_t read_integer(const json& value, const std::string& path) {
+  if (value.is_number_integer() && !value.is_number_unsigned()) return value.get<std::int64_t>();
+  if (value.is_number_unsigned()) {
+    const auto unsigned_value = value.get<std::uint64_t>();
+    if (unsigned_value > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      config_error(path, "must be an integer below 2^63, got " + value.dump());
+    }
+    return static_cast<std::int64_t>(unsigned_value);
+  }
+  if (value.is_number_float()) {
+    const double number = value.get<double>();
+    if (std::isfinite(number) && number == std::floor(number) && std::fabs(number) < 9.2e18) {
+      return static_cast<std::int64_t>(number);
+    }
+  }
+  config_error(path, "must be an integer, got " + describe(value));
+}
+
+std::int64_t read_integer_at_least(const json& value, const std::string& path,
+                                   std::int64_t minimum) {
+  const std::int64_t number = read_integer(value, path);
+  if (number < minimum) {
+    config_error(path, "must be an integer >= " + std::to_string(minimum) + ", got " +
+                           std::to_string(number));
+  }
+  return number;
+}
+
+double read_number(const json& value, const std::string& path) {
+  if (!value.is_number()) config_error(path, "must be a number, got " + describe(value));
+  const double number = value.get<double>();
+  if (!std::isfinite(number)) config_error(path, "must be a finite number, got " + value.dump());
+  return number;
+}
+
+bool read_bool(const json& value, const std::string& path) {
+  if (!value.is_boolean()) config_error(path, "must be true or false, got " + describe(value));
+  return value.get<bool>();
+}
+
+std::string read_string(const json& value, const std::string& path) {
+  if (!value.is_string()) config_error(path, "must be a string, got " + describe(value));
+  return value.get<std::string>();
+}
+
+// One JSON object of the config: its path, and the keys it allows. Constructing it checks that
+// the value is an object and that every key in it is allowed, suggesting the closest allowed key
+// for one that is not.
+class Block {
+ public:
+  // `elsewhere`: keys that belong to another block, with their full path, for a hint when one
+  // is written here ("stage" at the top level means zero_optimization.stage).
+  Block(json& value, std::string path, std::vector<std::string> known,
+        const std::vector<std::pair<std::string, std::string>>& elsewhere = {})
+      : value_(value), path_(std::move(path)), known_(std::move(known)) {
+    if (!value_.is_object()) {
+      config_error(path_.empty() ? "config" : path_, "must be an object, got " + describe(value_));
+    }
+    for (const auto& item : value_.items()) {
+      if (std::find(known_.begin(), known_.end(), item.key()) != known_.end()) continue;
+      std::string message = "unknown key";
+      auto moved = std::find_if(elsewhere.begin(), elsewhere.end(),
+                                [&](const auto& entry) { return entry.first == item.key(); });
+      if (moved != elsewhere.end()) {
+        message += "; did you mean '" + moved->second + "'?";
+      } else if (auto suggestion = closest_key(item.key(), known_)) {
+        message += "; did you mean '" + join_path(path_, *suggestion) + "'?";
+      } else {
+        message += "; allowed here: " + one_of(known_);
+      }
+      config_error(join_path(path_, item.key()), message);
+    }
+  }
+
+  std::string path(const std::string& key) const { return join_path(path_, key); }
+  bool has(const std::string& key) const { return value_.contains(key); }
+
+  // The value of `key`, or null when absent.
+  json* find(const std::string& key) {
+    auto it = value_.find(key);
+    return it == value_.end() ? nullptr : &*it;
+  }
+  // The value of `key`; a kConfig Error naming it when absent.
+  json& require(const std::string& key, const std::string& what) {
+    json* value = find(key);
+    if (value == nullptr) config_error(path(key), "missing; " + what);
+    return *value;
+  }
+  // The value of `key`, set to `fallback` first when absent (so the resolved JSON shows it).
+  json& get_or(const std::string& key, json fallback) {
+    if (!value_.contains(key)) value_[key] = std::move(fallback);
+    return value_[key];
+  }
+  // A sub-block, created empty when absent.
+  json& object_or_empty(const std::string& key) { return get_or(key, json::object()); }
+
+ private:
+  json& value_;
+  std::string path_;
+  std::vector<std::string> known_;
+};
+
+// ---- blocks --------------------------------------------------------------------------------
+
+void parse_world(Block& root, TrainConfig& out) {
+  Block block(root.object_or_empty("world"), "world",
+              {"backend", "ranks", "device", "device_memory", "timeout_s"});
+
+  out.world.backend = read_string(block.get_or("backend", "local"), block.path("backend"));
+  const std::vector<std::string> backends = {"local", "nccl", "mpi"};
+  if (std::find(backends.begin(), backends.end(), out.world.backend) == backends.end()) {
+    config_error(block.path("backend"),
+                 "must be " + one_of(backends) + ", got \"" + out.world.backend + "\"");
+  }
+
+  const std::int64_t ranks = read_integer(block.get_or("ranks", 1), block.path("ranks"));
+  if (ranks < 1 || ranks > 65536) {
+    config_error(block.path("ranks"), "must be an integer from 1 to 65536, got " +
+                                          std::to_string(ranks));
+  }
+  out.world.ranks = static_cast<int>(ranks);
+
+  const std::string device = read_string(block.get_or("device", "cpu"), block.path("device"));
+  if (device == "cpu") {
+    out.world.device = DeviceKind::kCpu;
+  } else if (device == "cuda") {
+    out.world.device = DeviceKind::kCuda;
+  } else {
+    config_error(block.path("device"), "must be cpu or cuda, got \"" + device + "\"");
+  }
+
+  const json& memory = block.get_or("device_memory", "unlimited");
+  const std::string memory_path = block.path("device_memory");
+  const std::string memory_forms =
+      std::string("must be \"unlimited\" or ") + kByteSizeForms + ", got ";
+  if (memory.is_string()) {
+    const std::string text = memory.get<std::string>();
+    if (text == "unlimited") {
+      out.world.device_memory = kUnlimitedCapacity;
+    } else if (auto bytes = parse_byte_size(text); bytes && *bytes > 0) {
+      out.world.device_memory = *bytes;
+    } else {
+      config_error(memory_path, memory_forms + "\"" + text + "\"");
+    }
+  } else if (memory.is_number()) {
+    const std::int64_t bytes = read_integer(memory, memory_path);
+    if (bytes < 1) config_error(memory_path, memory_forms + std::to_string(bytes));
+    out.world.device_memory = static_cast<std::size_t>(bytes);
+  } else {
+    config_error(memory_path, memory_forms + describe(memory));
+  }
+
+  const double timeout = read_number(block.get_or("timeout_s", 300), block.path("timeout_s"));
+  if (timeout <= 0 || timeout > 1e9) {
+    config_error(block.path("timeout_s"),
+                 "must be a number of seconds > 0, got " + block.find("timeout_s")->dump());
+  }
+  out.world.timeout = std::chrono::milliseconds(
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(timeout * 1000.0))));
+}
+
+void parse_model(Block& root, TrainConfig& out) {
+  json& model = root.require("model", "e.g. {\"type\": \"mlp\", \"sizes\": [64, 256, 10]}");
+  if (!model.is_object()) config_error("model", "must be an object, got " + describe(model));
+  const std::vector<std::string> types = {"mlp"};
+  auto type_it = model.find("type");
+  if (type_it == model.end()) config_error("model.type", "missing; allowed: " + one_of(types));
+  out.model.type = read_string(*type_it, "model.type");
+
+  if (out.model.type == "mlp") {
+    Block block(model, "model", {"type", "sizes"});
+    json& sizes = block.require("sizes", "the layer widths, input first, e.g. [64, 256, 10]");
+    if (!sizes.is_array() || sizes.size() < 2) {
+      config_error("model.sizes",
+                   "must be an array of at least 2 widths (input, ..., classes), got " +
+                       describe(sizes));
+    }
+    out.model.mlp.sizes.clear();
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      const std::string path = "model.sizes[" + std::to_string(i) + "]";
+      out.model.mlp.sizes.push_back(read_integer_at_least(sizes[i], path, 1));
+    }
+    return;
+  }
+  config_error("model.type", "must be " + one_of(types) + ", got \"" + out.model.type + "\"");
+}
+
+void parse_data(Block& root, TrainConfig& out) {
+  Block block(root.object_or_empty("data"), "data", {"type", "features", "classes"});
+  out.data.type = read_string(block.get_or("type", "synthetic"), block.path("type"));
+  if (out.data.type != "synthetic") {
+    config_error(block.path("type"), "must be synthetic, got \"" + out.data.type + "\"");
+  }
+  if (out.model.type != "mlp") {
+    config_error("data.type", "synthetic classification needs model.type mlp, got \"" +
+                                  out.model.type + "\"");
+  }
+  const auto& sizes = out.model.mlp.sizes;
+  const std::string input_path = "model.sizes[0]";
+  const std::string output_path = "model.sizes[" + std::to_string(sizes.size() - 1) + "]";
+
+  out.data.features = read_integer_at_least(block.get_or("features", sizes.front()),
+                                            block.path("features"), 1);
+  if (out.data.features != sizes.front()) {
+    config_error(block.path("features"),
+                 "must equal " + input_path + " (" + std::to_string(sizes.front()) +
+                     "), the model's input width, got " + std::to_string(out.data.features));
+  }
+  out.data.classes = read_integer_at_least(block.get_or("classes", sizes.back()),
+                                           block.path("classes"), 2);
+  if (out.data.classes != sizes.back()) {
+    config_error(block.path("classes"),
+                 "must equal " + output_path + " (" + std::to_string(sizes.back()) +
+                     "), the model's output width, got " + std::to_string(out.data.classes));
+  }
+}
+
+// DeepSpeed's rule: train_batch_size = train_micro_batch_size_per_gpu ×
+// gradient_accumulation_steps × world size; any two determine the third.
+void parse_batch(Block& root, TrainConfig& out) {
+  const char* kTotal = "train_batch_size";
+  const char* kMicro = "train_micro_batch_size_per_gpu";
+  const char* kAccumulation = "gradient_accumulation_steps";
+  auto read = [&](const char* key) -> std::optional<std::int64_t> {
+    const json* value = root.find(key);
+    if (value == nullptr) return std::nullopt;
+    return read_integer_at_least(*value, key, 1);
+  };
+  const std::optional<std::int64_t> total = read(kTotal);
+  const std::optional<std::int64_t> micro = read(kMicro);
+  const std::optional<std::int64_t> accumulation = read(kAccumulation);
+  const std::int64_t ranks = out.world.ranks;
+  const std::string rule = std::string("; need ") + kTotal + " = " + kMicro + " × " +
+                           kAccumulation + " × world.ranks";
+  auto value_of = [](const char* key, std::optional<std::int64_t> value) {
+    return std::string(key) + " " + (value ? std::to_string(*value) : "unset");
+  };
+  auto inconsistent = [&](const std::string& what) {
+    throw Error(ErrorKind::kConfig, "batch sizes are inconsistent: " + value_of(kTotal, total) +
+                                        ", " + value_of(kMicro, micro) + ", " +
+                                        value_of(kAccumulation, accumulation) +
+                                        ", world.ranks " + std::to_string(ranks) + " (" + what +
+                                        ")" + rule);
+  };
+
+  if (total && micro && accumulation) {
+    if (*total != *micro * *accumulation * ranks) {
+      inconsistent(std::to_string(*micro) + " × " + std::to_string(*accumulation) + " × " +
+                   std::to_string(ranks) + " = " +
+                   std::to_string(*micro * *accumulation * ranks) + ", not " +
+                   std::to_string(*total));
+    }
+    out.micro_batch = *micro;
+    out.gradient_accumulation_steps = *accumulation;
+  } else if (total && micro) {
+    if (*total % (*micro * ranks) != 0) {
+      inconsistent(std::to_string(*total) + " is not a multiple of " + std::to_string(*micro) +
+                   " × " + std::to_string(ranks));
+    }
+    out.micro_batch = *micro;
+    out.gradient_accumulation_steps = *total / (*micro * ranks);
+  } else if (total && accumulation) {
+    if (*total % (*accumulation * ranks) != 0) {
+      inconsistent(std::to_string(*total) + " is not a multiple of " +
+                   std::to_string(*accumulation) + " × " + std::to_string(ranks));
+    }
+    out.micro_batch = *total / (*accumulation * ranks);
+    out.gradient_accumulation_steps = *accumulation;
+  } else if (micro) {
+    out.micro_batch = *micro;
+    out.gradient_accumulation_steps = accumulation.value_or(1);
+  } else if (total) {
+    if (*total % ranks != 0) {
+      inconsistent(std::to_string(*total) + " is not a multiple of world.ranks " +
+                   std::to_string(ranks));
+    }
+    out.micro_batch = *total / ranks;
+    out.gradient_accumulation_steps = 1;
+  } else {
+    throw Error(ErrorKind::kConfig, std::string(kTotal) + ": missing; set " + kTotal +
+                                        " or " + kMicro + " (or both)");
+  }
+  out.train_batch_size = out.micro_batch * out.gradient_accumulation_steps * ranks;
+  root.get_or(kTotal, out.train_batch_size) = out.train_batch_size;
+  root.get_or(kMicro, out.micro_batch) = out.micro_batch;
+  root.get_or(kAccumulation, out.gradient_accumulation_steps) = out.gradient_accumulation_steps;
+}
+
+void parse_optimizer(Block& root, TrainConfig& out) {
+  Block block(root.object_or_empty("optimizer"), "optimizer", {"type", "params"});
+  const OptimizerOptions defaults;
+  const std::vector<std::string> types = {"AdamW", "Adam", "SGD"};
+  const std::string given = read_string(block.get_or("type", defaults.type), "optimizer.type");
+  // Note: DeepSpeed matches optimizer names case-insensitively ("adamw"); the resolved config
+  // keeps the canonical spelling.
+  auto type_it = std::find_if(types.begin(), types.end(),
+                              [&](const std::string& type) { return lower(type) == lower(given); });
+  if (type_it == types.end()) {
+    config_error("optimizer.type", "must be " + one_of(types) + ", got \"" + given + "\"");
+  }
+  out.optimizer = OptimizerOptions{};
+  out.optimizer.type = *type_it;
+  *block.find("type") = out.optimizer.type;
+  const bool sgd = out.optimizer.type == "SGD";
+
+  std::vector<std::string> known = {"lr", "weight_decay"};
+  if (sgd) {
+    known.insert(known.end(), {"momentum", "nesterov"});
+  } else {
+    known.insert(known.end(), {"betas", "eps"});
+  }
+  json& params_json = block.object_or_empty("params");
+  if (params_json.is_object()) {
+    // A parameter of another optimizer type gets a message that says so, before the generic
+    // unknown-key check.
+    for (const auto& item : params_json.items()) {
+      const std::vector<std::string> all = {"lr", "betas", "eps", "weight_decay", "momentum",
+                                            "nesterov"};
+      if (std::find(known.begin(), known.end(), item.key()) == known.end() &&
+          std::find(all.begin(), all.end(), item.key()) != all.end()) {
+        config_error("optimizer.params." + item.key(), "is not a parameter of " +
+                                                           out.optimizer.type + " (allowed: " +
+                                                           one_of(known) + ")");
+      }
+    }
+  }
+  Block params(params_json, "optimizer.params", known);
+
+  const double lr = read_number(params.get_or("lr", shortest(defaults.lr)), params.path("lr"));
+  if (lr <= 0) config_error(params.path("lr"), "must be a number > 0, got " + json(lr).dump());
+  out.optimizer.lr = static_cast<float>(lr);
+
+  const double decay = read_number(params.get_or("weight_decay", shortest(defaults.weight_decay)),
+                                   params.path("weight_decay"));
+  if (decay < 0) {
+    config_error(params.path("weight_decay"), "must be a number >= 0, got " + json(decay).dump());
+  }
+  out.optimizer.weight_decay = static_cast<float>(decay);
+
+  if (sgd) {
+    const double momentum = read_number(params.get_or("momentum", shortest(defaults.momentum)),
+                                        params.path("momentum"));
+    if (momentum < 0 || momentum >= 1) {
+      config_error(params.path("momentum"),
+                   "must be a number in [0, 1), got " + json(momentum).dump());
+    }
+    out.optimizer.momentum = static_cast<float>(momentum);
+    out.optimizer.nesterov =
+        read_bool(params.get_or("nesterov", defaults.nesterov), params.path("nesterov"));
+    if (out.optimizer.nesterov && out.optimizer.momentum <= 0) {
+      config_error(params.path("nesterov"), "true needs optimizer.params.momentum > 0");
+    }
+    return;
+  }
+  const json& betas =
+      params.get_or("betas", json::array({shortest(defaults.beta1), shortest(defaults.beta2)}));
+  if (!betas.is_array() || betas.size() != 2) {
+    config_error(params.path("betas"), "must be an array of two numbers [beta1, beta2], got " +
+                                           describe(betas));
+  }
+  float* targets[2] = {&out.optimizer.beta1, &out.optimizer.beta2};
+  for (std::size_t i = 0; i < 2; ++i) {
+    const std::string path = params.path("betas") + "[" + std::to_string(i) + "]";
+    const double beta = read_number(betas[i], path);
+    if (beta < 0 || beta >= 1) config_error(path, "must be a number in [0, 1), got " + betas[i].dump());
+    *targets[i] = static_cast<float>(beta);
+  }
+  const double eps = read_number(params.get_or("eps", shortest(defaults.eps)), params.path("eps"));
+  if (eps <= 0) config_error(params.path("eps"), "must be a number > 0, got " + json(eps).dump());
+  out.optimizer.eps = static_cast<float>(eps);
+}
+
+void parse_zero(Block& root, TrainConfig& out) {
+  Block block(root.object_or_empty("zero_optimization"), "zero_optimization",
+              {"stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
+               "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
+               "contiguous_gradients"});
+  const json& stage = block.get_or("stage", 0);
+  const std::int64_t value = read_integer(stage, block.path("stage"));
+  if (value < 0 || value > 3) {
+    config_error(block.path("stage"), "must be 0, 1, 2 or 3, got " + std::to_string(value));
+  }
+  out.engine.stage = static_cast<int>(value);
+
+  // Recorded for the overlap issue (see ZeroOverlapConfig); validated now so a bad value fails
+  // early rather than when they start to matter.
+  auto size = [&](const char* key, std::int64_t minimum) -> std::optional<std::int64_t> {
+    const json* v = block.find(key);
+    if (v == nullptr) return std::nullopt;
+    return read_integer_at_least(*v, block.path(key), minimum);
+  };
+  auto flag = [&](const char* key) -> std::optional<bool> {
+    const json* v = block.find(key);
+    if (v == nullptr) return std::nullopt;
+    return read_bool(*v, block.path(key));
+  };
+  out.zero_overlap.reduce_bucket_size = size("reduce_bucket_size", 1);
+  out.zero_overlap.allgather_bucket_size = size("allgather_bucket_size", 1);
+  out.zero_overlap.overlap_comm = flag("overlap_comm");
+  out.zero_overlap.stage3_prefetch_bucket_size = size("stage3_prefetch_bucket_size", 0);
+  out.zero_overlap.stage3_max_live_parameters = size("stage3_max_live_parameters", 1);
+  out.zero_overlap.contiguous_gradients = flag("contiguous_gradients");
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+}  // namespace
+
+void apply_override(json& config, const std::string& assignment) {
+  const std::size_t equals = assignment.find('=');
+  if (equals == std::string::npos) {
+    throw Error(ErrorKind::kUsage,
+                "--set '" + assignment + "': expected KEY=VALUE, e.g. zero_optimization.stage=3");
+  }
+  const std::string key = assignment.substr(0, equals);
+  const std::string text = assignment.substr(equals + 1);
+
+  std::vector<std::string> segments;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t dot = key.find('.', start);
+    segments.push_back(key.substr(start, dot == std::string::npos ? std::string::npos
+                                                                  : dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  for (const std::string& segment : segments) {
+    if (segment.empty()) {
+      throw Error(ErrorKind::kUsage,
+                  "--set '" + assignment + "': the key '" + key + "' has an empty part");
+    }
+  }
+
+  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) value = text;
+
+  if (!config.is_object()) {
+    throw Error(ErrorKind::kUsage, "--set '" + assignment + "': the config is " +
+                                       describe(config) + ", not an object");
+  }
+  json* node = &config;
+  std::string walked;
+  for (std::size_t i = 0; i + 1 < segments.size(); ++i) {
+    walked = join_path(walked, segments[i]);
+    json& child = (*node)[segments[i]];
+    if (child.is_null()) child = json::object();
+    if (!child.is_object()) {
+      throw Error(ErrorKind::kUsage, "--set '" + assignment + "': '" + walked + "' is " +
+                                         describe(child) + ", not an object");
+    }
+    node = &child;
+  }
+  (*node)[segments.back()] = std::move(value);
+}
+
+json read_json_file(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    throw Error(ErrorKind::kConfig, "config file '" + path + "' is a directory");
+  }
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    throw Error(ErrorKind::kConfig, "config file '" + path + "': cannot open (" + errno_text() + ")");
+  }
+  std::ostringstream contents;
+  contents << file.rdbuf();
+  if (file.bad()) {
+    throw Error(ErrorKind::kConfig, "config file '" + path + "': cannot read (" + errno_text() + ")");
+  }
+  const std::string text = contents.str();
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& parse_error) {
+    // parse_error.byte counts the bytes read, the offending one included: 1-based.
+    const std::size_t offset =
+        std::min<std::size_t>(parse_error.byte > 0 ? parse_error.byte - 1 : 0, text.size());
+    std::size_t line = 1;
+    std::size_t line_start = 0;
+    for (std::size_t i = 0; i < offset; ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        line_start = i + 1;
+      }
+    }
+    const std::size_t column = offset - line_start + 1;
+    // nlohmann's message is "[json.exception.parse_error.101] parse error at line L, column C:
+    // <reason>"; keep the reason.
+    std::string reason = parse_error.what();
+    const std::size_t at = reason.find("column ");
+    const std::size_t colon = reason.find(": ", at == std::string::npos ? 0 : at);
+    if (colon != std::string::npos) reason = reason.substr(colon + 2);
+    throw Error(ErrorKind::kConfig, path + ":" + std::to_string(line) + ":" +
+                                        std::to_string(column) + ": not valid JSON: " + reason);
+  }
+}
+
+TrainConfig parse_train_config(const json& config, const std::vector<std::string>& overrides) {
+  TrainConfig out;
+  out.json = config;
+  for (const std::string& assignment : overrides) apply_override(out.json, assignment);
+
+  Block root(out.json, "",
+             {"model", "world", "seed", "steps", "train_micro_batch_size_per_gpu",
+              "train_batch_size", "gradient_accumulation_steps", "gradient_clipping",
+              "optimizer", "zero_optimization", "data", "log_interval"},
+             {{"stage", "zero_optimization.stage"},
+              {"ranks", "world.ranks"},
+              {"backend", "world.backend"},
+              {"device", "world.device"},
+              {"device_memory", "world.device_memory"},
+              {"sizes", "model.sizes"},
+              {"lr", "optimizer.params.lr"},
+              {"betas", "optimizer.params.betas"},
+              {"weight_decay", "optimizer.params.weight_decay"}});
+
+  parse_world(root, out);
+  parse_model(root, out);
+  parse_data(root, out);
+
+  const json& seed = root.get_or("seed", out.engine.seed);
+  if (seed.is_number_unsigned()) {
+    out.engine.seed = seed.get<std::uint64_t>();
+  } else {
+    out.engine.seed = static_cast<std::uint64_t>(read_integer_at_least(seed, "seed", 0));
+  }
+  out.steps = read_integer_at_least(root.require("steps", "the number of optimizer steps (>= 1)"),
+                                    "steps", 1);
+  parse_batch(root, out);
+
+  const double clipping =
+      read_number(root.get_or("gradient_clipping", 0.0), "gradient_clipping");
+  if (clipping < 0) {
+    config_error("gradient_clipping",
+                 "must be a number >= 0 (0 turns clipping off), got " + json(clipping).dump());
+  }
+  out.engine.gradient_clipping = static_cast<float>(clipping);
+
+  parse_optimizer(root, out);
+  parse_zero(root, out);
+  out.log_interval = read_integer_at_least(root.get_or("log_interval", 1), "log_interval", 1);
+  return out;
+}
+
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
+  json config = read_json_file(path);
+  try {
+    return parse_train_config(config, overrides);
+  } catch (const Error& error) {
+    if (error.kind() != ErrorKind::kConfig) throw;
+    throw Error(ErrorKind::kConfig, path + ": " + error.what());
+  }
+}
+
+}  // namespace zest

@@ -1,0 +1,284 @@
+// zest-train: trains a built-in model from one JSON config.
+//
+//   zest-train --config FILE [--set dotted.key=value ...] [--metrics FILE] [--print-config]
+//
+// Every rank builds the model, shards it with the ZeRO engine and runs the configured steps on
+// its slice of each global batch; rank 0 prints a line per step and, at the end, the peak memory
+// per category and rank beside the engine's prediction. Errors print one line,
+// "zest-train: error: <message>", and exit 2 for bad input, 1 for failures at run time.
+#include <cblas.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "data/synthetic_classification.h"
+#include "memory/allocator.h"
+#include "memory/category.h"
+#include "optim/engine.h"
+#include "optim/optimizer.h"
+#include "runtime/world.h"
+#include "tools/common/atomic_output_file.h"
+#include "tools/common/model_factory.h"
+#include "tools/common/train_config.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ordered_json = nlohmann::ordered_json;
+
+constexpr const char* kProgram = "zest-train";
+
+// A float as the shortest decimal that reads back as the same float (2.3025851, not
+// 2.3025851249694824), for the metrics file.
+double shortest(float value) {
+  if (!std::isfinite(value)) return static_cast<double>(value);  // dumped as null
+  return std::stod(fmt::format("{}", value));
+}
+
+double milliseconds(Clock::duration duration) {
+  return std::chrono::duration<double, std::milli>(duration).count();
+}
+
+std::string join_sizes(const std::vector<std::int64_t>& sizes) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    text += (i ? ", " : "") + std::to_string(sizes[i]);
+  }
+  return text + "]";
+}
+
+std::string describe_world(const zest::TrainConfig& config, std::size_t parameter_count) {
+  const zest::WorldOptions& world = config.world;
+  std::string ranks = fmt::format("{} rank{}", world.ranks, world.ranks == 1 ? "" : "s");
+  if (world.backend == "local") ranks += " (local threads)";
+  else ranks += " (" + world.backend + ")";
+  const std::string device = world.device == zest::DeviceKind::kCpu ? "cpu" : "cuda";
+  const std::string memory = world.device_memory == zest::kUnlimitedCapacity
+                                 ? "unlimited"
+                                 : zest::format_bytes(world.device_memory);
+  std::string line = fmt::format(
+      "{}: {}, {} ({} per rank), stage {}, {} {} ({} params), {} lr {:.2e}, batch {} = {} x {} "
+      "micro-batch{} x {} rank{}, {} steps",
+      kProgram, ranks, device, memory, config.engine.stage, config.model.type,
+      join_sizes(config.model.mlp.sizes), parameter_count, config.optimizer.type,
+      config.optimizer.lr, config.train_batch_size, config.micro_batch,
+      config.gradient_accumulation_steps, config.gradient_accumulation_steps == 1 ? "" : "es",
+      world.ranks, world.ranks == 1 ? "" : "s", config.steps);
+  if (config.engine.gradient_clipping > 0) {
+    line += fmt::format(", clip {}", config.engine.gradient_clipping);
+  }
+  return line;
+}
+
+void print_memory_table(const std::vector<zest::MemoryUsage>& usage,
+                        const std::vector<zest::MemoryPrediction>& predicted) {
+  std::string header = fmt::format("{:>4}", "rank");
+  for (zest::Category category : zest::all_categories()) {
+    header += fmt::format(" {:>11}", zest::category_name(category));
+  }
+  header += fmt::format(" {:>11} | {:>11} {:>11} {:>11} {:>11}", "total", "params", "grads",
+                        "optimizer", "total");
+  std::cout << "peak bytes per rank (measured by the allocator | predicted model state)\n"
+            << header << '\n';
+  for (std::size_t rank = 0; rank < usage.size(); ++rank) {
+    std::string line = fmt::format("{:>4}", rank);
+    for (zest::Category category : zest::all_categories()) {
+      line += fmt::format(" {:>11}", zest::format_bytes(usage[rank].peak_of(category)));
+    }
+    const zest::MemoryPrediction& p = predicted[rank];
+    line += fmt::format(" {:>11} | {:>11} {:>11} {:>11} {:>11}",
+                        zest::format_bytes(usage[rank].total_peak), zest::format_bytes(p.params),
+                        zest::format_bytes(p.grads), zest::format_bytes(p.optimizer),
+                        zest::format_bytes(p.total()));
+    std::cout << line << '\n';
+  }
+  std::cout << std::flush;
+}
+
+ordered_json summary_line(const zest::TrainConfig& config, float first_loss, float final_loss,
+                          double samples_per_s, const std::vector<zest::MemoryUsage>& usage,
+                          const std::vector<zest::MemoryPrediction>& predicted) {
+  ordered_json line;
+  line["summary"] = {{"steps", config.steps},
+                     {"final_loss", shortest(final_loss)},
+                     {"first_loss", shortest(first_loss)},
+                     {"tokens_or_samples_per_s", samples_per_s}};
+  ordered_json peaks = ordered_json::array();
+  ordered_json predictions = ordered_json::array();
+  for (std::size_t rank = 0; rank < usage.size(); ++rank) {
+    ordered_json peak = {{"rank", rank}};
+    for (zest::Category category : zest::all_categories()) {
+      peak[zest::category_name(category)] = usage[rank].peak_of(category);
+    }
+    peak["total"] = usage[rank].total_peak;
+    peaks.push_back(std::move(peak));
+    const zest::MemoryPrediction& p = predicted[rank];
+    predictions.push_back({{"rank", rank},
+                           {"params", p.params},
+                           {"grads", p.grads},
+                           {"optimizer", p.optimizer},
+                           {"total", p.total()}});
+  }
+  line["peak_bytes"] = std::move(peaks);
+  line["predicted_model_state_bytes"] = std::move(predictions);
+  return line;
+}
+
+int train(const zest::TrainConfig& config, const std::string& metrics_path) {
+  if (config.world.ranks > 1) {
+    // Note: the local backend's ranks are threads of this process, each already running its
+    // own GEMMs; OpenBLAS's thread pool on top of that would oversubscribe the cores (ranks ×
+    // OpenBLAS threads) and make every step slower, so each GEMM stays on its rank's thread.
+    openblas_set_num_threads(1);
+  }
+  // Fails on a bad path before any training is done.
+  std::optional<zest::AtomicOutputFile> metrics;
+  if (!metrics_path.empty()) metrics.emplace(metrics_path);
+
+  std::size_t parameter_count = 0;
+  {
+    // Declaring parameters allocates nothing: the engine owns parameter memory.
+    std::unique_ptr<zest::Module> model = zest::make_model(config.model);
+    parameter_count = zest::count_parameters(*model);
+  }
+  std::cout << describe_world(config, parameter_count) << std::endl;
+
+  const zest::World world(config.world);
+  const auto ranks = static_cast<std::size_t>(world.size());
+  std::vector<zest::MemoryUsage> usage(ranks);
+  std::vector<zest::MemoryPrediction> predicted(ranks);
+  float first_loss = 0.0f;
+  float final_loss = 0.0f;
+  double train_seconds = 0.0;
+
+  world.run([&](zest::RankContext& context) {
+    const bool leader = context.rank == 0;
+    std::unique_ptr<zest::Module> model = zest::make_model(config.model);
+    zest::Engine engine(context, config.engine);
+    std::unique_ptr<zest::Trainer> trainer =
+        engine.shard(*model, zest::make_optimizer(config.optimizer));
+    const zest::SyntheticClassification data(
+        {config.data.features, config.data.classes, config.engine.seed});
+
+    const int width = static_cast<int>(std::to_string(config.steps).size());
+    const Clock::time_point train_start = Clock::now();
+    for (std::int64_t step = 1; step <= config.steps; ++step) {
+      const Clock::time_point step_start = Clock::now();
+      // The micro-batches stay alive until step() has synchronized: the engine's streams may
+      // still read them after forward_backward() returns.
+      std::vector<zest::HostBatch> held;
+      held.reserve(static_cast<std::size_t>(config.gradient_accumulation_steps));
+      for (std::int64_t micro = 0; micro < config.gradient_accumulation_steps; ++micro) {
+        held.push_back(data.micro_batch(step, micro, config.gradient_accumulation_steps,
+                                        config.train_batch_size, context.rank,
+                                        context.world_size));
+        trainer->forward_backward(held.back().batch());
+      }
+      const zest::StepStats stats = trainer->step();
+      held.clear();
+      const double step_ms = milliseconds(Clock::now() - step_start);
+      if (!leader) continue;
+
+      if (step == 1) first_loss = stats.loss;
+      final_loss = stats.loss;
+      if (step == 1 || step == config.steps || step % config.log_interval == 0) {
+        std::cout << fmt::format("step {:>{}}/{}  loss {:.4f}  lr {:.2e}  grad_norm {:.3f}  {:.1f} ms",
+                                 step, width, config.steps, stats.loss, stats.lr, stats.grad_norm,
+                                 step_ms)
+                  << std::endl;
+      }
+      if (metrics) {
+        ordered_json line = {{"step", step},
+                             {"loss", shortest(stats.loss)},
+                             {"lr", shortest(stats.lr)},
+                             {"grad_norm", shortest(stats.grad_norm)},
+                             {"step_ms", std::round(step_ms * 1000.0) / 1000.0}};
+        metrics->stream() << line.dump() << '\n';
+      }
+    }
+    if (leader) train_seconds = std::chrono::duration<double>(Clock::now() - train_start).count();
+    context.synchronize();
+    // Each rank writes only its own slot; World::run() joins before anyone reads them.
+    usage[static_cast<std::size_t>(context.rank)] = context.allocator().usage();
+    predicted[static_cast<std::size_t>(context.rank)] = trainer->predicted_memory();
+  });
+
+  print_memory_table(usage, predicted);
+  const double samples = static_cast<double>(config.steps * config.train_batch_size);
+  const double samples_per_s = train_seconds > 0 ? samples / train_seconds : 0.0;
+  std::cout << fmt::format("{}: {} steps, loss {:.4f} -> {:.4f}, {:.0f} samples/s", kProgram,
+                           config.steps, first_loss, final_loss, samples_per_s)
+            << std::endl;
+  if (metrics) {
+    metrics->stream() << summary_line(config, first_loss, final_loss, samples_per_s, usage,
+                                      predicted)
+                             .dump()
+                      << '\n';
+    metrics->commit();
+  }
+  return 0;
+}
+
+// One line, whatever the message holds.
+int fail(std::string message, int status) {
+  for (char& c : message) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  std::cerr << kProgram << ": error: " << message << std::endl;
+  return status;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"Trains a built-in model with the ZeRO engine from one JSON config.", kProgram};
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string metrics_path;
+  bool print_config = false;
+  app.add_option("--config", config_path, "JSON config file (see configs/default.json)")
+      ->required();
+  app.add_option("--set", overrides,
+                 "override a config key before validation: dotted.key=value (repeatable)");
+  app.add_option("--metrics", metrics_path,
+                 "write one JSON line per step and a summary line to FILE");
+  app.add_flag("--print-config", print_config,
+               "print the resolved config (overrides and defaults applied) and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    if (error.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(error);
+    return fail(std::string(error.what()) + " (see --help)", 2);
+  }
+
+  const zest::TrainConfig config = zest::load_train_config(config_path, overrides);
+  if (print_config) {
+    std::cout << config.json.dump(2) << std::endl;
+    return 0;
+  }
+  return train(config, metrics_path);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const zest::Error& error) {
+    return fail(error.what(), zest::is_input_error(error.kind()) ? 2 : 1);
+  } catch (const std::exception& error) {
+    return fail(error.what(), 1);
+  } catch (...) {
+    return fail("unknown failure", 1);
+  }
+}
