@@ -4,6 +4,7 @@
 #     // ctest-labels: slow mpi
 # Without a marker a suite is `quick`. Suites labelled `slow` get a 900 s timeout, others 120 s.
 # Files named *_cuda_test.cc / *_test.cu build only with CUDA, *_mpi_test.cc only with MPI.
+# Other .cc files under tests/ are helpers, built once as zest_test_support and linked into all.
 include_guard(GLOBAL)
 include(GoogleTest)
 
@@ -17,6 +18,24 @@ if(NOT ZEST_HAVE_CUDA)
 endif()
 if(NOT ZEST_HAVE_MPI)
   list(FILTER zest_test_sources EXCLUDE REGEX "_mpi_test\\.cc$")
+endif()
+
+# Helpers shared by suites (tests/**/*.cc that are not *_test.cc) are built once and linked into
+# every suite; headers-only helpers need nothing.
+file(GLOB_RECURSE zest_test_support_sources CONFIGURE_DEPENDS "${CMAKE_SOURCE_DIR}/tests/*.cc")
+list(FILTER zest_test_support_sources EXCLUDE REGEX "(_test\\.cc$|/tests/consumer/)")
+if(NOT ZEST_HAVE_CUDA)
+  list(FILTER zest_test_support_sources EXCLUDE REGEX "_cuda\\.cc$")
+endif()
+if(NOT ZEST_HAVE_MPI)
+  list(FILTER zest_test_support_sources EXCLUDE REGEX "_mpi\\.cc$")
+endif()
+if(zest_test_support_sources)
+  add_library(zest_test_support STATIC ${zest_test_support_sources})
+  target_link_libraries(zest_test_support PUBLIC zest::zest GTest::gtest GTest::gmock)
+  target_compile_definitions(zest_test_support PUBLIC
+    ZEST_SOURCE_DIR="${CMAKE_SOURCE_DIR}" ZEST_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  zest_apply_flags(zest_test_support)
 endif()
 
 function(zest_read_test_labels file out_labels)
@@ -57,6 +76,9 @@ foreach(source IN LISTS zest_test_sources)
   if(ZEST_HAVE_CUDA)
     target_link_libraries(${target} PRIVATE CUDA::cublas CUDA::cublasLt zest::nccl)
     set_target_properties(${target} PROPERTIES LINKER_LANGUAGE CXX)
+  endif()
+  if(TARGET zest_test_support)
+    target_link_libraries(${target} PRIVATE zest_test_support)
   endif()
   if(source MATCHES "^tools/" AND TARGET zest_tools_common)
     target_link_libraries(${target} PRIVATE zest_tools_common)

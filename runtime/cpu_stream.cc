@@ -16,11 +16,12 @@ void CpuEvent::synchronize() {
 }
 
 void CpuEvent::complete(std::uint64_t sequence, const std::string& failure) {
-  {
-    std::lock_guard lock(mutex_);
-    if (sequence > completed_) completed_ = sequence;
-    if (!failure.empty()) failure_ = failure;
-  }
+  std::lock_guard lock(mutex_);
+  if (sequence > completed_) completed_ = sequence;
+  if (!failure.empty()) failure_ = failure;
+  // Note: notified under the lock. A host thread may see the completion without waiting (it
+  // synchronizes just after the update) and destroy the event at once, as CUDA allows; a
+  // notify after unlocking would then touch a destroyed condition variable.
   completed_cv_.notify_all();
 }
 

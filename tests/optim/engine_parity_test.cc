@@ -67,11 +67,17 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(EngineTraining, LossFallsOnALearnableTask) {
   RunSpec spec;
-  spec.steps = 60;
+  spec.steps = 80;
   spec.stage = 3;
   spec.world = 4;
   RunResult run = run_mlp(spec);
-  EXPECT_LT(run.losses.back(), 0.7f * run.losses.front());
+  // Each step sees a fresh batch, so compare averages of five steps, not single losses.
+  auto mean_of = [&](std::size_t first) {
+    float sum = 0.0f;
+    for (std::size_t i = first; i < first + 5; ++i) sum += run.losses[i];
+    return sum / 5.0f;
+  };
+  EXPECT_LT(mean_of(run.losses.size() - 5), 0.75f * mean_of(0));
 }
 
 TEST(EngineTraining, GradientAccumulationMatchesOneLargeMicroBatch) {

@@ -45,11 +45,22 @@ inline void make_global_batch(int step, int rows, int features, int classes,
   inputs.resize(static_cast<std::size_t>(rows) * features);
   targets.resize(rows);
   for (float& x : inputs) x = normal(rng);
+  // A learnable rule: the class a fixed random linear teacher scores highest.
+  std::mt19937 teacher_rng(7);
+  std::vector<float> teacher(static_cast<std::size_t>(classes) * features);
+  for (float& w : teacher) w = normal(teacher_rng);
   for (int r = 0; r < rows; ++r) {
-    // A learnable rule: the class is set by the sign pattern of the first features.
-    float score = inputs[static_cast<std::size_t>(r) * features] * 3.0f +
-                  inputs[static_cast<std::size_t>(r) * features + 1];
-    targets[r] = static_cast<std::int32_t>(std::abs(static_cast<int>(score * 2.0f)) % classes);
+    int best = 0;
+    float best_score = -1e30f;
+    for (int c = 0; c < classes; ++c) {
+      float score = 0.0f;
+      for (int f = 0; f < features; ++f) {
+        score += teacher[static_cast<std::size_t>(c) * features + f] *
+                 inputs[static_cast<std::size_t>(r) * features + f];
+      }
+      if (score > best_score) best_score = score, best = c;
+    }
+    targets[r] = best;
   }
 }
 

@@ -37,19 +37,29 @@ TEST(World, EachRankGetsItsOwnRankAndDevice) {
     std::vector<int> seen_ranks;
     std::set<std::string> device_names;
     std::set<const void*> devices, streams;
+    std::atomic<int> recorded{0};
     world.run([&](RankContext& context) {
       EXPECT_EQ(context.world_size, ranks);
       EXPECT_EQ(context.communicator.rank(), context.rank);
       EXPECT_EQ(context.communicator.world_size(), ranks);
       EXPECT_EQ(context.device.kind(), DeviceKind::kCpu);
       EXPECT_EQ(&context.allocator(), &context.device.allocator());
-      std::lock_guard lock(mutex);
-      seen_ranks.push_back(context.rank);
-      device_names.insert(context.device.name());
-      devices.insert(&context.device);
-      streams.insert(&context.compute);
-      streams.insert(&context.comm);
-      streams.insert(&context.prefetch);
+      {
+        std::lock_guard lock(mutex);
+        seen_ranks.push_back(context.rank);
+        device_names.insert(context.device.name());
+        devices.insert(&context.device);
+        streams.insert(&context.compute);
+        streams.insert(&context.comm);
+        streams.insert(&context.prefetch);
+      }
+      // Stay alive until every rank has looked: a finished rank's device and streams are gone,
+      // and a later rank's could reuse their addresses.
+      ++recorded;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (recorded.load() < ranks && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::yield();
+      }
     });
     std::sort(seen_ranks.begin(), seen_ranks.end());
     std::vector<int> expected(ranks);
