@@ -35,9 +35,8 @@ if(NOT ZEST_CUDA STREQUAL "OFF")
 endif()
 
 if(ZEST_HAVE_CUDA)
-  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-    set(CMAKE_CUDA_ARCHITECTURES "${ZEST_CUDA_ARCHS}")
-  endif()
+  # ZEST_CUDA_ARCHS is the one knob (a cached CMAKE_CUDA_ARCHITECTURES would ignore changes).
+  set(CMAKE_CUDA_ARCHITECTURES "${ZEST_CUDA_ARCHS}")
   # Note: cudart is linked as a shared library (CUDA::cudart) so that libzest, the tests and a
   # consumer share one CUDA runtime; CMake's default for CUDA targets is the static one.
   set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)

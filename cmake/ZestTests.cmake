@@ -4,6 +4,10 @@
 #     // ctest-labels: slow mpi
 # Without a marker a suite is `quick`. Suites labelled `slow` get a 900 s timeout, others 120 s.
 # Files named *_cuda_test.cc / *_test.cu build only with CUDA, *_mpi_test.cc only with MPI.
+# An *_mpi_test.cc suite runs whole under the MPI launcher, once per process count given by the
+# marker `// ctest-mpirun-np: 2 4` (the default), as tests <target>.np2, <target>.np4; with
+# `// ctest-mpirun-np: none` it runs as a plain suite (one that starts mpirun itself, through
+# ZEST_MPIEXEC and ZEST_MPIEXEC_FLAGS).
 # Other .cc files under tests/ are helpers, built once as zest_test_support and linked into all.
 include_guard(GLOBAL)
 include(GoogleTest)
@@ -37,6 +41,36 @@ if(zest_test_support_sources)
     ZEST_SOURCE_DIR="${CMAKE_SOURCE_DIR}" ZEST_BINARY_DIR="${CMAKE_BINARY_DIR}")
   zest_apply_flags(zest_test_support)
 endif()
+
+# Note: the launcher flags that let a container run MPI tests: Open MPI refuses to run as root
+# without its two ALLOW variables, refuses more processes than cores without --oversubscribe,
+# and its single-copy shared-memory path (CMA) fails where ptrace is restricted.
+set(zest_mpiexec_flags)
+set(zest_mpi_test_environment)
+if(ZEST_HAVE_MPI)
+  execute_process(COMMAND "${MPIEXEC_EXECUTABLE}" --version OUTPUT_VARIABLE mpiexec_version
+                  ERROR_QUIET)
+  if(mpiexec_version MATCHES "Open MPI|OpenRTE")
+    set(zest_mpiexec_flags --oversubscribe)
+    set(zest_mpi_test_environment
+      "OMPI_ALLOW_RUN_AS_ROOT=1" "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+      "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+  endif()
+endif()
+
+# Reads `// <key>: values` from the first 10 lines of `file` into a list; `default` without one.
+function(zest_read_test_marker file key default out)
+  file(STRINGS "${file}" head LIMIT_COUNT 10)
+  set(values "${default}")
+  foreach(line IN LISTS head)
+    if(line MATCHES "^[ \t]*//[ \t]*${key}:[ \t]*(.*)$")
+      string(STRIP "${CMAKE_MATCH_1}" text)
+      separate_arguments(values UNIX_COMMAND "${text}")
+      break()
+    endif()
+  endforeach()
+  set(${out} "${values}" PARENT_SCOPE)
+endfunction()
 
 function(zest_read_test_labels file out_labels)
   file(STRINGS "${file}" head LIMIT_COUNT 10)
@@ -83,6 +117,10 @@ foreach(source IN LISTS zest_test_sources)
   if(source MATCHES "^tools/" AND TARGET zest_tools_common)
     target_link_libraries(${target} PRIVATE zest_tools_common)
   endif()
+  # A test of a tool runs its binary (ZEST_BINARY_DIR/bin/zest-<tool>): build that first.
+  if(source MATCHES "^tools/" AND zest_tools)
+    add_dependencies(${target} ${zest_tools})
+  endif()
   target_compile_definitions(${target} PRIVATE
     ZEST_SOURCE_DIR="${CMAKE_SOURCE_DIR}" ZEST_BINARY_DIR="${CMAKE_BINARY_DIR}")
   set_target_properties(${target} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
@@ -92,6 +130,28 @@ foreach(source IN LISTS zest_test_sources)
   set(timeout 120)
   if("slow" IN_LIST labels)
     set(timeout 900)
+  endif()
+  if(source MATCHES "_mpi_test\\.cc$")
+    list(JOIN zest_mpiexec_flags " " mpiexec_flags_text)
+    target_compile_definitions(${target} PRIVATE
+      ZEST_MPIEXEC="${MPIEXEC_EXECUTABLE}" ZEST_MPIEXEC_FLAGS="${mpiexec_flags_text}")
+    zest_read_test_marker("${CMAKE_SOURCE_DIR}/tests/${source}" ctest-mpirun-np "2;4" counts)
+    if(counts STREQUAL "none")
+      add_test(NAME ${target} COMMAND ${target})
+      set(mpi_tests ${target})
+    else()
+      set(mpi_tests)
+      foreach(np IN LISTS counts)
+        add_test(NAME ${target}.np${np}
+                 COMMAND "${MPIEXEC_EXECUTABLE}" ${MPIEXEC_NUMPROC_FLAG} ${np} ${zest_mpiexec_flags}
+                         ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${target}> ${MPIEXEC_POSTFLAGS})
+        list(APPEND mpi_tests ${target}.np${np})
+      endforeach()
+    endif()
+    set(environment ${zest_test_environment} ${zest_mpi_test_environment})
+    set_tests_properties(${mpi_tests} PROPERTIES LABELS "${labels}" TIMEOUT ${timeout}
+                         ENVIRONMENT "${environment}")
+    continue()
   endif()
   gtest_discover_tests(${target} DISCOVERY_TIMEOUT 60 TEST_LIST ${target}_TESTS)
   # Note: CMake 3.25's gtest_discover_tests splits a list given in PROPERTIES (LABELS "slow;mpi"

@@ -25,7 +25,9 @@ foreach(tool IN ITEMS train estimate ckpt)
   endif()
   file(GLOB tool_sources CONFIGURE_DEPENDS "${CMAKE_SOURCE_DIR}/tools/${tool}/*.cc")
   add_executable(zest-${tool} ${tool_sources})
-  target_link_libraries(zest-${tool} PRIVATE zest::zest CLI11::CLI11)
+  # zest::openblas: a tool that runs ranks as threads caps OpenBLAS at one thread per rank
+  # (openblas_set_num_threads), which libzest links only privately.
+  target_link_libraries(zest-${tool} PRIVATE zest::zest CLI11::CLI11 zest::openblas)
   if(TARGET zest_tools_common)
     target_link_libraries(zest-${tool} PRIVATE zest_tools_common)
   endif()

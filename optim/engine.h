@@ -13,8 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "base/dtype.h"
 #include "memory/allocator.h"
 #include "memory/shard_layout.h"
+#include "optim/loss_scaler.h"
 #include "optim/module.h"
 #include "optim/optimizer.h"
 #include "runtime/world.h"
@@ -28,6 +30,14 @@ struct EngineOptions {
   int gradient_accumulation_steps = 1;  // micro-batches per step
   std::size_t shard_alignment = kDefaultShardAlignment;  // elements
   std::size_t gather_slots = 2;     // stage 3: ring of gathered units (2 = overlap one ahead)
+  // The dtype parameters and gradients are stored in (bf16.enabled / fp16.enabled). With a
+  // 2-byte type the optimizer keeps fp32 master weights; on the CPU device units still compute
+  // in fp32 (the engine hands them fp32 copies and folds their fp32 gradients back).
+  DType compute_dtype = DType::kFloat32;
+  // The dtype gradients are reduced in (communication_data_type); 2-byte reductions accumulate
+  // in fp32.
+  DType communication_dtype = DType::kFloat32;
+  LossScaleOptions loss_scale;  // fp16 only
 };
 
 struct StepStats {
@@ -35,10 +45,13 @@ struct StepStats {
   float loss = 0.0f;        // mean over the global batch (all micro-batches, all ranks)
   float grad_norm = 0.0f;   // global L2 norm of the mean gradient, before clipping
   float lr = 0.0f;
+  bool skipped = false;     // fp16: gradients overflowed on some rank; nothing was updated
+  float loss_scale = 1.0f;  // the scale this step's gradients were computed with
 };
 
-// Model-state bytes per rank predicted from DESIGN.md's table for this stage, in the same
-// categories the allocator measures (padding included, since it is real memory).
+// Model-state bytes per rank predicted from DESIGN.md's table for this stage and dtype, in the
+// same categories the allocator measures (padding included, since it is real memory). The fp32
+// master weights of 2-byte training count as `optimizer`, as the table's K = 12 does.
 struct MemoryPrediction {
   std::size_t params = 0;
   std::size_t grads = 0;

@@ -2,12 +2,15 @@
 // and how long they are, is the ZeRO stage (fp32 compute: parameters are their own master
 // weights, so no second copy is kept):
 //
-//   stage | params (category params) | grads (category grads)  | optimizer state
-//   ------+--------------------------+-------------------------+----------------------
-//     0   | full flat                | full flat               | full flat × states
-//     1   | full flat                | full flat               | shard × states
-//     2   | full flat                | shard (+ bucket in bwd) | shard × states
-//     3   | shard (+ gather ring)    | shard (+ bucket in bwd) | shard × states
+//   stage | params (category params) | grads (category grads)  | optimizer (master + states)
+//   ------+--------------------------+-------------------------+----------------------------
+//     0   | full flat                | full flat               | full flat
+//     1   | full flat                | full flat               | shard
+//     2   | full flat                | shard (+ bucket in bwd) | shard
+//     3   | shard (+ gather ring)    | shard (+ bucket in bwd) | shard
+//
+// Params and grads are in the compute dtype; the optimizer's buffers are fp32. The fp32 master
+// copy exists only when the compute dtype is 2-byte.
 //
 // At stages 2 and 3 a full-unit gradient *bucket* (category buckets) exists only from the first
 // backward that writes the unit's gradients until its reduce-scatter has run.
@@ -31,7 +34,8 @@ struct FlatUnit {
   std::vector<int> borrowed;  // units whose parameters this one also reads
   ShardLayout layout;
 
-  Buffer params;     // full flat (stages 0-2) or shard (stage 3)
+  Buffer params;     // full flat (stages 0-2) or shard (stage 3), compute dtype
+  Buffer master;     // fp32 master weights: full flat (stage 0) or shard; 2-byte compute only
   Buffer grads;      // full flat (stages 0-1) or shard (stages 2-3)
   Buffer bucket;     // stages 2-3, during backward: the unit's full gradient
   std::vector<Buffer> optimizer_state;  // full flat (stage 0) or shard (stages 1-3)

@@ -4,14 +4,15 @@
 
 namespace zest {
 
-GatherRing::GatherRing(Device& device, std::size_t slot_elements, std::size_t slots) {
+GatherRing::GatherRing(Device& device, std::size_t slot_elements, DType dtype, std::size_t slots)
+    : dtype_(dtype) {
   if (slots < 2) {
     throw Error(ErrorKind::kConfig, "stage 3 needs at least 2 gather slots, got " +
                                         std::to_string(slots));
   }
   for (std::size_t i = 0; i < slots; ++i) {
     Slot slot;
-    slot.buffer = device.allocator().allocate(slot_elements * sizeof(float), Category::kGather);
+    slot.buffer = device.allocator().allocate(slot_elements * dtype_size(dtype), Category::kGather);
     slot.gathered = device.create_event();
     slot.released = device.create_event();
     slots_.push_back(std::move(slot));
@@ -36,7 +37,7 @@ GatherRing::Slot& GatherRing::take_free_slot(int unit_index) {
                   std::to_string(unit_index) + "; raise the number of gather slots");
 }
 
-float* GatherRing::acquire(const FlatUnit& unit, Stream& comm, Stream& compute,
+void* GatherRing::acquire(const FlatUnit& unit, Stream& comm, Stream& compute,
                            Communicator& communicator) {
   Slot* slot = find(unit.index);
   if (!slot) {
@@ -44,13 +45,13 @@ float* GatherRing::acquire(const FlatUnit& unit, Stream& comm, Stream& compute,
     // The slot's previous unit may still be read by compute work already enqueued.
     comm.wait(*slot->released);
     communicator.all_gather(comm, unit.params.data(), slot->buffer.data(),
-                            unit.layout.shard_length(), DType::kFloat32);
+                            unit.layout.shard_length(), dtype_);
     comm.record(*slot->gathered);
     slot->resident = unit.index;
   }
   compute.wait(*slot->gathered);
   ++slot->holders;
-  return slot->buffer.as<float>();
+  return slot->buffer.data();
 }
 
 void GatherRing::release(const FlatUnit& unit, Stream& compute) {

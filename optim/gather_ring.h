@@ -20,11 +20,11 @@ class GatherRing {
  public:
   // `slots` must cover the units one computation holds at once (a unit plus its borrowed units)
   // plus one set ahead, or gathers cannot overlap compute.
-  GatherRing(Device& device, std::size_t slot_elements, std::size_t slots);
+  GatherRing(Device& device, std::size_t slot_elements, DType dtype, std::size_t slots);
 
   // Makes `unit`'s full flat parameters present and returns them (valid for `compute` work
   // enqueued after this call until release()).
-  float* acquire(const FlatUnit& unit, Stream& comm, Stream& compute, Communicator& communicator);
+  void* acquire(const FlatUnit& unit, Stream& comm, Stream& compute, Communicator& communicator);
   // The compute work enqueued so far is the last to read `unit`'s slot.
   void release(const FlatUnit& unit, Stream& compute);
   // Forgets what the slots hold (the shards changed, or the step ended).
@@ -46,6 +46,7 @@ class GatherRing {
   Slot* find(int unit);
   Slot& take_free_slot(int unit_index);
 
+  DType dtype_;
   std::vector<Slot> slots_;
   std::size_t cursor_ = 0;  // round-robin: the least recently gathered slot comes next
 };

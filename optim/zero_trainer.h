@@ -1,17 +1,18 @@
 // The Trainer of the ZeRO engine: drives gather / release / reduce around each unit's forward
 // and backward at the configured stage, and runs the sharded optimizer step. Built by
 // Engine::shard(); see optim/engine.h for the contract and optim/flat_unit.h for which buffers
-// each stage keeps.
+// each stage keeps. The class is split by phase: zero_trainer.cc (state, forward, backward,
+// gradient reduction) and zero_trainer_step.cc (norm, loss scaling, optimizer, gather).
 #pragma once
 
 #include <deque>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "optim/engine.h"
 #include "optim/flat_unit.h"
 #include "optim/gather_ring.h"
+#include "optim/loss_scaler.h"
 
 namespace zest {
 
@@ -41,40 +42,69 @@ class ZeroTrainer final : public Trainer {
     Tensor output_view;
     Tensor grad_input_view;
   };
+  // The fp32 views one unit call works on, and what must happen after it.
+  struct CallViews {
+    float* params = nullptr;
+    float* grads = nullptr;
+    std::vector<float*> borrowed_params;
+    std::vector<float*> borrowed_grads;
+    struct Fold {  // fp32 gradients to add into a 2-byte gradient buffer after the call
+      void* target;
+      const float* source;
+      std::size_t count;
+    };
+    std::vector<Fold> folds;
+    std::vector<Buffer> scratch;  // fp32 copies, freed in stream order after the call
+  };
 
   void allocate_state();
   void initialize_parameters();
-  // The full flat parameters of `unit` for compute work enqueued next (gathering at stage 3).
-  float* acquire_params(FlatUnit& unit);
+  std::size_t element_size() const { return dtype_size(options_.compute_dtype); }
+  // The unit's full flat parameters in the compute dtype, for compute work enqueued next
+  // (gathered at stage 3).
+  void* acquire_params(FlatUnit& unit);
   void release_params(FlatUnit& unit);
   // The full flat gradient buffer backward accumulates into (a bucket at stages 2-3).
-  float* gradient_target(FlatUnit& unit);
-  void run_forward(const Batch& batch, float* loss);
-  void run_backward(const Batch& batch, float* loss, bool reduce_now);
+  void* gradient_target(FlatUnit& unit);
+  float* fp32_params(void* params, std::size_t count, CallViews& views);
+  float* fp32_grads(void* target, std::size_t count, CallViews& views);
+  CallViews prepare_call(FlatUnit& unit, bool backward);
+  void finish_call(FlatUnit& unit, CallViews& views);
+  void run_forward(const Batch& batch);
+  void run_backward(const Batch& batch, bool reduce_now);
   void reduce_gradients(FlatUnit& unit);
   void release_on(Stream& stream, Buffer buffer);
-  // Local sum of squares over the gradient elements this rank updates.
-  double local_gradient_square_sum();
+
+  // zero_trainer_step.cc
+  struct LocalGradientState {
+    double square_sum = 0.0;
+    bool non_finite = false;
+  };
+  LocalGradientState inspect_local_gradients();
   void apply_optimizer(float lr, float grad_scale);
+  void update_unit(FlatUnit& unit, const UpdateArgs& args);
+  void zero_gradients();
   void gather_updated_parameters();
 
   RankContext& context_;
   EngineOptions options_;
   std::unique_ptr<Optimizer> optimizer_;
+  LossScaler scaler_;
   std::vector<FlatUnit> units_;
   std::vector<ShardLayout> layouts_;
   std::unique_ptr<GatherRing> ring_;
   std::vector<Activations> activations_;
   Buffer loss_buffer_;  // one float the last unit writes the micro-batch loss to
-  std::vector<std::unique_ptr<Event>> backward_done_;  // per unit: its gradients are written
+  std::vector<std::unique_ptr<Event>> backward_done_;    // per unit: its gradients are written
   std::vector<std::unique_ptr<Event>> bucket_released_;  // per unit: its bucket is freed
   std::deque<int> buckets_in_flight_;  // units whose bucket the comm stream has yet to free
   static constexpr std::size_t kLiveBuckets = 2;
   std::unique_ptr<Event> optimizer_done_;
   std::unique_ptr<Event> parameters_ready_;
   int micro_batches_ = 0;  // since the last step
-  double loss_sum_ = 0.0;      // this rank's micro-batch losses since the last step
-  std::int64_t steps_taken_ = 0;
+  double loss_sum_ = 0.0;  // this rank's micro-batch losses since the last step
+  std::int64_t steps_taken_ = 0;      // step() calls, skipped ones included
+  std::int64_t optimizer_steps_ = 0;  // updates applied (Adam's bias correction counts these)
 };
 
 }  // namespace zest

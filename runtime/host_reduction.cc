@@ -17,6 +17,8 @@ inline float load(const float* data, std::size_t i) { return data[i]; }
 inline float load(const BFloat16* data, std::size_t i) { return static_cast<float>(data[i]); }
 inline void store(float* data, std::size_t i, float value) { data[i] = value; }
 inline void store(BFloat16* data, std::size_t i, float value) { data[i] = BFloat16(value); }
+inline float load(const Float16* data, std::size_t i) { return static_cast<float>(data[i]); }
+inline void store(Float16* data, std::size_t i, float value) { data[i] = Float16(value); }
 
 template <typename T>
 void reduce_typed(const std::vector<const void*>& sources, const std::vector<void*>& destinations,
@@ -60,8 +62,10 @@ void reduce_elements(const std::vector<const void*>& sources,
       return reduce_typed<float>(sources, destinations, begin, length, reduction);
     case DType::kBFloat16:
       return reduce_typed<BFloat16>(sources, destinations, begin, length, reduction);
+    case DType::kFloat16:
+      return reduce_typed<Float16>(sources, destinations, begin, length, reduction);
     default:
-      throw Error(ErrorKind::kUsage, std::string("reductions support fp32 and bf16, not ") +
+      throw Error(ErrorKind::kUsage, std::string("reductions support fp32, bf16 and fp16, not ") +
                                          dtype_name(dtype));
   }
 }

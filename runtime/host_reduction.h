@@ -13,7 +13,7 @@ namespace zest {
 
 // For each element i in [begin, begin + length): reduces sources[0][i] … sources[n-1][i] and
 // writes the result to every destinations[k][i]. A destination may alias a source: each block is
-// fully read before it is written. Supports fp32 and bf16; other types throw a kUsage Error.
+// fully read before it is written. Supports fp32, bf16 and fp16; other types throw a kUsage Error.
 void reduce_elements(const std::vector<const void*>& sources,
                      const std::vector<void*>& destinations, std::size_t begin,
                      std::size_t length, DType dtype, Reduction reduction);

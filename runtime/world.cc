@@ -8,6 +8,9 @@
 #include "base/error.h"
 #include "runtime/cpu_device.h"
 #include "runtime/local_communicator.h"
+#if ZEST_HAVE_MPI
+#include "runtime/process_world.h"
+#endif
 
 namespace zest {
 
@@ -17,22 +20,54 @@ void RankContext::synchronize() const {
   prefetch.synchronize();
 }
 
+namespace {
+
+#if ZEST_HAVE_MPI
+constexpr bool kHaveMpi = true;
+constexpr const char* kBackends = "local, mpi, auto";
+#else
+constexpr bool kHaveMpi = false;
+constexpr const char* kBackends = "local, auto";
+#endif
+
+}  // namespace
+
 World::World(WorldOptions options) : options_(std::move(options)) {
   if (options_.ranks < 1) {
     throw Error(ErrorKind::kConfig,
                 "world.ranks: must be >= 1, got " + std::to_string(options_.ranks));
   }
-  if (options_.backend != "local") {
+  // Note: the nccl backend (CUDA devices) slots in here: detection is the same, and with
+  // processes its bootstrap is an MpiCommunicator::broadcast of rank 0's ncclUniqueId.
+  const bool known = options_.backend == "local" || options_.backend == "auto" ||
+                     (kHaveMpi && options_.backend == "mpi");
+  if (!known) {
     throw Error(ErrorKind::kConfig, "world.backend: '" + options_.backend +
-                                        "' is not available in this build (allowed: local)");
+                                        "' is not available in this build (allowed: " +
+                                        kBackends + ")");
   }
   if (options_.device != DeviceKind::kCpu) {
     throw Error(ErrorKind::kConfig,
-                "world.device: the local backend runs on the cpu device (allowed: cpu)");
+                "world.device: the " + options_.backend +
+                    " backend runs on the cpu device (allowed: cpu)");
   }
   if (options_.timeout.count() <= 0) {
     throw Error(ErrorKind::kConfig, "world.timeout_s: must be > 0");
   }
+  detected_ = detect_world(options_.backend, options_.ranks);
+  if (detected_.processes) {
+#if ZEST_HAVE_MPI
+    detected_ = detail::start_processes(detected_);
+#else
+    throw Error(ErrorKind::kConfig,
+                detected_.launcher + " started this process as rank " +
+                    std::to_string(detected_.rank) + " of " + std::to_string(detected_.size) +
+                    ", but this build of zest has no MPI to connect processes with (configure "
+                    "with -DZEST_MPI=ON where an MPI is installed), or run one process with "
+                    "world.backend \"local\"");
+#endif
+  }
+  options_.ranks = detected_.size;
 }
 
 namespace {
@@ -89,6 +124,9 @@ void run_rank(int rank, const WorldOptions& options, LocalCommunicator& communic
 }  // namespace
 
 void World::run(const std::function<void(RankContext&)>& work) const {
+#if ZEST_HAVE_MPI
+  if (detected_.processes) return detail::run_process_rank(options_, detected_, work);
+#endif
   auto communicators = LocalCommunicator::create_group(options_.ranks, options_.timeout);
   FirstFailure failures;
   std::vector<std::thread> threads;
@@ -99,6 +137,14 @@ void World::run(const std::function<void(RankContext&)>& work) const {
   }
   for (auto& thread : threads) thread.join();
   failures.rethrow();
+}
+
+void World::verify_same_config([[maybe_unused]] const std::string& text) const {
+#if ZEST_HAVE_MPI
+  if (detected_.processes) {
+    detail::verify_same_config_across_processes(text, detected_, options_.timeout);
+  }
+#endif
 }
 
 }  // namespace zest

@@ -1,8 +1,11 @@
 // The ranks of a data-parallel group and how they are started. A World runs one function per
 // rank with that rank's context — its device, streams, communicator — and joins them. With the
-// `local` backend the ranks are threads of this process. Invariant: run() returns only after
-// every rank has finished, and if any rank failed it throws the first failure (the cause, not
-// the peers' echoes of it), naming its rank.
+// `local` backend the ranks are threads of this process; with `mpi` they are processes that a
+// launcher started (mpirun, srun), and run() runs the function once, for this process's rank;
+// `auto` detects which (world_detection.h). Invariant: run() returns only after every rank has
+// finished, and if any rank failed it throws the first failure (the cause, not the peers' echoes
+// of it), naming its rank — except that a failing process of a multi-process world ends the
+// whole job (it prints its error, then MPI_Abort), since its peers could otherwise wait forever.
 #pragma once
 
 #include <chrono>
@@ -14,15 +17,19 @@
 #include "memory/allocator.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
+#include "runtime/world_detection.h"
 
 namespace zest {
 
 struct WorldOptions {
-  int ranks = 1;
-  std::string backend = "local";
+  int ranks = 1;                  // threads; with processes, 1 (unset) or the launcher's count
+  std::string backend = "local";  // "local", "mpi" or "auto" (world_detection.h)
   DeviceKind device = DeviceKind::kCpu;
   std::size_t device_memory = kUnlimitedCapacity;  // per rank, bytes
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // Names the program in the line a failing process prints before it ends a multi-process job:
+  // "<program>: error: rank 2: ...".
+  std::string program = "zest";
 };
 
 // Everything one rank works with. Streams: `compute` runs the model; `comm` runs gradient
@@ -43,16 +50,32 @@ struct RankContext {
 
 class World {
  public:
+  // Detects the world (world_detection.h). With processes it initializes MPI for this process
+  // (once; finalized at exit) and checks MPI's rank and size against the launcher's environment.
   explicit World(WorldOptions options);
 
-  int size() const { return options_.ranks; }
+  int size() const { return detected_.size; }
+  // As given, with `ranks` the world's size.
   const WorldOptions& options() const { return options_; }
+  const DetectedWorld& detected() const { return detected_; }
+  // True in the process that runs rank 0: the one that prints and writes files.
+  bool is_leader_process() const { return detected_.rank == 0; }
 
-  // Runs `work` once per rank and joins. Throws the first failure as "rank R: ...".
+  // Runs `work` once per rank of this process — every rank with threads, this process's rank
+  // with processes — and joins. Throws the first failure as "rank R: ...". With several
+  // processes, a failure is printed to stderr and ends the job with MPI_Abort, exit status 2 for
+  // input errors (Error kinds config, data, usage, checkpoint) and 1 otherwise.
   void run(const std::function<void(RankContext&)>& work) const;
+
+  // Checks that every process was started with the same configuration: all-gathers a hash
+  // (xxHash3) of `text` — the resolved config, less anything rank-specific — and throws, on every
+  // process alike, a kConfig Error naming the ranks whose hash differs from rank 0's. A no-op
+  // with threads, which share one config. Call it before any training.
+  void verify_same_config(const std::string& text) const;
 
  private:
   WorldOptions options_;
+  DetectedWorld detected_;
 };
 
 }  // namespace zest

@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "base/dtype.h"

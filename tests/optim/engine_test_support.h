@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <map>
 #include <random>
 #include <string>
@@ -19,6 +21,7 @@ namespace zest::testing {
 struct RunResult {
   std::vector<float> losses;
   std::vector<float> grad_norms;
+  std::vector<StepStats> stats;
   std::map<std::string, std::vector<float>> params;
   std::vector<MemoryUsage> usage;  // per rank, at the end
   std::vector<MemoryPrediction> predicted;
@@ -35,6 +38,14 @@ struct RunSpec {
   int accumulation = 1;
   std::vector<std::int64_t> sizes = {13, 31, 17, 7};
   float clipping = 0.0f;
+  DType compute_dtype = DType::kFloat32;
+  DType communication_dtype = DType::kFloat32;
+  LossScaleOptions loss_scale;
+  float lr = 0.0f;  // 0: the optimizer's default for the test
+  // Called on every rank after each step with (rank, step index, stats); may inspect the trainer.
+  std::function<void(int, int, const StepStats&, Trainer&)> after_step;
+  // Builds the model for a rank (default: the MLP of `sizes`).
+  std::function<std::unique_ptr<Module>(int rank)> make_model;
 };
 
 // The global batch of `step`, all rows; every rank slices its own rows from it.
@@ -68,6 +79,7 @@ inline RunResult run_mlp(const RunSpec& spec) {
   RunResult result;
   result.losses.resize(spec.steps);
   result.grad_norms.resize(spec.steps);
+  result.stats.resize(spec.steps);
   result.usage.resize(spec.world);
   result.predicted.resize(spec.world);
   result.between_steps.resize(spec.world);
@@ -77,18 +89,22 @@ inline RunResult run_mlp(const RunSpec& spec) {
   world_options.timeout = std::chrono::seconds(60);
   World world(world_options);
   world.run([&](RankContext& context) {
-    Mlp model(MlpConfig{spec.sizes});
+    std::unique_ptr<Module> model = spec.make_model ? spec.make_model(context.rank)
+                                                    : std::make_unique<Mlp>(MlpConfig{spec.sizes});
     EngineOptions options;
+    options.compute_dtype = spec.compute_dtype;
+    options.communication_dtype = spec.communication_dtype;
+    options.loss_scale = spec.loss_scale;
     options.stage = spec.stage;
     options.gradient_accumulation_steps = spec.accumulation;
     options.gradient_clipping = spec.clipping;
     Engine engine(context, options);
     OptimizerOptions optimizer;
     optimizer.type = spec.optimizer;
-    optimizer.lr = spec.optimizer == "SGD" ? 0.05f : 3e-3f;
+    optimizer.lr = spec.lr > 0.0f ? spec.lr : spec.optimizer == "SGD" ? 0.05f : 3e-3f;
     optimizer.weight_decay = 0.01f;
     optimizer.momentum = 0.9f;
-    auto trainer = engine.shard(model, make_optimizer(optimizer));
+    auto trainer = engine.shard(*model, make_optimizer(optimizer));
     const int features = static_cast<int>(spec.sizes.front());
     const int classes = static_cast<int>(spec.sizes.back());
     const int local_rows = spec.global_batch / spec.world / spec.accumulation;
@@ -111,7 +127,9 @@ inline RunResult run_mlp(const RunSpec& spec) {
       if (context.rank == 0) {
         result.losses[step] = stats.loss;
         result.grad_norms[step] = stats.grad_norm;
+        result.stats[step] = stats;
       }
+      if (spec.after_step) spec.after_step(context.rank, step, stats, *trainer);
     }
     context.synchronize();
     result.between_steps[context.rank] = context.allocator().usage();

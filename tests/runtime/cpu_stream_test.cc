@@ -171,6 +171,18 @@ TEST(CpuEvent, HostSynchronizeWaitsForWorkBeforeTheRecord) {
   stream.synchronize();
 }
 
+TEST(CpuEvent, EventCanBeDestroyedRightAfterHostSynchronize) {
+  // As with cudaEventDestroy after cudaEventSynchronize: once synchronize() returns, the stream
+  // no longer touches the event. (A sanitizer build catches a late access.)
+  CpuStream stream("s");
+  for (int i = 0; i < 2000; ++i) {
+    auto event = std::make_unique<CpuEvent>();
+    stream.record(*event);
+    event->synchronize();
+  }
+  stream.synchronize();
+}
+
 TEST(CpuEvent, RerecordedEventWaitsForTheLatestRecord) {
   CpuStream stream("s");
   CpuEvent event;

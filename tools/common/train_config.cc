@@ -385,6 +385,11 @@ void parse_batch(Block& root, TrainConfig& out) {
                                         " or " + kMicro + " (or both)");
   }
   out.train_batch_size = out.micro_batch * out.gradient_accumulation_steps * ranks;
+  if (out.gradient_accumulation_steps > std::numeric_limits<int>::max()) {
+    config_error(kAccumulation, "must be below 2^31, got " +
+                                    std::to_string(out.gradient_accumulation_steps));
+  }
+  out.engine.gradient_accumulation_steps = static_cast<int>(out.gradient_accumulation_steps);
   root.get_or(kTotal, out.train_batch_size) = out.train_batch_size;
   root.get_or(kMicro, out.micro_batch) = out.micro_batch;
   root.get_or(kAccumulation, out.gradient_accumulation_steps) = out.gradient_accumulation_steps;

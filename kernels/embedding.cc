@@ -1,0 +1,91 @@
+#include "kernels/embedding.h"
+
+#include <string>
+
+#include "base/error.h"
+#include "kernels/dispatch.h"
+
+namespace zest {
+namespace {
+
+void check_shape(const char* kernel, std::int64_t batch, std::int64_t seq, std::int64_t vocab,
+                 std::int64_t channels) {
+  if (batch < 1 || seq < 1 || vocab < 1 || channels < 1) {
+    throw Error(ErrorKind::kUsage, std::string(kernel) + ": needs batch, seq, vocab and channels" +
+                                       " >= 1, got " + std::to_string(batch) + ", " +
+                                       std::to_string(seq) + ", " + std::to_string(vocab) + ", " +
+                                       std::to_string(channels));
+  }
+}
+
+void check_tokens(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq,
+                  std::int64_t vocab) {
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t t = 0; t < seq; ++t) {
+      const std::int32_t token = tokens[b * seq + t];
+      if (token < 0 || token >= vocab) {
+        throw Error(ErrorKind::kData, "embedding: token at position [" + std::to_string(b) +
+                                          ", " + std::to_string(t) + "] is " +
+                                          std::to_string(token) + ", outside the vocabulary [0, " +
+                                          std::to_string(vocab) + ")");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+namespace cpu {
+
+void embedding_forward(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq,
+                       const float* wte, const float* wpe, std::int64_t vocab,
+                       std::int64_t channels, float* out) {
+  check_tokens(tokens, batch, seq, vocab);
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t t = 0; t < seq; ++t) {
+      const float* __restrict token_row = wte + tokens[b * seq + t] * channels;
+      const float* __restrict position_row = wpe + t * channels;
+      float* __restrict row = out + (b * seq + t) * channels;
+      for (std::int64_t c = 0; c < channels; ++c) row[c] = token_row[c] + position_row[c];
+    }
+  }
+}
+
+void embedding_backward(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq,
+                        const float* dout, std::int64_t vocab, std::int64_t channels, float* dwte,
+                        float* dwpe) {
+  check_tokens(tokens, batch, seq, vocab);
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t t = 0; t < seq; ++t) {
+      const float* __restrict row = dout + (b * seq + t) * channels;
+      float* __restrict token_row = dwte + tokens[b * seq + t] * channels;
+      float* __restrict position_row = dwpe + t * channels;
+      for (std::int64_t c = 0; c < channels; ++c) {
+        token_row[c] += row[c];
+        position_row[c] += row[c];
+      }
+    }
+  }
+}
+
+}  // namespace cpu
+
+void embedding_forward(Stream& stream, const std::int32_t* tokens, std::int64_t batch,
+                       std::int64_t seq, const float* wte, const float* wpe, std::int64_t vocab,
+                       std::int64_t channels, float* out) {
+  check_shape("embedding_forward", batch, seq, vocab, channels);
+  dispatch_kernel(stream, "embedding_forward", [=] {
+    cpu::embedding_forward(tokens, batch, seq, wte, wpe, vocab, channels, out);
+  });
+}
+
+void embedding_backward(Stream& stream, const std::int32_t* tokens, std::int64_t batch,
+                        std::int64_t seq, const float* dout, std::int64_t vocab,
+                        std::int64_t channels, float* dwte, float* dwpe) {
+  check_shape("embedding_backward", batch, seq, vocab, channels);
+  dispatch_kernel(stream, "embedding_backward", [=] {
+    cpu::embedding_backward(tokens, batch, seq, dout, vocab, channels, dwte, dwpe);
+  });
+}
+
+}  // namespace zest

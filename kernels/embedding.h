@@ -1,0 +1,34 @@
+// GPT's input embedding: out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :] for int32 tokens
+// [batch, seq], a token table wte [vocab, channels] and a position table wpe [>= seq, channels].
+// Backward scatters the output gradient into both tables in one fixed order (row-major over
+// [batch, seq]), so the sums are deterministic. Invariant: a token outside [0, vocab) is a
+// kData Error naming its position [b, t] and value, raised by the body (so on the stream) before
+// anything is written; backward ACCUMULATES into dwte and dwpe.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/stream.h"
+
+namespace zest {
+
+namespace cpu {
+
+void embedding_forward(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq,
+                       const float* wte, const float* wpe, std::int64_t vocab,
+                       std::int64_t channels, float* out);
+void embedding_backward(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq,
+                        const float* dout, std::int64_t vocab, std::int64_t channels, float* dwte,
+                        float* dwpe);
+
+}  // namespace cpu
+
+// Throw a kUsage Error, on the host, unless every dimension is >= 1.
+void embedding_forward(Stream& stream, const std::int32_t* tokens, std::int64_t batch,
+                       std::int64_t seq, const float* wte, const float* wpe, std::int64_t vocab,
+                       std::int64_t channels, float* out);
+void embedding_backward(Stream& stream, const std::int32_t* tokens, std::int64_t batch,
+                        std::int64_t seq, const float* dout, std::int64_t vocab,
+                        std::int64_t channels, float* dwte, float* dwpe);
+
+}  // namespace zest

@@ -1,0 +1,236 @@
+#include "models/gpt.h"
+
+#include <climits>
+#include <utility>
+
+#include "base/error.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "models/gpt_block.h"
+
+namespace zest {
+namespace {
+
+std::string describe_tensor(const Tensor& tensor) {
+  return std::string(dtype_name(tensor.dtype)) + " " + shape_to_string(tensor.shape);
+}
+
+// The tokens of batch().inputs, checked on the host: int32 [B, T] with 1 <= T <= seq_len.
+const std::int32_t* checked_tokens(const std::string& unit, const Tensor& tokens,
+                                   const char* what, const GptConfig& config) {
+  if (tokens.dtype != DType::kInt32 || tokens.rank() != 2 || tokens.dim(0) < 1 ||
+      tokens.dim(1) < 1 || tokens.dim(1) > config.seq_len || tokens.empty()) {
+    throw Error(ErrorKind::kUsage, unit + ": " + what + " must be int32 [B, T] with B >= 1 and " +
+                                       "1 <= T <= seq_len (" + std::to_string(config.seq_len) +
+                                       "), got " + describe_tensor(tokens));
+  }
+  return tokens.as<const std::int32_t>();
+}
+
+// wte [vocab, C] and wpe [seq_len, C]: the sum of a token's and a position's embedding.
+class GptEmbedding final : public Unit {
+ public:
+  explicit GptEmbedding(const GptConfig& config) : config_(config) {}
+
+  const std::string& name() const override { return name_; }
+  std::vector<ParamSpec> parameters() const override {
+    const std::int64_t C = config_.n_embd;
+    // Note: OpenAI's GPT-2 (src/model.py) draws wte from N(0, 0.02) and wpe from N(0, 0.01);
+    // llm.c's train_gpt2.py uses 0.02 for both. zest follows OpenAI. Both tables are matrices,
+    // so both take weight decay (as in llm.c, which decays every parameter of rank >= 2).
+    return {{"wte", {config_.vocab_size, C}, Initializer::normal(0.02f), true},
+            {"wpe", {config_.seq_len, C}, Initializer::normal(0.01f), true}};
+  }
+
+  void forward(UnitContext& context) override {
+    const Tensor tokens = context.input();
+    const std::int32_t* ids = checked_tokens(name_, tokens, "inputs", config_);
+    const std::int64_t B = tokens.dim(0);
+    const std::int64_t T = tokens.dim(1);
+    float* out = context.make_output({B, T, config_.n_embd}, DType::kFloat32).as<float>();
+    embedding_forward(context.stream(), ids, B, T, context.param(0).as<const float>(),
+                      context.param(1).as<const float>(), config_.vocab_size, config_.n_embd, out);
+  }
+
+  void backward(UnitContext& context) override {
+    const Tensor tokens = context.input();
+    const std::int32_t* ids = checked_tokens(name_, tokens, "inputs", config_);
+    const std::int64_t B = tokens.dim(0);
+    const std::int64_t T = tokens.dim(1);
+    const Tensor grad_output = context.grad_output();
+    if (grad_output.dtype != DType::kFloat32 ||
+        grad_output.shape != std::vector<std::int64_t>{B, T, config_.n_embd} ||
+        grad_output.empty()) {
+      throw Error(ErrorKind::kUsage, name_ + ": grad_output must be float32 " +
+                                         shape_to_string({B, T, config_.n_embd}) + ", got " +
+                                         describe_tensor(grad_output));
+    }
+    // d(wte) here adds to what the tied head has already accumulated into it.
+    embedding_backward(context.stream(), ids, B, T, grad_output.as<const float>(),
+                       config_.vocab_size, config_.n_embd, context.grad(0).as<float>(),
+                       context.grad(1).as<float>());
+  }
+
+ private:
+  const std::string name_ = "embedding";
+  const GptConfig config_;
+};
+
+// ln_f, then logits = ln_f(x) · wteᵀ with wte borrowed from the embedding, then the mean
+// cross-entropy against the targets.
+class GptHead final : public Unit {
+ public:
+  explicit GptHead(const GptConfig& config) : config_(config) {}
+
+  const std::string& name() const override { return name_; }
+  std::vector<ParamSpec> parameters() const override {
+    const std::int64_t C = config_.n_embd;
+    return {{"ln_f.weight", {C}, Initializer::ones(), false},
+            {"ln_f.bias", {C}, Initializer::zeros(), false}};
+  }
+  std::vector<int> borrowed_units() const override { return {0}; }
+
+  void forward(UnitContext& context) override {
+    const Tensor input = context.input();
+    const std::int64_t C = config_.n_embd;
+    if (input.dtype != DType::kFloat32 || input.rank() != 3 || input.dim(2) != C ||
+        input.empty()) {
+      throw Error(ErrorKind::kUsage, name_ + ": input must be float32 [B, T, " +
+                                         std::to_string(C) + "], got " + describe_tensor(input));
+    }
+    const std::int64_t B = input.dim(0);
+    const std::int64_t T = input.dim(1);
+    const std::int32_t* targets = checked_targets(context.batch(), B, T);
+    const std::int64_t N = B * T;
+    const std::int64_t V = config_.vocab_size;
+    Stream& stream = context.stream();
+
+    // A forward without a backward (evaluation) leaves the last one's buffer behind.
+    if (!saved_.empty()) context.release(std::move(saved_));
+    saved_ = context.allocate(static_cast<std::size_t>(N * C + 2 * N + N * V) * sizeof(float),
+                              Category::kActivations);
+    saved_batch_ = B;
+    saved_seq_ = T;
+    float* ln = saved_.as<float>();
+    float* logits = ln + N * C + 2 * N;
+    layernorm_forward(stream, input.as<const float>(), context.param(0).as<const float>(),
+                      context.param(1).as<const float>(), N, C, kLayerNormEps, ln, ln + N * C,
+                      ln + N * C + N);
+    matmul(stream, false, true, N, V, C, 1.0f, ln, context.borrowed_param(0, 0).as<const float>(),
+           0.0f, logits);
+    cross_entropy_forward(stream, logits, targets, N, V, context.loss());
+  }
+
+  void backward(UnitContext& context) override {
+    if (saved_.empty()) throw Error(ErrorKind::kUsage, name_ + ": backward without a forward");
+    const std::int64_t B = saved_batch_;
+    const std::int64_t T = saved_seq_;
+    const std::int64_t N = B * T;
+    const std::int64_t C = config_.n_embd;
+    const std::int64_t V = config_.vocab_size;
+    const std::int32_t* targets = checked_targets(context.batch(), B, T);
+    Stream& stream = context.stream();
+    float* ln = saved_.as<float>();
+    float* logits = ln + N * C + 2 * N;
+    const float* wte = context.borrowed_param(0, 0).as<const float>();
+    Buffer workspace = context.allocate(static_cast<std::size_t>(N * C) * sizeof(float),
+                                        Category::kWorkspace);
+    float* dln = workspace.as<float>();
+    float* dx = context.make_grad_input({B, T, C}, DType::kFloat32).as<float>();
+
+    // The logits become d(loss)/d(logits) in place, seeded with the loss scale.
+    cross_entropy_backward(stream, logits, targets, N, V, context.loss_scale(), logits);
+    // The tied weight: d(wte) += dlogitsᵀ · ln_f(x), into the embedding's gradient.
+    matmul(stream, true, false, V, C, N, 1.0f, logits, ln, 1.0f,
+           context.borrowed_grad(0, 0).as<float>());
+    matmul(stream, false, false, N, C, V, 1.0f, logits, wte, 0.0f, dln);
+    context.device().fill_zero(stream, dx, static_cast<std::size_t>(N * C) * sizeof(float));
+    layernorm_backward(stream, dln, context.input().as<const float>(),
+                       context.param(0).as<const float>(), ln + N * C, ln + N * C + N, N, C, dx,
+                       context.grad(0).as<float>(), context.grad(1).as<float>());
+
+    context.release(std::move(workspace));
+    context.release(std::move(saved_));
+  }
+
+ private:
+  const std::int32_t* checked_targets(const Batch& batch, std::int64_t B, std::int64_t T) const {
+    const Tensor& targets = batch.targets;
+    if (targets.dtype != DType::kInt32 || targets.shape != std::vector<std::int64_t>{B, T} ||
+        targets.empty()) {
+      throw Error(ErrorKind::kUsage, name_ + ": targets must be int32 " +
+                                         shape_to_string({B, T}) + " like the inputs, got " +
+                                         describe_tensor(targets));
+    }
+    return targets.as<const std::int32_t>();
+  }
+
+  const std::string name_ = "head";
+  const GptConfig config_;
+  Buffer saved_;  // ln_f(x) [N, C], its mean and rstd [N] each, logits [N, V]; activations
+  std::int64_t saved_batch_ = 0;
+  std::int64_t saved_seq_ = 0;
+};
+
+void check_positive(const char* key, int value) {
+  if (value < 1) {
+    throw Error(ErrorKind::kConfig,
+                std::string("model.") + key + ": must be >= 1, got " + std::to_string(value));
+  }
+}
+
+}  // namespace
+
+void validate(const GptConfig& config) {
+  check_positive("n_layer", config.n_layer);
+  check_positive("n_head", config.n_head);
+  check_positive("n_embd", config.n_embd);
+  check_positive("vocab_size", config.vocab_size);
+  check_positive("seq_len", config.seq_len);
+  if (config.n_embd % config.n_head != 0) {
+    throw Error(ErrorKind::kConfig, "model.n_embd: must be divisible by model.n_head (" +
+                                        std::to_string(config.n_embd) + " % " +
+                                        std::to_string(config.n_head) + " != 0)");
+  }
+  // Note: 4·n_embd is the widest matrix dimension inside a block; cblas takes 32-bit sizes.
+  if (config.n_embd > INT_MAX / 4) {
+    throw Error(ErrorKind::kConfig, "model.n_embd: must be <= " + std::to_string(INT_MAX / 4) +
+                                        ", got " + std::to_string(config.n_embd));
+  }
+}
+
+Gpt::Gpt(GptConfig config) : config_(config) {
+  validate(config_);
+  units_.push_back(std::make_unique<GptEmbedding>(config_));
+  for (int layer = 0; layer < config_.n_layer; ++layer) {
+    units_.push_back(std::make_unique<GptBlock>(layer, config_));
+  }
+  units_.push_back(std::make_unique<GptHead>(config_));
+}
+
+Gpt::~Gpt() = default;
+
+std::vector<Unit*> Gpt::units() {
+  std::vector<Unit*> units;
+  for (const auto& unit : units_) units.push_back(unit.get());
+  return units;
+}
+
+std::int64_t Gpt::parameter_count() const {
+  const std::int64_t C = config_.n_embd;
+  const std::int64_t block = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C +
+                             (4 * C * C + 4 * C) + (4 * C * C + C);
+  return static_cast<std::int64_t>(config_.vocab_size + config_.seq_len) * C +
+         config_.n_layer * block + 2 * C;
+}
+
+std::string Gpt::describe() const {
+  return "Gpt " + std::to_string(config_.n_layer) + "L " + std::to_string(config_.n_head) + "H " +
+         std::to_string(config_.n_embd) + "C, vocab " + std::to_string(config_.vocab_size) +
+         ", seq " + std::to_string(config_.seq_len) + ": " + std::to_string(parameter_count()) +
+         " parameters";
+}
+
+}  // namespace zest

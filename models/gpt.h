@@ -1,0 +1,47 @@
+// GPT-2 as zest units: "embedding" (wte, wpe), "block0".."block{L-1}" (pre-LN transformer
+// blocks: causal multi-head self-attention and a GELU MLP, each added to the residual stream)
+// and "head" (ln_f, then logits = ln_f(x) · wteᵀ with the LM head TIED to the embedding's wte:
+// the head borrows unit 0 and accumulates d(wte) into it). Inputs are batch().inputs int32
+// tokens [B, T], targets int32 next tokens [B, T], T <= seq_len; the head writes the mean
+// cross-entropy over all B·T positions. Invariant: a token outside [0, vocab_size) is a kData
+// Error naming its position and value; a config that validate() refuses is a kConfig Error.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "optim/module.h"
+
+namespace zest {
+
+struct GptConfig {
+  int n_layer = 12;         // model.n_layer
+  int n_head = 12;          // model.n_head
+  int n_embd = 768;         // model.n_embd; divisible by n_head
+  int vocab_size = 50257;   // model.vocab_size
+  int seq_len = 1024;       // model.seq_len: the longest sequence (rows of wpe)
+};
+
+// Throws a kConfig Error naming "model.<key>" when `config` is not allowed.
+void validate(const GptConfig& config);
+
+class Gpt final : public Module {
+ public:
+  explicit Gpt(GptConfig config);
+  ~Gpt() override;
+
+  std::vector<Unit*> units() override;
+  const GptConfig& config() const { return config_; }
+  // Every parameter once (the tied LM head adds none): 124439808 for GPT-2 small.
+  std::int64_t parameter_count() const;
+  // "Gpt 12L 12H 768C, vocab 50257, seq 1024: 124439808 parameters"
+  std::string describe() const;
+
+ private:
+  GptConfig config_;
+  std::vector<std::unique_ptr<Unit>> units_;
+};
+
+}  // namespace zest

@@ -1,0 +1,191 @@
+#include "models/gpt_block.h"
+
+#include <cmath>
+#include <utility>
+
+#include "base/error.h"
+#include "kernels/attention.h"
+#include "kernels/bias.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+
+namespace zest {
+namespace {
+
+// Parameter indices, in declaration order.
+enum Param : std::size_t {
+  kLn1Weight, kLn1Bias, kAttnWeight, kAttnBias, kAttnProjWeight, kAttnProjBias,
+  kLn2Weight, kLn2Bias, kFcWeight, kFcBias, kMlpProjWeight, kMlpProjBias,
+};
+
+// Where each saved activation lives in the block's activations buffer (offsets in floats).
+struct Saved {
+  std::size_t ln1, mean1, rstd1, split, probs, y, x1, ln2, mean2, rstd2, h, g, total;
+
+  explicit Saved(const AttentionShape& a) {
+    const std::size_t n = static_cast<std::size_t>(a.batch * a.seq);
+    const std::size_t nc = n * static_cast<std::size_t>(a.channels());
+    std::size_t at = 0;
+    auto take = [&at](std::size_t count) { const std::size_t here = at; at += count; return here; };
+    ln1 = take(nc); mean1 = take(n); rstd1 = take(n);
+    split = take(a.split_elements()); probs = take(a.probs_elements());
+    y = take(nc); x1 = take(nc);
+    ln2 = take(nc); mean2 = take(n); rstd2 = take(n);
+    h = take(4 * nc); g = take(4 * nc);
+    total = at;
+  }
+};
+
+std::string describe_tensor(const Tensor& tensor) {
+  return std::string(dtype_name(tensor.dtype)) + " " + shape_to_string(tensor.shape);
+}
+
+}  // namespace
+
+GptBlock::GptBlock(int index, const GptConfig& config)
+    : name_("block" + std::to_string(index)), config_(config) {}
+
+std::vector<ParamSpec> GptBlock::parameters() const {
+  const std::int64_t C = config_.n_embd;
+  const Initializer weight = Initializer::normal(0.02f);
+  // GPT-2's scaled init of the projections that add to the residual stream: 0.02 / sqrt(2 L),
+  // so the stream's variance does not grow with depth (2 such additions per block).
+  const Initializer residual =
+      Initializer::normal(0.02f / std::sqrt(2.0f * static_cast<float>(config_.n_layer)));
+  const Initializer ones = Initializer::ones();
+  const Initializer zeros = Initializer::zeros();
+  return {
+      {"ln_1.weight", {C}, ones, false},          {"ln_1.bias", {C}, zeros, false},
+      {"attn.c_attn.weight", {3 * C, C}, weight, true},
+      {"attn.c_attn.bias", {3 * C}, zeros, false},
+      {"attn.c_proj.weight", {C, C}, residual, true},
+      {"attn.c_proj.bias", {C}, zeros, false},
+      {"ln_2.weight", {C}, ones, false},          {"ln_2.bias", {C}, zeros, false},
+      {"mlp.c_fc.weight", {4 * C, C}, weight, true},
+      {"mlp.c_fc.bias", {4 * C}, zeros, false},
+      {"mlp.c_proj.weight", {C, 4 * C}, residual, true},
+      {"mlp.c_proj.bias", {C}, zeros, false},
+  };
+}
+
+void GptBlock::forward(UnitContext& context) {
+  const Tensor input = context.input();
+  const std::int64_t C = config_.n_embd;
+  if (input.dtype != DType::kFloat32 || input.rank() != 3 || input.dim(0) < 1 ||
+      input.dim(1) < 1 || input.dim(1) > config_.seq_len || input.dim(2) != C || input.empty()) {
+    throw Error(ErrorKind::kUsage, name_ + ": input must be float32 [B, T, " + std::to_string(C) +
+                                       "] with B >= 1 and 1 <= T <= " +
+                                       std::to_string(config_.seq_len) + ", got " +
+                                       describe_tensor(input));
+  }
+  const std::int64_t B = input.dim(0);
+  const std::int64_t T = input.dim(1);
+  const std::int64_t N = B * T;
+  const AttentionShape shape{B, T, config_.n_head, C / config_.n_head};
+  Stream& stream = context.stream();
+  Device& device = context.device();
+  auto param = [&context](Param p) { return context.param(p).as<const float>(); };
+
+  // A forward without a backward (evaluation) leaves the last one's buffer behind.
+  if (!saved_.empty()) context.release(std::move(saved_));
+  const Saved at(shape);
+  saved_ = context.allocate(at.total * sizeof(float), Category::kActivations);
+  saved_batch_ = B;
+  saved_seq_ = T;
+  float* s = saved_.as<float>();
+  const std::size_t nc_bytes = static_cast<std::size_t>(N * C) * sizeof(float);
+  Buffer workspace = context.allocate(
+      (static_cast<std::size_t>(3 * N * C) + shape.forward_scratch_elements()) * sizeof(float),
+      Category::kWorkspace);
+  float* qkv = workspace.as<float>();
+  float* scratch = qkv + 3 * N * C;
+  const float* x = input.as<const float>();
+  float* out = context.make_output({B, T, C}, DType::kFloat32).as<float>();
+
+  // Attention: x1 = x + c_proj(attn(c_attn(ln_1(x)))).
+  layernorm_forward(stream, x, param(kLn1Weight), param(kLn1Bias), N, C, kLayerNormEps,
+                    s + at.ln1, s + at.mean1, s + at.rstd1);
+  matmul(stream, false, true, N, 3 * C, C, 1.0f, s + at.ln1, param(kAttnWeight), 0.0f, qkv);
+  add_bias(stream, qkv, param(kAttnBias), N, 3 * C);
+  attention_forward(stream, shape, qkv, s + at.split, s + at.probs, s + at.y, scratch);
+  device.copy(stream, s + at.x1, x, nc_bytes);
+  add_bias(stream, s + at.x1, param(kAttnProjBias), N, C);
+  matmul(stream, false, true, N, C, C, 1.0f, s + at.y, param(kAttnProjWeight), 1.0f, s + at.x1);
+
+  // MLP: out = x1 + mlp.c_proj(gelu(mlp.c_fc(ln_2(x1)))).
+  layernorm_forward(stream, s + at.x1, param(kLn2Weight), param(kLn2Bias), N, C, kLayerNormEps,
+                    s + at.ln2, s + at.mean2, s + at.rstd2);
+  matmul(stream, false, true, N, 4 * C, C, 1.0f, s + at.ln2, param(kFcWeight), 0.0f, s + at.h);
+  add_bias(stream, s + at.h, param(kFcBias), N, 4 * C);
+  gelu_forward(stream, s + at.h, s + at.g, static_cast<std::size_t>(4 * N * C));
+  device.copy(stream, out, s + at.x1, nc_bytes);
+  add_bias(stream, out, param(kMlpProjBias), N, C);
+  matmul(stream, false, true, N, C, 4 * C, 1.0f, s + at.g, param(kMlpProjWeight), 1.0f, out);
+
+  context.release(std::move(workspace));
+}
+
+void GptBlock::backward(UnitContext& context) {
+  if (saved_.empty()) throw Error(ErrorKind::kUsage, name_ + ": backward without a forward");
+  const std::int64_t B = saved_batch_;
+  const std::int64_t T = saved_seq_;
+  const std::int64_t C = config_.n_embd;
+  const std::int64_t N = B * T;
+  const Tensor grad_output = context.grad_output();
+  if (grad_output.dtype != DType::kFloat32 ||
+      grad_output.shape != std::vector<std::int64_t>{B, T, C} || grad_output.empty()) {
+    throw Error(ErrorKind::kUsage, name_ + ": grad_output must be float32 " +
+                                       shape_to_string({B, T, C}) + ", got " +
+                                       describe_tensor(grad_output));
+  }
+  const AttentionShape shape{B, T, config_.n_head, C / config_.n_head};
+  Stream& stream = context.stream();
+  Device& device = context.device();
+  auto param = [&context](Param p) { return context.param(p).as<const float>(); };
+  auto grad = [&context](Param p) { return context.grad(p).as<float>(); };
+  const Saved at(shape);
+  const float* s = saved_.as<const float>();
+  const float* x = context.input().as<const float>();
+  const float* dout = grad_output.as<const float>();
+  const std::size_t nc = static_cast<std::size_t>(N * C);
+
+  Buffer workspace = context.allocate(
+      (10 * nc + shape.backward_scratch_elements()) * sizeof(float), Category::kWorkspace);
+  float* dx1 = workspace.as<float>();  // [N, C]: d(loss)/d(x1), the residual stream after attn
+  float* dh = dx1 + nc;                // [N, 4C]
+  float* dln = dh + 4 * nc;            // [N, C]: d(ln_2 out), then d(ln_1 out)
+  float* dy = dln + nc;                // [N, C]: d(attention output), before c_proj
+  float* dqkv = dy + nc;               // [N, 3C]
+  float* scratch = dqkv + 3 * nc;
+  float* dx = context.make_grad_input({B, T, C}, DType::kFloat32).as<float>();
+
+  // MLP. Parameter gradients accumulate (beta = 1); input gradients are made fresh (beta = 0).
+  device.copy(stream, dx1, dout, nc * sizeof(float));
+  matmul(stream, true, false, C, 4 * C, N, 1.0f, dout, s + at.g, 1.0f, grad(kMlpProjWeight));
+  bias_grad(stream, dout, grad(kMlpProjBias), N, C);
+  matmul(stream, false, false, N, 4 * C, C, 1.0f, dout, param(kMlpProjWeight), 0.0f, dh);
+  gelu_backward(stream, s + at.h, dh, dh, 4 * nc);
+  matmul(stream, true, false, 4 * C, C, N, 1.0f, dh, s + at.ln2, 1.0f, grad(kFcWeight));
+  bias_grad(stream, dh, grad(kFcBias), N, 4 * C);
+  matmul(stream, false, false, N, C, 4 * C, 1.0f, dh, param(kFcWeight), 0.0f, dln);
+  layernorm_backward(stream, dln, s + at.x1, param(kLn2Weight), s + at.mean2, s + at.rstd2, N, C,
+                     dx1, grad(kLn2Weight), grad(kLn2Bias));
+
+  // Attention.
+  matmul(stream, true, false, C, C, N, 1.0f, dx1, s + at.y, 1.0f, grad(kAttnProjWeight));
+  bias_grad(stream, dx1, grad(kAttnProjBias), N, C);
+  matmul(stream, false, false, N, C, C, 1.0f, dx1, param(kAttnProjWeight), 0.0f, dy);
+  attention_backward(stream, shape, dy, s + at.split, s + at.probs, dqkv, scratch);
+  matmul(stream, true, false, 3 * C, C, N, 1.0f, dqkv, s + at.ln1, 1.0f, grad(kAttnWeight));
+  bias_grad(stream, dqkv, grad(kAttnBias), N, 3 * C);
+  matmul(stream, false, false, N, C, 3 * C, 1.0f, dqkv, param(kAttnWeight), 0.0f, dln);
+  device.copy(stream, dx, dx1, nc * sizeof(float));
+  layernorm_backward(stream, dln, x, param(kLn1Weight), s + at.mean1, s + at.rstd1, N, C, dx,
+                     grad(kLn1Weight), grad(kLn1Bias));
+
+  context.release(std::move(workspace));
+  context.release(std::move(saved_));
+}
+
+}  // namespace zest

@@ -1,0 +1,35 @@
+// One pre-LN GPT-2 transformer block as a unit (models/gpt.h builds them):
+//   x1 = x + c_proj(attn(c_attn(ln_1(x)))),   out = x1 + mlp.c_proj(gelu(mlp.c_fc(ln_2(x1)))).
+// Weights are [out, in] as torch.nn.Linear (y = x Wᵀ + b). Forward keeps what backward reads in
+// one activations buffer that backward releases; a forward with no backward (evaluation)
+// releases the previous one first. Invariant: input and output are float32 [B, T, n_embd].
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memory/allocator.h"
+#include "models/gpt.h"
+#include "optim/module.h"
+
+namespace zest {
+
+class GptBlock final : public Unit {
+ public:
+  GptBlock(int index, const GptConfig& config);
+
+  const std::string& name() const override { return name_; }
+  std::vector<ParamSpec> parameters() const override;
+  void forward(UnitContext& context) override;
+  void backward(UnitContext& context) override;
+
+ private:
+  const std::string name_;
+  const GptConfig config_;
+  Buffer saved_;  // category activations, from forward to backward
+  std::int64_t saved_batch_ = 0;
+  std::int64_t saved_seq_ = 0;
+};
+
+}  // namespace zest

@@ -1,0 +1,151 @@
+// The optimizer step of the ZeRO engine: agree on the loss, the gradient norm and (fp16) whether
+// any rank overflowed; clip; update each rank's shard; gather the parameters back.
+#include <cmath>
+#include <cstring>
+
+#include "base/error.h"
+#include "kernels/convert.h"
+#include "optim/zero_trainer.h"
+
+namespace zest {
+
+namespace {
+const char* byte_offset(const void* base, std::size_t bytes) {
+  return static_cast<const char*>(base) + bytes;
+}
+}  // namespace
+
+ZeroTrainer::LocalGradientState ZeroTrainer::inspect_local_gradients() {
+  LocalGradientState state;
+  const bool check_overflow = options_.loss_scale.enabled;
+  for (FlatUnit& unit : units_) {
+    const std::size_t base = options_.stage >= 2 ? unit.layout.shard_range(context_.rank).begin : 0;
+    for (const FlatUnit::UpdateRange& range : unit.update_ranges) {
+      const void* grads = byte_offset(unit.grads.data(), (range.flat_offset - base) * element_size());
+      state.square_sum += cpu::sum_of_squares(grads, options_.compute_dtype, range.count);
+      if (check_overflow && !state.non_finite) {
+        state.non_finite = cpu::has_non_finite(grads, options_.compute_dtype, range.count);
+      }
+    }
+  }
+  return state;
+}
+
+StepStats ZeroTrainer::step(float lr) {
+  if (micro_batches_ != options_.gradient_accumulation_steps) {
+    throw Error(ErrorKind::kUsage, "step() after " + std::to_string(micro_batches_) +
+                                       " micro-batches; gradient_accumulation_steps is " +
+                                       std::to_string(options_.gradient_accumulation_steps));
+  }
+  context_.comm.synchronize();
+  // One all-reduce carries the loss, the squared gradient norm and the overflow flag. At stage 0
+  // every rank holds the same full gradients, so each contributes a world-th of the norm.
+  const int world = context_.world_size;
+  const LocalGradientState local = inspect_local_gradients();
+  float totals[3] = {
+      static_cast<float>(loss_sum_ / options_.gradient_accumulation_steps / world),
+      static_cast<float>(options_.stage == 0 ? local.square_sum / world : local.square_sum),
+      local.non_finite ? 1.0f : 0.0f};
+  context_.communicator.all_reduce(context_.comm, totals, totals, 3, DType::kFloat32,
+                                   Reduction::kSum);
+  context_.comm.synchronize();
+
+  StepStats stats;
+  stats.loss_scale = scaler_.scale();
+  stats.loss = totals[0];  // units report the unscaled loss
+  stats.lr = lr > 0.0f ? lr : optimizer_->options().lr;
+  micro_batches_ = 0;
+  loss_sum_ = 0.0;
+  stats.step = ++steps_taken_;
+  const bool overflow = totals[2] > 0.0f || !std::isfinite(totals[1]);
+  if (options_.loss_scale.enabled && overflow) {
+    // Every rank saw the same flag, so every rank skips: nothing is updated or gathered.
+    stats.skipped = true;
+    stats.grad_norm = std::nanf("");
+    zero_gradients();
+    scaler_.update(true);
+    return stats;
+  }
+  scaler_.update(false);
+  stats.grad_norm = std::sqrt(totals[1]) / stats.loss_scale;
+  float grad_scale = 1.0f / stats.loss_scale;
+  if (options_.gradient_clipping > 0.0f && stats.grad_norm > options_.gradient_clipping) {
+    // torch.nn.utils.clip_grad_norm_'s rule: scale by max_norm / (norm + 1e-6).
+    grad_scale *= options_.gradient_clipping / (stats.grad_norm + 1e-6f);
+  }
+  apply_optimizer(stats.lr, grad_scale);
+  gather_updated_parameters();
+  return stats;
+}
+
+void ZeroTrainer::apply_optimizer(float lr, float grad_scale) {
+  UpdateArgs args;
+  args.lr = lr;
+  args.step = ++optimizer_steps_;
+  args.grad_scale = grad_scale;
+  for (FlatUnit& unit : units_) update_unit(unit, args);
+  zero_gradients();
+}
+
+void ZeroTrainer::update_unit(FlatUnit& unit, const UpdateArgs& shared_args) {
+  Stream& compute = context_.compute;
+  const DType held = options_.compute_dtype;
+  const bool two_byte = held != DType::kFloat32;
+  // Offsets are in the unit's flat coordinates; buffers that hold only the shard start at the
+  // shard's first element.
+  const std::size_t shard_begin = unit.layout.shard_range(context_.rank).begin;
+  const std::size_t params_base = options_.stage == 3 ? shard_begin : 0;
+  const std::size_t grads_base = options_.stage >= 2 ? shard_begin : 0;
+  const std::size_t state_base = options_.stage >= 1 ? shard_begin : 0;
+  Buffer widened;  // 2-byte gradients widened to fp32 for the optimizer
+  if (two_byte) {
+    const std::size_t length = options_.stage == 0 ? unit.layout.flat_length() : unit.layout.shard_length();
+    widened = context_.allocator().allocate(length * sizeof(float), Category::kWorkspace);
+  }
+  for (const FlatUnit::UpdateRange& range : unit.update_ranges) {
+    UpdateArgs args = shared_args;
+    args.decay = range.decay;
+    std::vector<float*> state;
+    for (Buffer& buffer : unit.optimizer_state) {
+      state.push_back(buffer.as<float>() + (range.flat_offset - state_base));
+    }
+    const void* grads = byte_offset(unit.grads.data(), (range.flat_offset - grads_base) * dtype_size(held));
+    void* params = const_cast<char*>(byte_offset(unit.params.data(), (range.flat_offset - params_base) * dtype_size(held)));
+    if (!two_byte) {
+      optimizer_->update(compute, static_cast<float*>(params), static_cast<const float*>(grads),
+                         state, range.count, args);
+      continue;
+    }
+    // 2-byte compute: update the fp32 master, then round it to the compute dtype.
+    float* master = unit.master.as<float>() + (range.flat_offset - state_base);
+    float* wide_grads = widened.as<float>() + (range.flat_offset - state_base);
+    convert(compute, grads, held, wide_grads, DType::kFloat32, range.count);
+    optimizer_->update(compute, master, wide_grads, state, range.count, args);
+    convert(compute, master, DType::kFloat32, params, held, range.count);
+  }
+  release_on(compute, std::move(widened));
+}
+
+void ZeroTrainer::zero_gradients() {
+  for (FlatUnit& unit : units_) {
+    context_.device.fill_zero(context_.compute, unit.grads.data(), unit.grads.bytes());
+  }
+}
+
+void ZeroTrainer::gather_updated_parameters() {
+  context_.compute.record(*optimizer_done_);
+  context_.comm.wait(*optimizer_done_);
+  if (options_.stage == 1 || options_.stage == 2) {
+    for (FlatUnit& unit : units_) {
+      const std::size_t shard = unit.layout.shard_length();
+      char* params = unit.params.as<char>();
+      context_.communicator.all_gather(context_.comm, params + context_.rank * shard * element_size(),
+                                       params, shard, options_.compute_dtype);
+    }
+  }
+  if (ring_) ring_->clear();
+  context_.comm.record(*parameters_ready_);
+  context_.compute.wait(*parameters_ready_);
+}
+
+}  // namespace zest

@@ -1,0 +1,58 @@
+// The `mpi` backend: ranks are processes, on one machine or many, and collectives are MPI's
+// nonblocking ones (MPI_Iallgather, MPI_Ireduce_scatter_block, MPI_Iallreduce, MPI_Ibcast,
+// MPI_Ibarrier) on communicators duplicated from MPI_COMM_WORLD. Each call enqueues on the
+// caller's stream a closure that starts the operation and polls it until it completes or the
+// timeout passes. Collectives pair across ranks by the order this rank issued them (host
+// order), whatever stream runs them, as in the local backend, and every rank checks that its
+// peers called the same collective (op, count, dtype, reduction, root) before it starts.
+// Invariant: after a failure — a timeout, a mismatch, an MPI error — the communicator is broken
+// and every later collective fails at once; MPI cannot cancel a collective that a peer never
+// joined, so the caller must end the job (World does, with MPI_Abort). Built only with MPI.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "runtime/communicator.h"
+
+namespace zest {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Duplicates MPI_COMM_WORLD (collective: every process calls it), initializing MPI for this
+  // process first if nothing has (MpiProcess). Throws kUsage for a timeout <= 0.
+  explicit MpiCommunicator(std::chrono::milliseconds timeout);
+  // Frees the duplicated communicator once the last enqueued collective has run. Destroy before
+  // the process exits (MPI is finalized then).
+  ~MpiCommunicator() override;
+
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+
+  void all_gather(Stream& stream, const void* send, void* recv, std::size_t count,
+                  DType dtype) override;
+  void reduce_scatter(Stream& stream, const void* send, void* recv, std::size_t count,
+                      DType dtype, Reduction reduction) override;
+  void all_reduce(Stream& stream, const void* send, void* recv, std::size_t count, DType dtype,
+                  Reduction reduction) override;
+  void broadcast(Stream& stream, void* buffer, std::size_t count, DType dtype, int root) override;
+  void barrier(Stream& stream) override;
+
+  // The state every enqueued collective shares (the duplicated communicator, the issue order);
+  // defined in the .cc, where <mpi.h> may be included.
+  struct Shared;
+
+ private:
+  std::shared_ptr<Shared> shared_;
+  const int rank_;
+  const int world_size_;
+  const std::chrono::milliseconds timeout_;
+  std::uint64_t next_sequence_ = 0;
+};
+
+}  // namespace zest

@@ -1,0 +1,25 @@
+// The process side of World: one rank per process, connected by MPI. Internal to World (world.cc
+// calls it; nothing else should); defined in process_world_mpi.cc, so built only with MPI.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "runtime/world.h"
+
+namespace zest::detail {
+
+// Initializes MPI for this process and returns `detected` with MPI's own rank and size, after
+// checking that they are what the launcher's environment said. Throws kConfig when they differ.
+DetectedWorld start_processes(const DetectedWorld& detected);
+
+// Runs `work` for this process's rank. A failure with more than one process prints
+// "<program>: error: rank R: ..." and ends the job (MPI_Abort); with one it is thrown.
+void run_process_rank(const WorldOptions& options, const DetectedWorld& world,
+                      const std::function<void(RankContext&)>& work);
+
+// World::verify_same_config for processes.
+void verify_same_config_across_processes(const std::string& text, const DetectedWorld& world,
+                                         std::chrono::milliseconds timeout);
+
+}  // namespace zest::detail

@@ -1,0 +1,98 @@
+#include "runtime/process_world.h"
+
+#include <xxhash.h>
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "runtime/cpu_device.h"
+#include "runtime/cpu_stream.h"
+#include "runtime/mpi_communicator.h"
+#include "runtime/mpi_process.h"
+
+namespace zest::detail {
+
+namespace {
+
+std::string hex(std::uint64_t value) {
+  char text[19];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+}  // namespace
+
+DetectedWorld start_processes(const DetectedWorld& detected) {
+  const MpiProcess& process = MpiProcess::get();
+  if (process.size() != detected.size || process.rank() != detected.rank) {
+    // Note: typically a Slurm batch script that runs the program directly instead of through
+    // srun, or an srun whose MPI lacks Slurm's PMI/PMIx: every process then starts as an MPI
+    // world of its own.
+    throw Error(ErrorKind::kConfig,
+                "the " + detected.launcher + " environment says this process is rank " +
+                    std::to_string(detected.rank) + " of " + std::to_string(detected.size) +
+                    ", but MPI started it as rank " + std::to_string(process.rank()) + " of " +
+                    std::to_string(process.size()) +
+                    "; launch through mpirun, or srun with an MPI built for Slurm (PMIx)");
+  }
+  DetectedWorld world = detected;
+  world.rank = process.rank();
+  world.size = process.size();
+  return world;
+}
+
+void run_process_rank(const WorldOptions& options, const DetectedWorld& world,
+                      const std::function<void(RankContext&)>& work) {
+  const int rank = world.rank;
+  try {
+    MpiCommunicator communicator(options.timeout);
+    cpu::CpuDevice device(rank, options.device_memory);
+    const std::string prefix = "rank " + std::to_string(rank) + " ";
+    auto compute = device.create_stream(prefix + "compute");
+    auto comm = device.create_stream(prefix + "comm");
+    auto prefetch = device.create_stream(prefix + "prefetch");
+    RankContext context{rank, world.size, device, *compute, *comm, *prefetch, communicator};
+    work(context);
+    context.synchronize();
+  } catch (const std::exception& error) {
+    const Error failure = with_context(error, "rank " + std::to_string(rank));
+    if (world.size == 1) raise(failure);
+    // Note: a failed process ends the job rather than returning: its peers may be waiting in a
+    // collective it will never join, and MPI cannot cancel that. The streams are not drained
+    // (their queued collectives could only wait out the timeout); MPI_Abort ends every process,
+    // and the launcher exits with this status.
+    std::cerr << options.program << ": error: " << failure.what() << std::endl;
+    MpiProcess::get().abort(is_input_error(failure.kind()) ? 2 : 1);
+  }
+}
+
+void verify_same_config_across_processes(const std::string& text, const DetectedWorld& world,
+                                         std::chrono::milliseconds timeout) {
+  const std::uint64_t hash = XXH3_64bits(text.data(), text.size());
+  std::vector<std::uint64_t> hashes(static_cast<std::size_t>(world.size));
+  {
+    MpiCommunicator communicator(timeout);
+    cpu::CpuStream stream("config check");
+    // Moved as pairs of int32: all_gather moves bits, whatever the dtype says.
+    communicator.all_gather(stream, &hash, hashes.data(), 2, DType::kInt32);
+    stream.synchronize();
+  }
+  std::string differing;
+  for (std::size_t r = 1; r < hashes.size(); ++r) {
+    if (hashes[r] == hashes[0]) continue;
+    differing += (differing.empty() ? "" : ", ") + std::to_string(r) + " (" + hex(hashes[r]) + ")";
+  }
+  if (differing.empty()) return;
+  throw Error(ErrorKind::kConfig,
+              "the processes were started with different configs: rank(s) " + differing +
+                  " differ from rank 0 (" + hex(hashes[0]) +
+                  ") in the xxh3 hash of the resolved config; start every process with the same "
+                  "config file and --set overrides");
+}
+
+}  // namespace zest::detail
