@@ -59,8 +59,8 @@ inline void update_block(float* __restrict p, const float* __restrict g, float* 
 
 namespace cpu {
 
-void adamw(float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
-           std::size_t count, const AdamWArgs& args) {
+void adamw(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t count,
+           const AdamWArgs& args) {
   check_args(args);
   const AdamCoefficients c = coefficients(args);
   for_each_block(count, [&](std::size_t i, std::size_t n) {
@@ -74,7 +74,8 @@ void adamw(Stream& stream, float* params, const float* grads, float* exp_avg, fl
            std::size_t count, const AdamWArgs& args) {
   check_args(args);
   if (count == 0) return;
-  dispatch_kernel(stream, "adamw", [=] { cpu::adamw(params, grads, exp_avg, exp_avg_sq, count, args); });
+  dispatch_kernel(stream, "adamw",
+                  [=] { cpu::adamw(params, grads, exp_avg, exp_avg_sq, count, args); });
 }
 
 }  // namespace zest

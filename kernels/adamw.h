@@ -26,8 +26,8 @@ struct AdamWArgs {
 namespace cpu {
 
 // Synchronous body. Throws a kUsage Error for step < 1.
-void adamw(float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
-           std::size_t count, const AdamWArgs& args);
+void adamw(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t count,
+           const AdamWArgs& args);
 
 }  // namespace cpu
 

@@ -17,7 +17,6 @@ void bias_grad(const float* dy, float* dbias, std::int64_t rows, std::int64_t co
 }  // namespace cpu
 
 void add_bias(Stream& stream, float* y, const float* bias, std::int64_t rows, std::int64_t cols);
-void bias_grad(Stream& stream, const float* dy, float* dbias, std::int64_t rows,
-               std::int64_t cols);
+void bias_grad(Stream& stream, const float* dy, float* dbias, std::int64_t rows, std::int64_t cols);
 
 }  // namespace zest

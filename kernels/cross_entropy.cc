@@ -12,7 +12,8 @@ namespace {
 
 void check_shape(const char* kernel, std::int64_t rows, std::int64_t classes) {
   if (rows < 1 || classes < 1) {
-    throw Error(ErrorKind::kUsage, std::string(kernel) + ": needs rows >= 1 and classes >= 1, got [" +
+    throw Error(ErrorKind::kUsage, std::string(kernel) +
+                                       ": needs rows >= 1 and classes >= 1, got [" +
                                        std::to_string(rows) + ", " + std::to_string(classes) + "]");
   }
 }
@@ -84,8 +85,7 @@ void cross_entropy_forward(Stream& stream, const float* logits, const std::int32
 }
 
 void cross_entropy_backward(Stream& stream, const float* logits, const std::int32_t* targets,
-                            std::int64_t rows, std::int64_t classes, float scale,
-                            float* dlogits) {
+                            std::int64_t rows, std::int64_t classes, float scale, float* dlogits) {
   check_shape("cross_entropy_backward", rows, classes);
   dispatch_kernel(stream, "cross_entropy_backward", [=] {
     cpu::cross_entropy_backward(logits, targets, rows, classes, scale, dlogits);

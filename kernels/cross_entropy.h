@@ -24,7 +24,6 @@ void cross_entropy_backward(const float* logits, const std::int32_t* targets, st
 void cross_entropy_forward(Stream& stream, const float* logits, const std::int32_t* targets,
                            std::int64_t rows, std::int64_t classes, float* loss);
 void cross_entropy_backward(Stream& stream, const float* logits, const std::int32_t* targets,
-                            std::int64_t rows, std::int64_t classes, float scale,
-                            float* dlogits);
+                            std::int64_t rows, std::int64_t classes, float scale, float* dlogits);
 
 }  // namespace zest

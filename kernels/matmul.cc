@@ -14,8 +14,8 @@ namespace {
 void check_dimension(const char* name, std::int64_t value) {
   // Note: OpenBLAS's cblas takes 32-bit ints (blasint) unless built for 64-bit indices.
   if (value < 0 || value > INT_MAX) {
-    throw Error(ErrorKind::kUsage, std::string("matmul: ") + name +
-                                       " must be in [0, 2^31), got " + std::to_string(value));
+    throw Error(ErrorKind::kUsage, std::string("matmul: ") + name + " must be in [0, 2^31), got " +
+                                       std::to_string(value));
   }
 }
 
@@ -29,8 +29,8 @@ void check_dimensions(std::int64_t m, std::int64_t n, std::int64_t k) {
 
 namespace cpu {
 
-void matmul(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-            float alpha, const float* a, const float* b, float beta, float* c) {
+void matmul(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+            const float* a, const float* b, float beta, float* c) {
   check_dimensions(m, n, k);
   if (m == 0 || n == 0) return;
   // Leading dimensions of the stored (untransposed) row-major matrices.

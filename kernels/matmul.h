@@ -14,8 +14,8 @@ namespace zest {
 namespace cpu {
 
 // Synchronous body. Throws a kUsage Error for a negative or too large (> INT_MAX) dimension.
-void matmul(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-            float alpha, const float* a, const float* b, float beta, float* c);
+void matmul(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+            const float* a, const float* b, float beta, float* c);
 
 }  // namespace cpu
 

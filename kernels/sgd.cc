@@ -30,7 +30,7 @@ inline void plain_update(float* __restrict p, const float* __restrict g, std::si
 // the branch is resolved at compile time so the inner loop has none.
 template <bool kFirstStep>
 inline void momentum_update(float* __restrict p, const float* __restrict g, float* __restrict buf,
-                     std::size_t n, const SgdArgs& a) {
+                            std::size_t n, const SgdArgs& a) {
   // nesterov: d = g + momentum*buf; otherwise d = buf. Exact in both cases (x*1 and 0+x).
   const float from_grad = a.nesterov ? 1.0f : 0.0f;
   const float from_buf = a.nesterov ? a.momentum : 1.0f;
@@ -51,9 +51,8 @@ void sgd(float* params, const float* grads, float* momentum_buffer, std::size_t 
          const SgdArgs& args) {
   check_args(momentum_buffer, args);
   if (args.momentum == 0.0f) {
-    for_each_block(count, [&](std::size_t i, std::size_t n) {
-      plain_update(params + i, grads + i, n, args);
-    });
+    for_each_block(
+        count, [&](std::size_t i, std::size_t n) { plain_update(params + i, grads + i, n, args); });
   } else if (args.step == 1) {
     for_each_block(count, [&](std::size_t i, std::size_t n) {
       momentum_update<true>(params + i, grads + i, momentum_buffer + i, n, args);

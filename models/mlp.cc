@@ -21,7 +21,10 @@ std::string tensor_to_string(const Tensor& tensor) {
 class LinearLayer final : public Unit {
  public:
   LinearLayer(std::size_t index, std::int64_t in, std::int64_t out, bool last, bool grad_input)
-      : name_("layer" + std::to_string(index)), in_(in), out_(out), last_(last),
+      : name_("layer" + std::to_string(index)),
+        in_(in),
+        out_(out),
+        last_(last),
         makes_grad_input_(grad_input) {}
 
   const std::string& name() const override { return name_; }
@@ -33,6 +36,8 @@ class LinearLayer final : public Unit {
   std::int64_t checked_rows(const Tensor& input) const;
   const std::int32_t* checked_targets(const Batch& batch, std::int64_t rows) const;
   const float* checked_grad_output(const Tensor& grad_output, std::int64_t rows) const;
+  // Turns z into dz in place: from the loss in the last layer, through GELU in the others.
+  void enqueue_grad_of_z(UnitContext& context, std::int64_t rows, float* z) const;
 
   const std::string name_;
   const std::int64_t in_;
@@ -89,8 +94,12 @@ void LinearLayer::forward(UnitContext& context) {
   Stream& stream = context.stream();
   // A forward without a backward (evaluation) leaves the last one's buffer behind.
   if (!saved_.empty()) context.release(std::move(saved_));
+  // Note: everything is allocated before any work is enqueued, so an out-of-memory leaves no
+  // work on the stream that writes into a buffer the unwinding frees.
   const std::size_t elements = static_cast<std::size_t>(rows * out_);
-  saved_ = context.allocate(elements * sizeof(float), Category::kActivations);
+  Buffer z_buffer = context.allocate(elements * sizeof(float), Category::kActivations);
+  float* y = last_ ? nullptr : context.make_output({rows, out_}, DType::kFloat32).as<float>();
+  saved_ = std::move(z_buffer);
   saved_rows_ = rows;
   float* z = saved_.as<float>();
 
@@ -100,8 +109,18 @@ void LinearLayer::forward(UnitContext& context) {
   if (last_) {
     cross_entropy_forward(stream, z, targets, rows, out_, context.loss());
   } else {
-    float* y = context.make_output({rows, out_}, DType::kFloat32).as<float>();
     gelu_forward(stream, z, y, elements);
+  }
+}
+
+void LinearLayer::enqueue_grad_of_z(UnitContext& context, std::int64_t rows, float* z) const {
+  if (last_) {
+    // The loss seeds the gradient, scaled by loss_scale(): dlogits, in place.
+    cross_entropy_backward(context.stream(), z, checked_targets(context.batch(), rows), rows, out_,
+                           context.loss_scale(), z);
+  } else {
+    const float* dy = checked_grad_output(context.grad_output(), rows);
+    gelu_backward(context.stream(), z, dy, z, static_cast<std::size_t>(rows * out_));
   }
 }
 
@@ -115,20 +134,16 @@ void LinearLayer::backward(UnitContext& context) {
   }
   Stream& stream = context.stream();
   float* dz = saved_.as<float>();  // z becomes dz in place: both kernels allow it
+  // Allocated before anything is enqueued, as in forward.
+  float* dx = makes_grad_input_ ? context.make_grad_input({rows, in_}, DType::kFloat32).as<float>()
+                                : nullptr;
 
-  if (last_) {
-    cross_entropy_backward(stream, dz, checked_targets(context.batch(), rows), rows, out_,
-                           context.loss_scale(), dz);
-  } else {
-    const float* dy = checked_grad_output(context.grad_output(), rows);
-    gelu_backward(stream, dz, dy, dz, static_cast<std::size_t>(rows * out_));
-  }
+  enqueue_grad_of_z(context, rows, dz);
   // dW += dz^T x and db += colsum(dz): gradients accumulate (beta = 1).
   matmul(stream, true, false, out_, in_, rows, 1.0f, dz, input.as<const float>(), 1.0f,
          context.grad(0).as<float>());
   bias_grad(stream, dz, context.grad(1).as<float>(), rows, out_);
-  if (makes_grad_input_) {
-    float* dx = context.make_grad_input({rows, in_}, DType::kFloat32).as<float>();
+  if (dx != nullptr) {
     matmul(stream, false, false, rows, in_, out_, 1.0f, dz, context.param(0).as<const float>(),
            0.0f, dx);
   }

@@ -61,6 +61,24 @@ struct MemoryPrediction {
 
 class Trainer;
 
+// One of a rank's state tensors for one unit, as a view into the engine's buffers: the rank's
+// shard, elements [begin, end) of the unit's flat buffer (padding included).
+struct StateShard {
+  std::string name;  // "params" (compute dtype), "master" (fp32; 2-byte compute only),
+                     // "optimizer.0", "optimizer.1", ... (fp32; the optimizer's states in order)
+  DType dtype = DType::kFloat32;
+  void* data = nullptr;  // view; valid while the Trainer lives
+  std::size_t begin = 0;
+  std::size_t end = 0;
+};
+
+// The counters a resumed run needs to continue exactly.
+struct TrainerCounters {
+  std::int64_t steps_taken = 0;
+  std::int64_t optimizer_steps = 0;
+  LossScalerState loss_scaler;
+};
+
 class Engine {
  public:
   Engine(RankContext& context, EngineOptions options);
@@ -97,6 +115,16 @@ class Trainer {
   virtual MemoryPrediction predicted_memory() const = 0;
   virtual int stage() const = 0;
   virtual std::int64_t steps_taken() const = 0;
+  virtual const EngineOptions& options() const = 0;
+
+  // Checkpoints. Between steps only (after step(), before the next forward_backward). Reading
+  // the views needs no collective; after writing into them, call state_loaded() on every rank,
+  // which makes the replicated copies agree again (it all-gathers the parameters at stages
+  // 0-2 and, at stage 0, the optimizer state).
+  virtual std::vector<StateShard> state_shards(std::size_t unit) = 0;
+  virtual void state_loaded() = 0;
+  virtual TrainerCounters counters() const = 0;
+  virtual void set_counters(const TrainerCounters& counters) = 0;
 };
 
 }  // namespace zest

@@ -57,4 +57,16 @@ void LossScaler::update(bool overflow) {
   ++iteration_;
 }
 
+LossScalerState LossScaler::state() const {
+  return {scale_, hysteresis_left_, iteration_, last_overflow_, skipped_};
+}
+
+void LossScaler::restore(const LossScalerState& state) {
+  scale_ = state.scale;
+  hysteresis_left_ = state.hysteresis_left;
+  iteration_ = state.iteration;
+  last_overflow_ = state.last_overflow;
+  skipped_ = state.skipped;
+}
+
 }  // namespace zest

@@ -18,6 +18,15 @@ struct LossScaleOptions {
   float min_loss_scale = 1.0f;
 };
 
+// What a checkpoint keeps of the scaler.
+struct LossScalerState {
+  float scale = 1.0f;
+  int hysteresis_left = 0;
+  std::int64_t iteration = 0;
+  std::int64_t last_overflow = -1;
+  std::int64_t skipped = 0;
+};
+
 class LossScaler {
  public:
   // Throws a kConfig Error naming fp16.<key> for a value out of range.
@@ -28,6 +37,9 @@ class LossScaler {
   // scale with no hysteresis left.
   void update(bool overflow);
   std::int64_t skipped_steps() const { return skipped_; }
+
+  LossScalerState state() const;
+  void restore(const LossScalerState& state);
 
  private:
   LossScaleOptions options_;

@@ -15,7 +15,8 @@ constexpr std::array<const char*, 3> kOptimizerTypes = {"AdamW", "Adam", "SGD"};
 
 bool equal_ignoring_case(const std::string& a, const std::string& b) {
   return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
-    return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+    return std::tolower(static_cast<unsigned char>(x)) ==
+           std::tolower(static_cast<unsigned char>(y));
   });
 }
 

@@ -17,8 +17,8 @@ void require_option(bool ok, const std::string& key, const std::string& rule, do
 
 void validate_common_options(const OptimizerOptions& options) {
   require_option(std::isfinite(options.lr) && options.lr > 0, "lr", "> 0", options.lr);
-  require_option(std::isfinite(options.weight_decay) && options.weight_decay >= 0,
-                 "weight_decay", ">= 0", options.weight_decay);
+  require_option(std::isfinite(options.weight_decay) && options.weight_decay >= 0, "weight_decay",
+                 ">= 0", options.weight_decay);
 }
 
 void check_state(const std::string& optimizer, const std::vector<float*>& state,

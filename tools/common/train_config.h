@@ -50,7 +50,9 @@ struct TrainConfig {
   nlohmann::json json;  // resolved: overrides applied, defaults filled in
 
   WorldOptions world;
-  EngineOptions engine;  // stage, seed, gradient_clipping
+  // stage, seed, gradient_clipping, gradient_accumulation_steps, and the dtypes and loss
+  // scaling of the bf16 / fp16 / communication_data_type keys
+  EngineOptions engine;
   OptimizerOptions optimizer;
   ModelConfig model;
   DataConfig data;

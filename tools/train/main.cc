@@ -69,9 +69,10 @@ std::string describe_world(const zest::TrainConfig& config, std::size_t paramete
                                  ? "unlimited"
                                  : zest::format_bytes(world.device_memory);
   std::string line = fmt::format(
-      "{}: {}, {} ({} per rank), stage {}, {} {} ({} params), {} lr {:.2e}, batch {} = {} x {} "
-      "micro-batch{} x {} rank{}, {} steps",
-      kProgram, ranks, device, memory, config.engine.stage, config.model.type,
+      "{}: {}, {} ({} per rank), stage {}, {}, {} {} ({} params), {} lr {:.2e}, batch {} = {} "
+      "x {} micro-batch{} x {} rank{}, {} steps",
+      kProgram, ranks, device, memory, config.engine.stage,
+      zest::dtype_name(config.engine.compute_dtype), config.model.type,
       join_sizes(config.model.mlp.sizes), parameter_count, config.optimizer.type,
       config.optimizer.lr, config.train_batch_size, config.micro_batch,
       config.gradient_accumulation_steps, config.gradient_accumulation_steps == 1 ? "" : "es",
@@ -194,10 +195,11 @@ int train(const zest::TrainConfig& config, const std::string& metrics_path) {
       if (step == 1) first_loss = stats.loss;
       final_loss = stats.loss;
       if (step == 1 || step == config.steps || step % config.log_interval == 0) {
-        std::cout << fmt::format("step {:>{}}/{}  loss {:.4f}  lr {:.2e}  grad_norm {:.3f}  {:.1f} ms",
-                                 step, width, config.steps, stats.loss, stats.lr, stats.grad_norm,
-                                 step_ms)
-                  << std::endl;
+        std::string line =
+            fmt::format("step {:>{}}/{}  loss {:.4f}  lr {:.2e}  grad_norm {:.3f}  {:.1f} ms", step,
+                        width, config.steps, stats.loss, stats.lr, stats.grad_norm, step_ms);
+        if (stats.skipped) line += fmt::format("  skipped (fp16 overflow at scale {})", stats.loss_scale);
+        std::cout << line << std::endl;
       }
       if (metrics) {
         ordered_json line = {{"step", step},
@@ -205,6 +207,10 @@ int train(const zest::TrainConfig& config, const std::string& metrics_path) {
                              {"lr", shortest(stats.lr)},
                              {"grad_norm", shortest(stats.grad_norm)},
                              {"step_ms", std::round(step_ms * 1000.0) / 1000.0}};
+        if (config.engine.loss_scale.enabled) {
+          line["loss_scale"] = stats.loss_scale;
+          line["skipped"] = stats.skipped;
+        }
         metrics->stream() << line.dump() << '\n';
       }
     }
