@@ -15,6 +15,7 @@ const char* error_kind_name(ErrorKind kind) {
     case ErrorKind::kPeerFailure: return "peer failure";
     case ErrorKind::kCommMismatch: return "collective mismatch";
     case ErrorKind::kDevice: return "device";
+    case ErrorKind::kIo: return "i/o";
     case ErrorKind::kInternal: return "internal";
   }
   return "unknown";

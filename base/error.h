@@ -19,6 +19,7 @@ enum class ErrorKind {
   kPeerFailure,    // another rank failed, so this collective cannot complete
   kCommMismatch,   // ranks called different collectives, counts or dtypes
   kDevice,         // a CUDA / NCCL / MPI call failed
+  kIo,             // the OS could not read or write a file (disk full, permissions, I/O error)
   kInternal,       // a broken invariant inside zest
 };
 

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "kernels/blocked_loop.h"
 #include "kernels/dispatch.h"
 
 namespace zest {
@@ -15,24 +16,31 @@ void check_shape(const char* kernel, std::int64_t rows, std::int64_t cols) {
   }
 }
 
+// Restrict holds on function parameters, where GCC honours it (not on locals in a lambda).
+inline void add_into(float* __restrict out, const float* __restrict in, std::size_t n) {
+  for (std::size_t j = 0; j < n; ++j) out[j] += in[j];
+}
+
 }  // namespace
 
 namespace cpu {
 
 void add_bias(float* y, const float* bias, std::int64_t rows, std::int64_t cols) {
   for (std::int64_t r = 0; r < rows; ++r) {
-    float* __restrict row = y + r * cols;
-    const float* __restrict b = bias;
-    for (std::int64_t j = 0; j < cols; ++j) row[j] += b[j];
+    float* row = y + r * cols;
+    for_each_block(static_cast<std::size_t>(cols), [&](std::size_t offset, std::size_t n) {
+      add_into(row + offset, bias + offset, n);
+    });
   }
 }
 
 // Row by row, so dy is read once in memory order and the sums stay in dbias (cache-resident).
 void bias_grad(const float* dy, float* dbias, std::int64_t rows, std::int64_t cols) {
   for (std::int64_t r = 0; r < rows; ++r) {
-    const float* __restrict row = dy + r * cols;
-    float* __restrict sum = dbias;
-    for (std::int64_t j = 0; j < cols; ++j) sum[j] += row[j];
+    const float* row = dy + r * cols;
+    for_each_block(static_cast<std::size_t>(cols), [&](std::size_t offset, std::size_t n) {
+      add_into(dbias + offset, row + offset, n);
+    });
   }
 }
 

@@ -29,7 +29,18 @@ struct EngineOptions {
   float gradient_clipping = 0.0f;   // global-norm clip; 0 = off
   int gradient_accumulation_steps = 1;  // micro-batches per step
   std::size_t shard_alignment = kDefaultShardAlignment;  // elements
-  std::size_t gather_slots = 2;     // stage 3: ring of gathered units (2 = overlap one ahead)
+  // Communication overlap (DeepSpeed's zero_optimization keys). With overlap_comm false every
+  // collective waits for the compute before it and compute waits for it: the serialized
+  // schedule, for comparison and debugging. Results are bit-identical either way.
+  bool overlap_comm = true;
+  // Stages 0-1: units' gradients are reduced together once this many elements have been
+  // produced by backward (whole units; DeepSpeed's default 5e8 means once, at the end, for most
+  // models). Stages 2-3 reduce each unit as its backward ends: only shards may outlive it.
+  std::size_t reduce_bucket_size = 500000000;
+  // Stage 3: the ring holds enough units to gather this many elements ahead of compute, but
+  // never fewer than two sets (a unit with its borrowed units, computing and being gathered).
+  std::size_t stage3_prefetch_bucket_size = 0;
+  std::size_t gather_slots = 2;     // stage 3: the minimum ring size, in units
   // The dtype parameters and gradients are stored in (bf16.enabled / fp16.enabled). With a
   // 2-byte type the optimizer keeps fp32 master weights; on the CPU device units still compute
   // in fp32 (the engine hands them fp32 copies and folds their fp32 gradients back).

@@ -120,6 +120,7 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
   }
   activations_.resize(units_.size());
   optimizer_done_ = context.device.create_event();
+  serialize_ = context.device.create_event();
   parameters_ready_ = context.device.create_event();
   allocate_state();
   initialize_parameters();
@@ -158,8 +159,11 @@ void ZeroTrainer::allocate_state() {
     most_borrowed = std::max(most_borrowed, unit.borrowed.size());
   }
   if (stage == 3) {
-    // One set of units computing plus one set being gathered ahead.
-    const std::size_t slots = std::max(options_.gather_slots, 2 * (1 + most_borrowed));
+    // One set of units computing plus one set being gathered ahead, at least; more when the
+    // prefetch size asks to gather further ahead, but never more than there are units.
+    const std::size_t minimum = std::max(options_.gather_slots, 2 * (1 + most_borrowed));
+    const std::size_t ahead = (options_.stage3_prefetch_bucket_size + largest_unit - 1) / largest_unit;
+    const std::size_t slots = std::max(minimum, std::min(1 + ahead, units_.size() + most_borrowed));
     ring_ = std::make_unique<GatherRing>(context_.device, largest_unit, options_.compute_dtype,
                                          slots);
   }
@@ -194,8 +198,22 @@ void ZeroTrainer::initialize_parameters() {
 }
 
 void* ZeroTrainer::acquire_params(FlatUnit& unit) {
-  if (ring_) return ring_->acquire(unit, context_.comm, context_.compute, context_.communicator);
-  return unit.params.data();
+  if (!ring_) return unit.params.data();
+  // Gathers run on the prefetch stream, so in backward they do not queue behind the
+  // reduce-scatters on the comm stream.
+  if (!options_.overlap_comm) wait_for_compute(context_.prefetch);
+  void* params = ring_->acquire(unit, context_.prefetch, context_.compute, context_.communicator);
+  return params;
+}
+
+void ZeroTrainer::wait_for_compute(Stream& stream) {
+  context_.compute.record(*serialize_);
+  stream.wait(*serialize_);
+}
+
+void ZeroTrainer::compute_waits_for(Stream& stream) {
+  stream.record(*serialize_);
+  context_.compute.wait(*serialize_);
 }
 
 void ZeroTrainer::release_params(FlatUnit& unit) {
@@ -266,6 +284,21 @@ void ZeroTrainer::finish_call(FlatUnit& unit, CallViews& views) {
   release_params(unit);
 }
 
+std::shared_ptr<std::int64_t> ZeroTrainer::trace_begin() {
+  if (!context_.trace) return nullptr;
+  auto begin = std::make_shared<std::int64_t>(0);
+  context_.compute.enqueue([begin] { *begin = TraceRecorder::now_us(); });
+  return begin;
+}
+
+void ZeroTrainer::trace_end(const std::shared_ptr<std::int64_t>& begin, std::string name) {
+  if (!begin) return;
+  context_.compute.enqueue([begin, trace = context_.trace, rank = context_.rank,
+                            name = std::move(name)] {
+    trace->add({rank, "compute", name, *begin, TraceRecorder::now_us(), -1});
+  });
+}
+
 void ZeroTrainer::release_on(Stream& stream, Buffer buffer) {
   if (buffer.empty()) return;
   auto owned = std::make_shared<Buffer>(std::move(buffer));
@@ -297,24 +330,40 @@ void ZeroTrainer::run_forward(const Batch& batch) {
   for (FlatUnit& unit : units_) {
     CallViews views = prepare_call(unit, false);
     Context context(*this, unit, batch, views);
+    auto begin = trace_begin();
     unit.unit->forward(context);
+    trace_end(begin, "forward " + unit.layout.unit_name());
     finish_call(unit, views);
   }
 }
 
 void ZeroTrainer::run_backward(const Batch& batch, bool reduce_now) {
+  std::vector<int> bucket;  // units whose gradients wait to be reduced together
+  std::size_t bucket_elements = 0;
   for (int u = static_cast<int>(units_.size()) - 1; u >= 0; --u) {
     FlatUnit& unit = units_[u];
     CallViews views = prepare_call(unit, true);
     Context context(*this, unit, batch, views);
+    auto begin = trace_begin();
     unit.unit->backward(context);
+    trace_end(begin, "backward " + unit.layout.unit_name());
     finish_call(unit, views);
     // This unit's output and the gradient it received are no longer needed.
     release_on(context_.compute, std::move(activations_[u].output));
     if (u + 1 < static_cast<int>(units_.size())) {
       release_on(context_.compute, std::move(activations_[u + 1].grad_input));
     }
-    if (reduce_now) reduce_gradients(unit);
+    if (!reduce_now) continue;
+    bucket.push_back(u);
+    bucket_elements += unit.layout.flat_length();
+    // Stages 2-3 reduce every unit at once (only its shard may outlive its backward); stages
+    // 0-1 wait until the bucket holds reduce_bucket_size elements or backward is done.
+    if (options_.stage >= 2 || bucket_elements >= options_.reduce_bucket_size || u == 0) {
+      for (int member : bucket) reduce_gradients(units_[member]);
+      bucket.clear();
+      bucket_elements = 0;
+      if (!options_.overlap_comm) compute_waits_for(context_.comm);
+    }
   }
   release_on(context_.compute, std::move(activations_[0].grad_input));
 }

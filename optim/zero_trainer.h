@@ -69,6 +69,10 @@ class ZeroTrainer final : public Trainer {
   // (gathered at stage 3).
   void* acquire_params(FlatUnit& unit);
   void release_params(FlatUnit& unit);
+  // overlap_comm false: `stream` starts after the compute enqueued so far / compute waits for
+  // what `stream` has enqueued so far.
+  void wait_for_compute(Stream& stream);
+  void compute_waits_for(Stream& stream);
   // The full flat gradient buffer backward accumulates into (a bucket at stages 2-3).
   void* gradient_target(FlatUnit& unit);
   float* fp32_params(void* params, std::size_t count, CallViews& views);
@@ -79,6 +83,10 @@ class ZeroTrainer final : public Trainer {
   void run_backward(const Batch& batch, bool reduce_now);
   void reduce_gradients(FlatUnit& unit);
   void release_on(Stream& stream, Buffer buffer);
+  // Timeline (when the world records a trace): the compute work enqueued between the two calls
+  // becomes one slice.
+  std::shared_ptr<std::int64_t> trace_begin();
+  void trace_end(const std::shared_ptr<std::int64_t>& begin, std::string name);
 
   // zero_trainer_step.cc
   struct LocalGradientState {
@@ -105,6 +113,7 @@ class ZeroTrainer final : public Trainer {
   std::deque<int> buckets_in_flight_;  // units whose bucket the comm stream has yet to free
   static constexpr std::size_t kLiveBuckets = 2;
   std::unique_ptr<Event> optimizer_done_;
+  std::unique_ptr<Event> serialize_;  // overlap_comm false: orders compute and communication
   std::unique_ptr<Event> parameters_ready_;
   int micro_batches_ = 0;  // since the last step
   double loss_sum_ = 0.0;  // this rank's micro-batch losses since the last step

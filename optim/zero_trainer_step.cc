@@ -83,7 +83,9 @@ void ZeroTrainer::apply_optimizer(float lr, float grad_scale) {
   args.lr = lr;
   args.step = ++optimizer_steps_;
   args.grad_scale = grad_scale;
+  auto begin = trace_begin();
   for (FlatUnit& unit : units_) update_unit(unit, args);
+  trace_end(begin, "optimizer");
   zero_gradients();
 }
 
@@ -135,6 +137,9 @@ void ZeroTrainer::zero_gradients() {
 void ZeroTrainer::gather_updated_parameters() {
   context_.compute.record(*optimizer_done_);
   context_.comm.wait(*optimizer_done_);
+  // Note: stage 3 gathers run on the prefetch stream; the next step's must read the shards this
+  // step's optimizer wrote, not race it.
+  context_.prefetch.wait(*optimizer_done_);
   if (options_.stage == 1 || options_.stage == 2) {
     for (FlatUnit& unit : units_) {
       const std::size_t shard = unit.layout.shard_length();

@@ -1,6 +1,7 @@
 #include "runtime/local_communicator.h"
 
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "base/error.h"
@@ -30,6 +31,14 @@ const char* reduction_name(Reduction reduction) {
 
 const char* byte_pointer(const void* p, std::size_t offset) {
   return static_cast<const char*>(p) + offset;
+}
+
+// The bytes a collective moves, as nccl-tests count its size: the whole gathered or scattered
+// buffer for all_gather and reduce_scatter, the buffer for all_reduce and broadcast.
+std::size_t moved_bytes(const LocalCall& call, int world_size) {
+  const std::size_t bytes = call.count * dtype_size(call.dtype);
+  if (call.op == "all_gather" || call.op == "reduce_scatter") return bytes * world_size;
+  return bytes;
 }
 
 }  // namespace
@@ -177,7 +186,11 @@ std::vector<std::unique_ptr<LocalCommunicator>> LocalCommunicator::create_group(
 void LocalCommunicator::enqueue_collective(
     Stream& stream, LocalCall call, void (*move)(int rank, const std::vector<LocalCall>& calls)) {
   const std::uint64_t sequence = next_sequence_++;
-  stream.enqueue([group = group_, rank = rank_, sequence, call = std::move(call), move] {
+  const std::string track = stream_role(stream.name());
+  stream.enqueue([group = group_, rank = rank_, sequence, call = std::move(call), move,
+                  delay = delay_, trace = trace_, track] {
+    if (delay.count() > 0) std::this_thread::sleep_for(delay);
+    const std::int64_t begin = trace ? TraceRecorder::now_us() : 0;
     const std::vector<LocalCall>& calls = group->arrive(rank, sequence, call);
     try {
       move(rank, calls);
@@ -186,6 +199,10 @@ void LocalCommunicator::enqueue_collective(
       throw;
     }
     group->leave(rank, sequence);
+    if (trace) {
+      trace->add({rank, track, call.op + " #" + std::to_string(sequence), begin,
+                  TraceRecorder::now_us(), static_cast<std::int64_t>(moved_bytes(call, group->world_size()))});
+    }
   });
 }
 
@@ -194,6 +211,7 @@ void LocalCommunicator::all_gather(Stream& stream, const void* send, void* recv,
   enqueue_collective(stream, {"all_gather", count, dtype, Reduction::kSum, 0, send, recv},
                      [](int rank, const std::vector<LocalCall>& calls) {
                        const std::size_t bytes = calls[rank].count * dtype_size(calls[rank].dtype);
+                       if (bytes == 0) return;  // empty buffers may be null: no memcpy
                        char* recv = static_cast<char*>(calls[rank].recv);
                        for (std::size_t q = 0; q < calls.size(); ++q) {
                          char* destination = recv + q * bytes;
@@ -249,7 +267,7 @@ void LocalCommunicator::broadcast(Stream& stream, void* buffer, std::size_t coun
   enqueue_collective(stream, {"broadcast", count, dtype, Reduction::kSum, root, buffer, buffer},
                      [](int rank, const std::vector<LocalCall>& calls) {
                        const LocalCall& mine = calls[rank];
-                       if (rank == mine.root) return;
+                       if (rank == mine.root || mine.count == 0) return;
                        std::memcpy(mine.recv, calls[mine.root].send,
                                    mine.count * dtype_size(mine.dtype));
                      });

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/communicator.h"
+#include "runtime/trace.h"
 
 namespace zest {
 
@@ -79,6 +80,11 @@ class LocalCommunicator final : public Communicator {
  public:
   LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank);
 
+  // Debug: sleep this long before each collective starts (see WorldOptions::collective_delay).
+  void set_delay(std::chrono::milliseconds delay) { delay_ = delay; }
+  // Records each collective as a slice on its stream's track (null: no tracing).
+  void set_trace(TraceRecorder* trace) { trace_ = trace; }
+
   int rank() const override { return rank_; }
   int world_size() const override { return group_->world_size(); }
   std::chrono::milliseconds timeout() const override { return group_->timeout(); }
@@ -106,6 +112,8 @@ class LocalCommunicator final : public Communicator {
   std::shared_ptr<LocalGroup> group_;
   const int rank_;
   std::uint64_t next_sequence_ = 0;
+  std::chrono::milliseconds delay_{0};
+  TraceRecorder* trace_ = nullptr;
 };
 
 }  // namespace zest

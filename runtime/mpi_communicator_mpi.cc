@@ -6,6 +6,7 @@
 #include <array>
 #include <climits>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -256,7 +257,9 @@ struct MpiCommunicator::Shared {
   }
 
   std::string seconds_text() const {
-    return std::to_string(static_cast<double>(timeout.count()) / 1000.0) + " s";
+    char text[32];
+    std::snprintf(text, sizeof text, "%g s", static_cast<double>(timeout.count()) / 1000.0);
+    return text;
   }
 
   // Polls `request` until it completes. Past the deadline: a kCommTimeout naming the collective.

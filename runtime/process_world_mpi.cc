@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/error.h"
@@ -56,7 +57,8 @@ void run_process_rank(const WorldOptions& options, const DetectedWorld& world,
     auto compute = device.create_stream(prefix + "compute");
     auto comm = device.create_stream(prefix + "comm");
     auto prefetch = device.create_stream(prefix + "prefetch");
-    RankContext context{rank, world.size, device, *compute, *comm, *prefetch, communicator};
+    RankContext context{rank,      world.size,   device,      *compute, *comm,
+                        *prefetch, communicator, options.trace.get()};
     work(context);
     context.synchronize();
   } catch (const std::exception& error) {
@@ -67,6 +69,9 @@ void run_process_rank(const WorldOptions& options, const DetectedWorld& world,
     // (their queued collectives could only wait out the timeout); MPI_Abort ends every process,
     // and the launcher exits with this status.
     std::cerr << options.program << ": error: " << failure.what() << std::endl;
+    // Note: the launcher forwards each process's stderr asynchronously, and MPI_Abort tears the
+    // job down at once: without a pause the one line that says what failed is often lost.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
     MpiProcess::get().abort(is_input_error(failure.kind()) ? 2 : 1);
   }
 }

@@ -1,5 +1,6 @@
 #include "runtime/world.h"
 
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -15,9 +16,19 @@
 namespace zest {
 
 void RankContext::synchronize() const {
-  compute.synchronize();
-  comm.synchronize();
-  prefetch.synchronize();
+  // Note: a stream that waited on an event of a failed stream fails with a peer failure that
+  // only echoes the cause. Every stream is synchronized and a stream's own failure is raised
+  // before such an echo, so an OutOfMemory on comm is not reported as compute's peer failure.
+  std::optional<Error> echo;
+  for (Stream* stream : {&compute, &comm, &prefetch}) {
+    try {
+      stream->synchronize();
+    } catch (const Error& error) {
+      if (error.kind() != ErrorKind::kPeerFailure) throw;
+      if (!echo) echo = error;
+    }
+  }
+  if (echo) raise(*echo);
 }
 
 namespace {
@@ -29,6 +40,13 @@ constexpr const char* kBackends = "local, mpi, auto";
 constexpr bool kHaveMpi = false;
 constexpr const char* kBackends = "local, auto";
 #endif
+
+// The configured debug delay, or ZEST_DEBUG_COLLECTIVE_DELAY_MS from the environment.
+std::chrono::milliseconds collective_delay(const WorldOptions& options) {
+  if (options.collective_delay.count() > 0) return options.collective_delay;
+  const char* text = std::getenv("ZEST_DEBUG_COLLECTIVE_DELAY_MS");
+  return std::chrono::milliseconds(text ? std::atol(text) : 0);
+}
 
 }  // namespace
 
@@ -105,7 +123,8 @@ void run_rank(int rank, const WorldOptions& options, LocalCommunicator& communic
     auto compute = device.create_stream(prefix + "compute");
     auto comm = device.create_stream(prefix + "comm");
     auto prefetch = device.create_stream(prefix + "prefetch");
-    RankContext context{rank, options.ranks, device, *compute, *comm, *prefetch, communicator};
+    RankContext context{rank, options.ranks, device, *compute, *comm, *prefetch, communicator,
+                        options.trace.get()};
     try {
       work(context);
       context.synchronize();
@@ -128,6 +147,10 @@ void World::run(const std::function<void(RankContext&)>& work) const {
   if (detected_.processes) return detail::run_process_rank(options_, detected_, work);
 #endif
   auto communicators = LocalCommunicator::create_group(options_.ranks, options_.timeout);
+  for (auto& communicator : communicators) {
+    communicator->set_delay(collective_delay(options_));
+    communicator->set_trace(options_.trace.get());
+  }
   FirstFailure failures;
   std::vector<std::thread> threads;
   threads.reserve(options_.ranks);

@@ -17,6 +17,7 @@
 #include "memory/allocator.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
+#include "runtime/trace.h"
 #include "runtime/world_detection.h"
 
 namespace zest {
@@ -27,6 +28,12 @@ struct WorldOptions {
   DeviceKind device = DeviceKind::kCpu;
   std::size_t device_memory = kUnlimitedCapacity;  // per rank, bytes
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // Debug: every collective sleeps this long before it starts, to widen race windows in tests
+  // (config debug.collective_delay_ms, or env ZEST_DEBUG_COLLECTIVE_DELAY_MS when this is 0).
+  std::chrono::milliseconds collective_delay{0};
+  // When set, every rank's streams record their collectives and the engine its units' compute
+  // here (log.trace / wall_clock_breakdown).
+  std::shared_ptr<TraceRecorder> trace;
   // Names the program in the line a failing process prints before it ends a multi-process job:
   // "<program>: error: rank 2: ...".
   std::string program = "zest";
@@ -42,9 +49,11 @@ struct RankContext {
   Stream& comm;
   Stream& prefetch;
   Communicator& communicator;
+  TraceRecorder* trace = nullptr;  // null unless WorldOptions::trace is set
 
   Allocator& allocator() const { return device.allocator(); }
-  // Waits for all of this rank's streams; throws the first stream error.
+  // Waits for all of this rank's streams; throws a stream's own error before a peer failure
+  // that only echoes it (a stream that waited on a failed stream's event).
   void synchronize() const;
 };
 

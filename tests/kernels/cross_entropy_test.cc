@@ -38,7 +38,8 @@ Problem random_problem(std::int64_t rows, std::int64_t classes, float spread, fl
 // log-sum-exp and softmax of one row in float64, with the row max subtracted.
 double row_lse(const Problem& p, std::int64_t r) {
   double max = -INFINITY, sum = 0.0;
-  for (std::int64_t j = 0; j < p.classes; ++j) max = std::max(max, double{p.logits[r * p.classes + j]});
+  for (std::int64_t j = 0; j < p.classes; ++j)
+    max = std::max(max, double{p.logits[r * p.classes + j]});
   for (std::int64_t j = 0; j < p.classes; ++j) sum += std::exp(p.logits[r * p.classes + j] - max);
   return max + std::log(sum);
 }

@@ -43,8 +43,7 @@ void expect_matches_reference(const Case& c) {
   const std::vector<float> a = random_vector(c.m * c.k, 1), b = random_vector(c.k * c.n, 2);
   std::vector<float> out = random_vector(c.m * c.n, 3);
   const std::vector<float> before = out;
-  cpu::matmul(c.trans_a, c.trans_b, c.m, c.n, c.k, c.alpha, a.data(), b.data(), c.beta,
-              out.data());
+  cpu::matmul(c.trans_a, c.trans_b, c.m, c.n, c.k, c.alpha, a.data(), b.data(), c.beta, out.data());
   for (std::int64_t i = 0; i < c.m; ++i) {
     for (std::int64_t j = 0; j < c.n; ++j) {
       double sum = 0.0, magnitude = 0.0;

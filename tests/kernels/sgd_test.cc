@@ -112,7 +112,7 @@ TEST(SgdKernel, NesterovDiffersFromPlainMomentum) {
   cpu::sgd(a.data(), g.data(), buf_a.data(), 8, args);
   args.nesterov = true;
   cpu::sgd(b.data(), g.data(), buf_b.data(), 8, args);
-  EXPECT_FLOAT_EQ(a[0], 1.0f - 0.05f * 0.5f);                // buf = g
+  EXPECT_FLOAT_EQ(a[0], 1.0f - 0.05f * 0.5f);                  // buf = g
   EXPECT_FLOAT_EQ(b[0], 1.0f - 0.05f * (0.5f + 0.9f * 0.5f));  // g + momentum * buf
 }
 

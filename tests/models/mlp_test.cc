@@ -82,8 +82,8 @@ struct Data {
   Batch batch() {
     Batch b;
     const auto rows = static_cast<std::int64_t>(targets.size());
-    b.inputs = Tensor{inputs.data(), {rows, static_cast<std::int64_t>(inputs.size()) / rows},
-                      DType::kFloat32};
+    b.inputs = Tensor{
+        inputs.data(), {rows, static_cast<std::int64_t>(inputs.size()) / rows}, DType::kFloat32};
     b.targets = Tensor{targets.data(), {rows}, DType::kInt32};
     return b;
   }
@@ -99,8 +99,7 @@ Data make_data(std::int64_t rows, std::int64_t features, std::int64_t classes) {
 }
 
 Reference make_reference(UnitHarness& harness, const MlpConfig& config, const Data& data) {
-  Reference reference{config.sizes, {}, {}, {data.inputs.begin(), data.inputs.end()},
-                      data.targets};
+  Reference reference{config.sizes, {}, {}, {data.inputs.begin(), data.inputs.end()}, data.targets};
   for (std::size_t u = 0; u < harness.unit_count(); ++u) {
     const Tensor w = harness.param(u, 0), b = harness.param(u, 1);
     reference.weights.emplace_back(w.as<float>(), w.as<float>() + w.numel());

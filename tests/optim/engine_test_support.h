@@ -44,6 +44,9 @@ struct RunSpec {
   float lr = 0.0f;  // 0: the optimizer's default for the test
   // Called on every rank after each step with (rank, step index, stats); may inspect the trainer.
   std::function<void(int, int, const StepStats&, Trainer&)> after_step;
+  // Adjust the engine's and the world's options beyond the fields above.
+  std::function<void(EngineOptions&)> configure_engine;
+  std::function<void(WorldOptions&)> configure_world;
   // Builds the model for a rank (default: the MLP of `sizes`).
   std::function<std::unique_ptr<Module>(int rank)> make_model;
 };
@@ -87,6 +90,7 @@ inline RunResult run_mlp(const RunSpec& spec) {
   WorldOptions world_options;
   world_options.ranks = spec.world;
   world_options.timeout = std::chrono::seconds(60);
+  if (spec.configure_world) spec.configure_world(world_options);
   World world(world_options);
   world.run([&](RankContext& context) {
     std::unique_ptr<Module> model = spec.make_model ? spec.make_model(context.rank)
@@ -95,6 +99,7 @@ inline RunResult run_mlp(const RunSpec& spec) {
     options.compute_dtype = spec.compute_dtype;
     options.communication_dtype = spec.communication_dtype;
     options.loss_scale = spec.loss_scale;
+    if (spec.configure_engine) spec.configure_engine(options);
     options.stage = spec.stage;
     options.gradient_accumulation_steps = spec.accumulation;
     options.gradient_clipping = spec.clipping;

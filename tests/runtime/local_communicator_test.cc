@@ -526,6 +526,19 @@ TEST(LocalCommunicator, PrefetchAndCommRunConcurrently) {
   }
 }
 
+TEST(LocalCommunicator, ZeroCountCollectivesAreNoOps) {
+  // An empty bucket still takes part in the collective order; nothing is read or written.
+  std::vector<float> untouched(4, 5.0f);
+  run_world(3, [&](RankContext& context) {
+    Communicator& comm = context.communicator;
+    comm.all_gather(context.comm, nullptr, nullptr, 0, DType::kFloat32);
+    comm.reduce_scatter(context.comm, nullptr, nullptr, 0, DType::kBFloat16, Reduction::kMean);
+    comm.all_reduce(context.comm, nullptr, nullptr, 0, DType::kFloat32, Reduction::kSum);
+    comm.broadcast(context.comm, nullptr, 0, DType::kFloat32, 1);
+  });
+  EXPECT_EQ(untouched, std::vector<float>(4, 5.0f));
+}
+
 TEST(LocalCommunicator, CreateGroupMakesOneCommunicatorPerRank) {
   auto communicators = LocalCommunicator::create_group(5, milliseconds(1000));
   ASSERT_EQ(communicators.size(), 5u);

@@ -170,6 +170,54 @@ TEST(World, OutOfMemoryOnAStreamSurfacesAsOutOfMemory) {
   }
 }
 
+TEST(World, StreamFailureKeepsItsKindWhenAnotherStreamWaitedOnIt) {
+  // The comm stream runs out of memory; compute waits on an event recorded after it and so
+  // fails too, as an echo. What run() raises is the cause, with its type, not compute's echo.
+  WorldOptions options = options_with_ranks(2);
+  options.device_memory = 4096;
+  World world(options);
+  try {
+    world.run([](RankContext& context) {
+      if (context.rank != 1) return;
+      Allocator& allocator = context.allocator();
+      auto gathered = context.device.create_event();
+      context.comm.enqueue([&allocator] {
+        Buffer buffer = allocator.allocate(8192, Category::kGather);
+      });
+      context.comm.record(*gathered);
+      context.compute.wait(*gathered);
+      context.compute.enqueue([] {});
+      context.synchronize();  // while the event is alive
+    });
+    FAIL() << "expected OutOfMemory";
+  } catch (const OutOfMemory& error) {
+    EXPECT_THAT(error.what(), HasSubstr("rank 1"));
+    EXPECT_THAT(error.what(), HasSubstr("gather"));
+  } catch (const Error& error) {
+    FAIL() << "the cause lost its type: " << error_kind_name(error.kind()) << ": " << error.what();
+  }
+}
+
+TEST(World, InputErrorOnOneStreamIsNotReportedAsAPeerFailure) {
+  World world(options_with_ranks(2));
+  try {
+    world.run([](RankContext& context) {
+      if (context.rank != 0) return;
+      auto loaded = context.device.create_event();
+      context.prefetch.enqueue([] { throw Error(ErrorKind::kData, "shard 2: bad magic"); });
+      context.prefetch.record(*loaded);
+      context.compute.wait(*loaded);
+      context.comm.wait(*loaded);
+      context.synchronize();
+    });
+    FAIL() << "expected an Error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kData) << error.what();
+    EXPECT_THAT(error.what(), HasSubstr("rank 0"));
+    EXPECT_THAT(error.what(), HasSubstr("bad magic"));
+  }
+}
+
 TEST(World, ExceptionInARankIsRaisedByRunNamingTheRank) {
   World world(options_with_ranks(4));
   try {

@@ -83,7 +83,8 @@ class UnitHarness {
     for (std::size_t p = 0; p < state.specs.size(); ++p) {
       const ParamSpec& spec = state.specs[p];
       const std::size_t count = Tensor{nullptr, spec.shape, DType::kFloat32}.numel();
-      state.params.push_back(device_.allocator().allocate(count * sizeof(float), Category::kParams));
+      state.params.push_back(
+          device_.allocator().allocate(count * sizeof(float), Category::kParams));
       state.grads.push_back(device_.allocator().allocate(count * sizeof(float), Category::kGrads));
       fill_initial_values(spec.init, seed, index, p, 0, count, state.params.back().as<float>());
       device_.fill_zero(*stream_, state.grads.back().data(), state.grads.back().bytes());
@@ -150,7 +151,9 @@ class UnitHarness::Context final : public UnitContext {
     return h_.view(borrowed_unit(borrowed), index, true);
   }
 
-  Tensor input() override { return index_ == 0 ? batch_.inputs : h_.units_[index_ - 1].output_view; }
+  Tensor input() override {
+    return index_ == 0 ? batch_.inputs : h_.units_[index_ - 1].output_view;
+  }
   Tensor make_output(const std::vector<std::int64_t>& shape, DType dtype) override {
     require(!backward_, "make_output() is for forward");
     return h_.allocate_view(self().output, self().output_view, shape, dtype);

@@ -158,6 +158,47 @@ TEST(TrainConfig, RecordsDeepSpeedOverlapKeys) {
   EXPECT_EQ(parsed.zero_overlap.overlap_comm, true);
   EXPECT_EQ(parsed.zero_overlap.contiguous_gradients, false);
   EXPECT_EQ(parsed.zero_overlap.stage3_max_live_parameters, 1000000000);
+  EXPECT_EQ(parsed.engine.overlap_comm, true);
+  EXPECT_EQ(parsed.engine.reduce_bucket_size, 500000000u);
+  EXPECT_EQ(parsed.engine.stage3_prefetch_bucket_size, 0u);
+
+  config["zero_optimization"] = json::parse(R"({"stage": 3, "overlap_comm": false,
+                                                "stage3_prefetch_bucket_size": 4096})");
+  const TrainConfig serialized = parse_train_config(config);
+  EXPECT_FALSE(serialized.engine.overlap_comm);
+  EXPECT_EQ(serialized.engine.stage3_prefetch_bucket_size, 4096u);
+  EXPECT_EQ(serialized.json["zero_optimization"]["reduce_bucket_size"],
+            EngineOptions{}.reduce_bucket_size);
+}
+
+TEST(TrainConfig, MixedPrecisionUsesDeepSpeedKeys) {
+  json config = base_config();
+  EXPECT_EQ(parse_train_config(config).engine.compute_dtype, DType::kFloat32);
+  config["bf16"] = json::parse(R"({"enabled": true})");
+  config["communication_data_type"] = "bf16";
+  TrainConfig parsed = parse_train_config(config);
+  EXPECT_EQ(parsed.engine.compute_dtype, DType::kBFloat16);
+  EXPECT_EQ(parsed.engine.communication_dtype, DType::kBFloat16);
+  EXPECT_FALSE(parsed.engine.loss_scale.enabled);
+
+  config.erase("bf16");
+  config["fp16"] = json::parse(R"({"enabled": true, "initial_scale_power": 12, "hysteresis": 3})");
+  parsed = parse_train_config(config);
+  EXPECT_EQ(parsed.engine.compute_dtype, DType::kFloat16);
+  EXPECT_TRUE(parsed.engine.loss_scale.enabled);
+  EXPECT_EQ(parsed.engine.loss_scale.initial_scale_power, 12);
+  EXPECT_EQ(parsed.engine.loss_scale.hysteresis, 3);
+  EXPECT_EQ(parsed.json["fp16"]["loss_scale_window"], 1000);
+
+  config["bf16"] = json::parse(R"({"enabled": true})");
+  EXPECT_THAT(config_error(config), HasSubstr("fp16.enabled: true needs bf16.enabled false"));
+  config.erase("bf16");
+  config["fp16"]["min_loss_scale"] = 0;
+  EXPECT_THAT(config_error(config), HasSubstr("fp16.min_loss_scale: must be a number > 0, got 0"));
+  config["fp16"].erase("min_loss_scale");
+  config["communication_data_type"] = "int8";
+  EXPECT_THAT(config_error(config),
+              HasSubstr("communication_data_type: must be fp32, bf16 or fp16, got \"int8\""));
 }
 
 // ---- batch sizes: DeepSpeed's rule ------------------------------------------------------------

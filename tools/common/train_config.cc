@@ -491,8 +491,8 @@ void parse_zero(Block& root, TrainConfig& out) {
   }
   out.engine.stage = static_cast<int>(value);
 
-  // Recorded for the overlap issue (see ZeroOverlapConfig); validated now so a bad value fails
-  // early rather than when they start to matter.
+  // The overlap keys: those the engine implements are passed on (and their defaults shown in
+  // the resolved config); the rest are recorded (see ZeroOverlapConfig).
   auto size = [&](const char* key, std::int64_t minimum) -> std::optional<std::int64_t> {
     const json* v = block.find(key);
     if (v == nullptr) return std::nullopt;
@@ -503,11 +503,21 @@ void parse_zero(Block& root, TrainConfig& out) {
     if (v == nullptr) return std::nullopt;
     return read_bool(*v, block.path(key));
   };
-  out.zero_overlap.reduce_bucket_size = size("reduce_bucket_size", 1);
-  out.zero_overlap.allgather_bucket_size = size("allgather_bucket_size", 1);
-  out.zero_overlap.overlap_comm = flag("overlap_comm");
-  out.zero_overlap.stage3_prefetch_bucket_size = size("stage3_prefetch_bucket_size", 0);
-  out.zero_overlap.stage3_max_live_parameters = size("stage3_max_live_parameters", 1);
+  ZeroOverlapConfig& overlap = out.zero_overlap;
+  overlap.overlap_comm = read_bool(block.get_or("overlap_comm", out.engine.overlap_comm),
+                                   block.path("overlap_comm"));
+  overlap.reduce_bucket_size = read_integer_at_least(
+      block.get_or("reduce_bucket_size", out.engine.reduce_bucket_size),
+      block.path("reduce_bucket_size"), 1);
+  overlap.stage3_prefetch_bucket_size = read_integer_at_least(
+      block.get_or("stage3_prefetch_bucket_size", out.engine.stage3_prefetch_bucket_size),
+      block.path("stage3_prefetch_bucket_size"), 0);
+  out.engine.overlap_comm = *overlap.overlap_comm;
+  out.engine.reduce_bucket_size = static_cast<std::size_t>(*overlap.reduce_bucket_size);
+  out.engine.stage3_prefetch_bucket_size =
+      static_cast<std::size_t>(*overlap.stage3_prefetch_bucket_size);
+  overlap.allgather_bucket_size = size("allgather_bucket_size", 1);
+  overlap.stage3_max_live_parameters = size("stage3_max_live_parameters", 1);
   out.zero_overlap.contiguous_gradients = flag("contiguous_gradients");
 }
 

@@ -34,9 +34,13 @@ struct DataConfig {
   std::int64_t classes = 0;   // == model.sizes[last]
 };
 
-// Note: DeepSpeed's zero_optimization keys for overlapping communication with compute are
-// accepted and recorded here so that existing DeepSpeed configs load; the overlap issue gives
-// them effect. Nothing reads them yet.
+// DeepSpeed's zero_optimization keys for overlapping communication with compute, as given
+// (defaults filled in where the engine has one). overlap_comm, reduce_bucket_size and
+// stage3_prefetch_bucket_size are also passed on in EngineOptions.
+// Note: allgather_bucket_size, stage3_max_live_parameters and contiguous_gradients are accepted
+// and recorded so that existing DeepSpeed configs load, but nothing reads them yet: the engine
+// gathers whole units (stage 3 sizes its ring from stage3_prefetch_bucket_size) and its gradient
+// buffers are always contiguous.
 struct ZeroOverlapConfig {
   std::optional<std::int64_t> reduce_bucket_size;           // elements
   std::optional<std::int64_t> allgather_bucket_size;        // elements
@@ -50,8 +54,8 @@ struct TrainConfig {
   nlohmann::json json;  // resolved: overrides applied, defaults filled in
 
   WorldOptions world;
-  // stage, seed, gradient_clipping, gradient_accumulation_steps, and the dtypes and loss
-  // scaling of the bf16 / fp16 / communication_data_type keys
+  // stage, seed, gradient_clipping, gradient_accumulation_steps, the overlap keys it implements,
+  // and the dtypes and loss scaling of the bf16 / fp16 / communication_data_type keys
   EngineOptions engine;
   OptimizerOptions optimizer;
   ModelConfig model;

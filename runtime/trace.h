@@ -1,0 +1,53 @@
+// A timeline of what each rank's streams ran: one slice per collective and per unit's forward
+// or backward, written as Chrome Trace Event Format JSON (one process per rank, one track per
+// stream) that Perfetto and chrome://tracing load. Thread-safe: every stream of every rank adds
+// to one recorder. Recording costs two clock reads and a locked push per slice.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace zest {
+
+class TraceRecorder {
+ public:
+  struct Slice {
+    int rank = 0;
+    std::string track;  // the stream's role: "compute", "comm", "prefetch"
+    std::string name;
+    std::int64_t begin_us = 0;
+    std::int64_t end_us = 0;
+    std::int64_t bytes = -1;  // moved by a collective; -1 when not a collective
+  };
+
+  // Per rank: time busy computing, time busy communicating (comm and prefetch streams, their
+  // union), and how much of the communicating time had compute running at the same moment.
+  struct Overlap {
+    double compute_ms = 0.0;
+    double comm_ms = 0.0;
+    double hidden_fraction = 0.0;  // of comm time, under compute
+  };
+
+  // Microseconds on a steady clock shared by every recorder in the process.
+  static std::int64_t now_us();
+
+  void add(Slice slice);
+  std::vector<Slice> slices() const;
+
+  // Writes the trace atomically (temporary file, then rename). Throws a kData Error naming the
+  // file when it cannot be written.
+  void write(const std::string& path) const;
+  std::vector<Overlap> overlap(int ranks) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<Slice> slices_;
+};
+
+// The role of a stream from its name ("rank 2 comm" → "comm").
+std::string stream_role(const std::string& stream_name);
+
+}  // namespace zest

@@ -1,0 +1,160 @@
+// zest-ckpt: looks into, checks and converts zest checkpoints without training.
+//
+//   zest-ckpt inspect DIR                                    a human summary
+//   zest-ckpt verify  DIR                                    every shard file's size and checksum
+//   zest-ckpt export  DIR --out FILE.safetensors [--dtype fp32|bf16|fp16]
+//   zest-ckpt reshard DIR --world M [--stage T] --out DIR2   rewrite for M ranks
+//
+// DIR is a checkpoint directory (step-<N>/) or a checkpoint root whose `latest` names one.
+// Errors print one line, "zest-ckpt: error: <message>", and exit 2 for bad input (usage, a
+// missing or malformed checkpoint) and 1 for failures at run time — a checksum mismatch found
+// by verify among them, since the input was well-formed and its data went bad.
+#include <cstdint>
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "memory/allocator.h"
+#include "optim/checkpoint_export.h"
+#include "optim/checkpoint_files.h"
+#include "optim/checkpoint_manifest.h"
+#include "optim/checkpoint_reader.h"
+#include "optim/checkpoint_reshard.h"
+#include "optim/checkpoint_source.h"
+
+namespace {
+
+constexpr const char* kProgram = "zest-ckpt";
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+int inspect(const std::string& path) {
+  const std::string dir = zest::resolve_checkpoint(path);
+  const zest::CheckpointManifest m = zest::read_manifest(dir);
+  std::uint64_t bytes = 0;
+  std::size_t parameters = 0;
+  for (const zest::CheckpointFile& f : m.files) bytes += f.bytes;
+  for (const zest::CheckpointUnit& u : m.units) parameters += u.numel;
+  std::cout << fmt::format("checkpoint {}\n", dir);
+  std::cout << fmt::format("  format version {}, written by zest {}\n", m.format_version,
+                           m.zest_version);
+  std::cout << fmt::format("  step {} (optimizer steps {}), world size {}, stage {}, compute {}\n",
+                           m.step, m.counters.optimizer_steps, m.world_size, m.stage,
+                           zest::dtype_name(m.compute_dtype));
+  const zest::LossScalerState& s = m.counters.loss_scaler;
+  std::cout << fmt::format("  loss scale {} (skipped steps {})\n", s.scale, s.skipped);
+  std::cout << fmt::format("  {} parameters in {} units; state tensors:", parameters,
+                           m.units.size());
+  for (const zest::CheckpointTensor& t : m.tensors) {
+    std::cout << fmt::format(" {} ({})", t.name, zest::dtype_name(t.dtype));
+  }
+  std::cout << '\n';
+  if (!m.extra.empty()) std::cout << "  extra: " << m.extra.dump() << '\n';
+  std::cout << fmt::format("  {:<20} {:>12} {:>12} {:>12}\n", "unit", "numel", "flat", "shard");
+  for (const zest::CheckpointUnit& u : m.units) {
+    std::cout << fmt::format("  {:<20} {:>12} {:>12} {:>12}\n", u.name, u.numel, u.flat_length,
+                             u.shard_length);
+    for (const zest::CheckpointParam& p : u.params) {
+      std::cout << fmt::format("    {:<18} {:>12} at {:<10} {}\n", p.name, p.numel, p.offset,
+                               shape_text(p.shape));
+    }
+  }
+  std::cout << fmt::format("  files ({} in all):\n", zest::format_bytes(bytes));
+  for (const zest::CheckpointFile& f : m.files) {
+    std::cout << fmt::format("    {:<14} {:>12} bytes  xxh3 {}\n", f.name, f.bytes,
+                             zest::hex_digest(f.xxh3));
+  }
+  return 0;
+}
+
+int verify(const std::string& path) {
+  const zest::CheckpointSource source(zest::resolve_checkpoint(path));
+  for (int rank = 0; rank < source.manifest().world_size; ++rank) {
+    try {
+      source.verify(rank);
+    } catch (const zest::Error& error) {
+      // A file that is present but whose bytes went bad: the data failed, not the command.
+      throw zest::Error(zest::ErrorKind::kIo, error.what());
+    }
+    std::cout << fmt::format("{}: ok\n", source.manifest().files[static_cast<std::size_t>(rank)].name);
+  }
+  std::cout << fmt::format("{}: {} files verified\n", source.dir(), source.manifest().world_size);
+  return 0;
+}
+
+// One line, whatever the message holds.
+int fail(std::string message, int status) {
+  for (char& c : message) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  std::cerr << kProgram << ": error: " << message << std::endl;
+  return status;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"Inspects, verifies, exports and reshards zest checkpoints.", kProgram};
+  app.require_subcommand(1);
+  std::string dir, out, dtype = "fp32";
+  int world = 0;
+  std::optional<int> stage;
+
+  CLI::App* inspect_command = app.add_subcommand("inspect", "print a summary of a checkpoint");
+  inspect_command->add_option("DIR", dir, "checkpoint directory, or a root with `latest`")->required();
+  CLI::App* verify_command = app.add_subcommand("verify", "check every shard file's checksum");
+  verify_command->add_option("DIR", dir, "checkpoint directory, or a root with `latest`")->required();
+  CLI::App* export_command =
+      app.add_subcommand("export", "write the full parameters as one safetensors file");
+  export_command->add_option("DIR", dir, "checkpoint directory, or a root with `latest`")->required();
+  export_command->add_option("--out", out, "the .safetensors file to write")->required();
+  export_command->add_option("--dtype", dtype, "fp32, bf16 or fp16")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  CLI::App* reshard_command =
+      app.add_subcommand("reshard", "rewrite a checkpoint for another world size");
+  reshard_command->add_option("DIR", dir, "checkpoint directory, or a root with `latest`")->required();
+  reshard_command->add_option("--world", world, "the new world size")->required()
+      ->check(CLI::PositiveNumber);
+  reshard_command->add_option("--stage", stage, "the stage recorded for the new run")
+      ->check(CLI::Range(0, 3));
+  reshard_command->add_option("--out", out, "the new checkpoint directory (must not exist)")
+      ->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    if (error.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(error);
+    return fail(std::string(error.what()) + " (see --help)", 2);
+  }
+
+  if (*inspect_command) return inspect(dir);
+  if (*verify_command) return verify(dir);
+  if (*export_command) {
+    const zest::ExportResult result =
+        zest::export_safetensors(dir, out, zest::parse_dtype(dtype));
+    std::cout << fmt::format("{}: {} tensors, {} parameters ({} from {})\n", result.path,
+                             result.tensors, result.parameters, dtype, result.taken_from);
+    return 0;
+  }
+  const zest::ReshardResult result = zest::reshard_checkpoint(dir, out, world, stage);
+  std::cout << fmt::format("{}: {} ranks, stage {}, {}\n", result.path, result.world_size,
+                           result.stage, zest::format_bytes(result.bytes));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const zest::Error& error) {
+    return fail(error.what(), zest::is_input_error(error.kind()) ? 2 : 1);
+  } catch (const std::exception& error) {
+    return fail(error.what(), 1);
+  } catch (...) {
+    return fail("unknown failure", 1);
+  }
+}
