@@ -91,6 +91,22 @@ std::vector<std::string> prune(const std::string& root, const std::string& kept,
   return warnings;
 }
 
+// Removes a directory when destroyed, unless released (or given no path).
+class TemporaryDirectory {
+ public:
+  TemporaryDirectory() = default;
+  ~TemporaryDirectory() {
+    if (!path_.empty()) remove_directory_quietly(path_);
+  }
+  TemporaryDirectory(const TemporaryDirectory&) = delete;
+  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
+  void hold(std::string path) { path_ = std::move(path); }
+  void release() { path_.clear(); }
+
+ private:
+  std::string path_;
+};
+
 // Whether <root>/latest names `step` (it may, when only the fsync after its rename failed).
 bool names(const std::string& root, const std::string& step) {
   try {
@@ -123,6 +139,9 @@ SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
   }
 
   // Phase 1: rank 0 makes the temporary directory; its name reaches every rank.
+  // Note: rank 0 removes it on any way out but publishing it — also when a collective throws
+  // because a peer failed or timed out.
+  TemporaryDirectory guard;
   PhaseRecord record;
   std::optional<Error> failure;
   if (leader) {
@@ -136,6 +155,7 @@ SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
       remove_leftovers(root);
       const std::string temporary = ".tmp-" + final_name + "-" + random_tag();
       make_directory(join(root, temporary));
+      guard.hold(join(root, temporary));
       record.set_text(temporary);
     });
   }
@@ -153,9 +173,6 @@ SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
     record.xxh3 = digest.xxh3;
   });
   const std::vector<PhaseRecord> written = exchange_records(context, record);
-  bool any_failed = false;
-  for (const PhaseRecord& r : written) any_failed = any_failed || r.failed;
-  if (any_failed && leader) remove_directory_quietly(temporary);
   raise_if_failed(written, failure, what);
 
   // Phase 3: rank 0 writes the manifest, publishes the directory, then moves `latest`.
@@ -187,11 +204,11 @@ SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
       fsync_directory(temporary);
       replaced = publish_directory(temporary, saved.path);
       published = true;
+      guard.release();
       fsync_directory(root);
       replace_file_atomically(root, "latest", final_name + "\n", &budget);
       record.bytes = total;
     });
-    if (failure && !published) remove_directory_quietly(temporary);
     // Not yet named by `latest`: a step directory that is not the last good checkpoint goes too
     // (unless it replaced one of the same step, which `latest` may already name).
     if (failure && published && !replaced && !names(root, final_name)) {

@@ -135,8 +135,11 @@ void ZeroTrainer::zero_gradients() {
 }
 
 void ZeroTrainer::gather_updated_parameters() {
+  // Both gathering streams must see the updated shards: comm gathers them back now (stages
+  // 1-2), prefetch gathers them for the next forward (stage 3).
   context_.compute.record(*optimizer_done_);
   context_.comm.wait(*optimizer_done_);
+  context_.prefetch.wait(*optimizer_done_);
   // Note: stage 3 gathers run on the prefetch stream; the next step's must read the shards this
   // step's optimizer wrote, not race it.
   context_.prefetch.wait(*optimizer_done_);

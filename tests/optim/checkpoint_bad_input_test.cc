@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "base/error.h"
 #include "optim/checkpoint_files.h"
 #include "optim/checkpoint_manifest.h"
 #include "tests/optim/checkpoint_test_support.h"

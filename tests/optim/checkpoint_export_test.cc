@@ -6,6 +6,7 @@
 #include <cstring>
 #include <tuple>
 
+#include "base/error.h"
 #include "optim/checkpoint_export.h"
 #include "optim/safetensors.h"
 #include "tests/optim/checkpoint_test_support.h"

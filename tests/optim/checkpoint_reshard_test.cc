@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "base/dtype.h"
+#include "base/error.h"
 #include "optim/checkpoint_manifest.h"
 #include "optim/checkpoint_reshard.h"
 #include "tests/optim/checkpoint_test_support.h"
