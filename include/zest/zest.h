@@ -7,5 +7,28 @@
 #include "base/dtype.h"
 #include "base/error.h"
 
-// Each layer adds its public headers here as they land (runtime/, memory/, kernels/, optim/,
-// models/, data/), keeping the order of the layers: lower floors first.
+// memory/: accounting allocators, buffers, views, the flat shard layout.
+#include "memory/allocator.h"
+#include "memory/category.h"
+#include "memory/shard_layout.h"
+#include "memory/tensor.h"
+
+// runtime/: devices, streams, events, communicators, the world of ranks, the timeline.
+#include "runtime/communicator.h"
+#include "runtime/device.h"
+#include "runtime/stream.h"
+#include "runtime/trace.h"
+#include "runtime/world.h"
+
+// optim/: the Module contract, optimizers, schedules, loss scaling, the ZeRO engine.
+#include "optim/engine.h"
+#include "optim/loss_scaler.h"
+#include "optim/lr_schedule.h"
+#include "optim/module.h"
+#include "optim/optimizer.h"
+
+// models/ and data/: built-in models and token sources.
+#include "data/token_batches.h"
+#include "data/token_data.h"
+#include "models/gpt.h"
+#include "models/mlp.h"
