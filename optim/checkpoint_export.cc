@@ -28,7 +28,8 @@ ExportResult export_safetensors(const std::string& source_path, const std::strin
   source.verify_all();
   const CheckpointManifest& manifest = source.manifest();
   const int master = manifest.find_tensor("master");
-  const std::size_t tensor = static_cast<std::size_t>(master >= 0 ? master : manifest.find_tensor("params"));
+  const std::size_t tensor =
+      static_cast<std::size_t>(master >= 0 ? master : manifest.find_tensor("params"));
 
   struct Piece {
     std::size_t unit;

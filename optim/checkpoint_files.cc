@@ -36,8 +36,8 @@ std::optional<std::uint64_t> checkpoint_fault_from_environment() {
   errno = 0;
   const unsigned long long value = std::strtoull(text, &end, 10);
   if (errno != 0 || *end != '\0') {
-    throw Error(ErrorKind::kUsage, std::string(kCheckpointFaultVariable) + "='" + text +
-                                       "' is not a byte count");
+    throw Error(ErrorKind::kUsage,
+                std::string(kCheckpointFaultVariable) + "='" + text + "' is not a byte count");
   }
   return value;
 }
@@ -53,9 +53,12 @@ std::optional<std::uint64_t> parse_hex_digest(const std::string& text) {
   std::uint64_t value = 0;
   for (char c : text) {
     int digit;
-    if (c >= '0' && c <= '9') digit = c - '0';
-    else if (c >= 'a' && c <= 'f') digit = c - 'a' + 10;
-    else return std::nullopt;
+    if (c >= '0' && c <= '9')
+      digit = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      digit = c - 'a' + 10;
+    else
+      return std::nullopt;
     value = value << 4 | static_cast<std::uint64_t>(digit);
   }
   return value;
@@ -166,7 +169,8 @@ FileDigest ReadOnlyFile::digest() const {
   std::uint64_t offset = 0;
   try {
     while (offset < size_) {
-      const std::size_t now = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, size_ - offset));
+      const std::size_t now =
+          static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, size_ - offset));
       read(offset, chunk.data(), now);
       XXH3_64bits_update(state, chunk.data(), now);
       offset += now;
@@ -247,7 +251,8 @@ bool remove_directory_quietly(const std::string& path) {
   std::error_code error;
   if (!fs::exists(fs::symlink_status(path, error))) return true;
   const fs::path source(path);
-  fs::path doomed = source.parent_path() / (".trash-" + source.filename().string() + "-" + random_tag());
+  fs::path doomed =
+      source.parent_path() / (".trash-" + source.filename().string() + "-" + random_tag());
   fs::rename(source, doomed, error);
   if (error) doomed = source;
   fs::remove_all(doomed, error);

@@ -1,9 +1,9 @@
 #include "optim/checkpoint_manifest.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "base/error.h"
 #include "optim/checkpoint_files.h"
@@ -75,8 +75,9 @@ class Fields {
     throw Error(ErrorKind::kCheckpoint, source_ + ": " + path(key) + " " + what);
   }
   [[noreturn]] void fail(const std::string& what) const {
-    throw Error(ErrorKind::kCheckpoint,
-                source_ + ": " + (path_.empty() ? std::string("the manifest") : path_) + " " + what);
+    throw Error(
+        ErrorKind::kCheckpoint,
+        source_ + ": " + (path_.empty() ? std::string("the manifest") : path_) + " " + what);
   }
 
  private:
@@ -200,9 +201,8 @@ CheckpointManifest manifest_from_json(const json& value, const std::string& sour
   m.counters.optimizer_steps = counters.integer("optimizer_steps");
   const Fields scaler(counters.object("loss_scaler"), source, "counters.loss_scaler");
   m.counters.loss_scaler.scale = static_cast<float>(scaler.number("scale"));
-  m.counters.loss_scaler.hysteresis_left =
-      static_cast<int>(scaler.integer("hysteresis_left", std::numeric_limits<int>::min(),
-                                      std::numeric_limits<int>::max()));
+  m.counters.loss_scaler.hysteresis_left = static_cast<int>(scaler.integer(
+      "hysteresis_left", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
   m.counters.loss_scaler.iteration = scaler.integer("iteration");
   m.counters.loss_scaler.last_overflow = scaler.integer("last_overflow", -1);
   m.counters.loss_scaler.skipped = scaler.integer("skipped");
@@ -228,7 +228,8 @@ CheckpointManifest manifest_from_json(const json& value, const std::string& sour
     unit.shard_length = static_cast<std::size_t>(f.integer("shard_length", 1));
     if (unit.flat_length != unit.shard_length * static_cast<std::size_t>(m.world_size) ||
         unit.flat_length < unit.numel) {
-      f.fail("has flat_length " + std::to_string(unit.flat_length) + ", which is not world_size × "
+      f.fail("has flat_length " + std::to_string(unit.flat_length) +
+             ", which is not world_size × "
              "shard_length >= numel");
     }
     const json& params = f.array("params");
@@ -257,14 +258,16 @@ CheckpointManifest manifest_from_json(const json& value, const std::string& sour
 
   const json& files = top.array("files");
   if (files.size() != static_cast<std::size_t>(m.world_size)) {
-    top.fail_key("files", fmt::format("lists {} files for world_size {}", files.size(), m.world_size));
+    top.fail_key("files",
+                 fmt::format("lists {} files for world_size {}", files.size(), m.world_size));
   }
   for (std::size_t r = 0; r < files.size(); ++r) {
     const Fields f(files[r], source, fmt::format("files[{}]", r));
     CheckpointFile file;
     file.name = f.string("name");
     if (file.name != rank_file_name(static_cast<int>(r))) {
-      f.fail_key("name", "is '" + file.name + "', expected '" + rank_file_name(static_cast<int>(r)) + "'");
+      f.fail_key("name",
+                 "is '" + file.name + "', expected '" + rank_file_name(static_cast<int>(r)) + "'");
     }
     file.bytes = static_cast<std::uint64_t>(f.integer("bytes"));
     const auto hash = parse_hex_digest(f.string("xxh3"));
@@ -302,8 +305,8 @@ std::uint64_t write_manifest(const std::string& dir, const CheckpointManifest& m
 std::vector<CheckpointUnit> describe_units(const std::vector<ShardLayout>& layouts) {
   std::vector<CheckpointUnit> units;
   for (const ShardLayout& layout : layouts) {
-    CheckpointUnit unit{layout.unit_name(), layout.numel(), layout.flat_length(),
-                        layout.shard_length(), {}};
+    CheckpointUnit unit{
+        layout.unit_name(), layout.numel(), layout.flat_length(), layout.shard_length(), {}};
     for (const ParamSlot& slot : layout.params()) {
       unit.params.push_back({slot.name, slot.shape, slot.offset, slot.numel});
     }
@@ -327,13 +330,15 @@ std::vector<std::string> model_differences(const std::vector<CheckpointUnit>& ch
     const CheckpointUnit& saved = checkpoint[u];
     const ShardLayout& here = model[u];
     if (saved.name != here.unit_name()) {
-      add(fmt::format("unit {}: '{}' in the checkpoint, '{}' here", u, saved.name, here.unit_name()));
+      add(fmt::format("unit {}: '{}' in the checkpoint, '{}' here", u, saved.name,
+                      here.unit_name()));
       continue;
     }
     const auto& params = here.params();
     for (std::size_t p = 0; p < std::max(saved.params.size(), params.size()); ++p) {
       if (p >= params.size()) {
-        add(fmt::format("{}.{}: in the checkpoint, not in this model", saved.name, saved.params[p].name));
+        add(fmt::format("{}.{}: in the checkpoint, not in this model", saved.name,
+                        saved.params[p].name));
       } else if (p >= saved.params.size()) {
         add(fmt::format("{}.{}: in this model, not in the checkpoint", saved.name, params[p].name));
       } else if (saved.params[p].name != params[p].name) {

@@ -1,10 +1,10 @@
 #include "optim/checkpoint_reader.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <optional>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "base/error.h"
 #include "optim/checkpoint_agreement.h"
@@ -25,8 +25,7 @@ std::string tensor_names(const std::vector<std::string>& names) {
 // must be this optimizer's (the same number of states).
 void check_fits(const CheckpointSource& source, Trainer& trainer) {
   const CheckpointManifest& manifest = source.manifest();
-  const std::vector<std::string> differences =
-      model_differences(manifest.units, trainer.layouts());
+  const std::vector<std::string> differences = model_differences(manifest.units, trainer.layouts());
   if (!differences.empty()) {
     throw Error(ErrorKind::kCheckpoint,
                 fmt::format("checkpoint {} was saved from another model: {}", source.dir(),
@@ -39,8 +38,8 @@ void check_fits(const CheckpointSource& source, Trainer& trainer) {
   for (const StateShard& shard : trainer.state_shards(0)) {
     if (shard.name.rfind("optimizer.", 0) == 0) wanted_states.push_back(shard.name);
     if (source.source_for(shard.name, shard.dtype) < 0) {
-      throw Error(ErrorKind::kCheckpoint, "checkpoint " + source.dir() +
-                                              " has no state tensor for '" + shard.name + "'");
+      throw Error(ErrorKind::kCheckpoint,
+                  "checkpoint " + source.dir() + " has no state tensor for '" + shard.name + "'");
     }
   }
   if (saved_states != wanted_states) {

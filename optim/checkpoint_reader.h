@@ -9,9 +9,8 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "optim/engine.h"
 #include "runtime/world.h"

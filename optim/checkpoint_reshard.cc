@@ -34,8 +34,8 @@ std::vector<ShardLayout> layouts_for(const CheckpointManifest& manifest, int wor
 ReshardResult reshard_checkpoint(const std::string& source_path, const std::string& out,
                                  int world_size, std::optional<int> stage) {
   if (world_size < 1) {
-    throw Error(ErrorKind::kUsage, "the new world size must be at least 1, not " +
-                                       std::to_string(world_size));
+    throw Error(ErrorKind::kUsage,
+                "the new world size must be at least 1, not " + std::to_string(world_size));
   }
   if (stage && (*stage < 0 || *stage > 3)) {
     throw Error(ErrorKind::kUsage, "the stage must be 0, 1, 2 or 3, not " + std::to_string(*stage));

@@ -20,7 +20,7 @@ struct ReshardResult {
 // `source`: a checkpoint directory or a root with `latest`. `out` must not exist; it becomes a
 // checkpoint directory. The shard alignment is the source's. kUsage Error for a world size below
 // 1, a stage outside 0-3, or an existing `out`.
-ReshardResult reshard_checkpoint(const std::string& source, const std::string& out,
-                                 int world_size, std::optional<int> stage = std::nullopt);
+ReshardResult reshard_checkpoint(const std::string& source, const std::string& out, int world_size,
+                                 std::optional<int> stage = std::nullopt);
 
 }  // namespace zest

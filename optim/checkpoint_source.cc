@@ -1,11 +1,11 @@
 #include "optim/checkpoint_source.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "base/error.h"
 #include "kernels/convert.h"
@@ -29,7 +29,8 @@ const ReadOnlyFile& CheckpointSource::file(int rank) const {
   auto& slot = files_.at(static_cast<std::size_t>(rank));
   if (!slot) {
     const std::string path =
-        (std::filesystem::path(dir_) / manifest_.files[static_cast<std::size_t>(rank)].name).string();
+        (std::filesystem::path(dir_) / manifest_.files[static_cast<std::size_t>(rank)].name)
+            .string();
     if (!std::filesystem::exists(path)) {
       throw Error(ErrorKind::kCheckpoint, path + ": missing (the manifest lists it)");
     }
@@ -85,7 +86,8 @@ void CheckpointSource::read(std::size_t unit, std::size_t tensor, std::size_t be
     const int rank = static_cast<int>(e / u.shard_length);
     const std::size_t within = e % u.shard_length;
     const std::size_t count = std::min(stored_end - e, u.shard_length - within);
-    const std::uint64_t offset = manifest_.block_offset(unit, tensor) + std::uint64_t{within} * saved_size;
+    const std::uint64_t offset =
+        manifest_.block_offset(unit, tensor) + std::uint64_t{within} * saved_size;
     char* target = out + (e - begin) * wanted_size;
     if (saved.dtype == type) {
       file(rank).read(offset, target, count * saved_size);
@@ -110,7 +112,8 @@ int CheckpointSource::source_for(const std::string& name, DType type) const {
   const int params = manifest_.find_tensor("params");
   const int master = manifest_.find_tensor("master");
   if (name == "params") {
-    if (manifest_.tensors[static_cast<std::size_t>(params)].dtype == type || master < 0) return params;
+    if (manifest_.tensors[static_cast<std::size_t>(params)].dtype == type || master < 0)
+      return params;
     return master;
   }
   if (name == "master") return master >= 0 ? master : params;

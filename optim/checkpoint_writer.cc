@@ -1,13 +1,12 @@
 #include "optim/checkpoint_writer.h"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-
-#include <fmt/format.h>
 
 #include "base/error.h"
 #include "optim/checkpoint_agreement.h"
@@ -26,7 +25,8 @@ std::string join(const std::string& dir, const std::string& name) {
 // The state tensors every unit must expose alike: unit 0's names and dtypes.
 std::vector<CheckpointTensor> state_tensors(Trainer& trainer) {
   std::vector<CheckpointTensor> tensors;
-  for (const StateShard& shard : trainer.state_shards(0)) tensors.push_back({shard.name, shard.dtype});
+  for (const StateShard& shard : trainer.state_shards(0))
+    tensors.push_back({shard.name, shard.dtype});
   return tensors;
 }
 
@@ -43,8 +43,8 @@ FileDigest write_rank_file(Trainer& trainer, const std::vector<CheckpointTensor>
                                    return s.name == t.name && s.dtype == t.dtype;
                                  });
     if (!same) {
-      throw Error(ErrorKind::kInternal, "unit '" + layouts[u].unit_name() +
-                                            "' exposes other state tensors than unit 0");
+      throw Error(ErrorKind::kInternal,
+                  "unit '" + layouts[u].unit_name() + "' exposes other state tensors than unit 0");
     }
     for (const StateShard& shard : shards) {
       if (shard.end - shard.begin != layouts[u].shard_length()) {
@@ -135,7 +135,8 @@ SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
 
   std::optional<std::uint64_t> budget;
   if (options.fail_rank < 0 || options.fail_rank == context.rank) {
-    budget = options.fail_after_bytes ? options.fail_after_bytes : checkpoint_fault_from_environment();
+    budget =
+        options.fail_after_bytes ? options.fail_after_bytes : checkpoint_fault_from_environment();
   }
 
   // Phase 1: rank 0 makes the temporary directory; its name reaches every rank.

@@ -1,15 +1,15 @@
 #include "optim/safetensors.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
-#include <set>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "base/error.h"
 #include "kernels/convert.h"
@@ -37,7 +37,8 @@ std::uint64_t read_u64_le(const unsigned char* bytes) {
 }
 
 std::uint64_t json_offset(const json& value, const std::string& source, const std::string& where) {
-  if (!value.is_number_unsigned() && !(value.is_number_integer() && value.get<std::int64_t>() >= 0)) {
+  if (!value.is_number_unsigned() &&
+      !(value.is_number_integer() && value.get<std::int64_t>() >= 0)) {
     invalid(source, where + " must hold non-negative integers");
   }
   return value.get<std::uint64_t>();
@@ -62,17 +63,23 @@ std::size_t safetensors_dtype_size(const std::string& dtype) {
 
 const char* safetensors_dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return "F32";
-    case DType::kBFloat16: return "BF16";
-    case DType::kFloat16: return "F16";
-    case DType::kFloat64: return "F64";
-    case DType::kInt32: return "I32";
+    case DType::kFloat32:
+      return "F32";
+    case DType::kBFloat16:
+      return "BF16";
+    case DType::kFloat16:
+      return "F16";
+    case DType::kFloat64:
+      return "F64";
+    case DType::kInt32:
+      return "I32";
   }
   return "?";
 }
 
 std::optional<DType> dtype_from_safetensors(const std::string& dtype) {
-  for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kFloat64, DType::kInt32}) {
+  for (DType d :
+       {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kFloat64, DType::kInt32}) {
     if (dtype == safetensors_dtype_name(d)) return d;
   }
   return std::nullopt;
@@ -159,9 +166,9 @@ SafetensorsHeader parse_safetensors_header(std::string_view text, std::uint64_t 
   std::uint64_t next = 0;
   for (const SafetensorsTensor& tensor : result.tensors) {
     if (tensor.begin != next) {
-      invalid(source, fmt::format("tensor '{}' starts at byte {} of the data, not at {} ({})",
-                                  tensor.name, tensor.begin, next,
-                                  tensor.begin < next ? "overlap" : "gap"));
+      invalid(source,
+              fmt::format("tensor '{}' starts at byte {} of the data, not at {} ({})", tensor.name,
+                          tensor.begin, next, tensor.begin < next ? "overlap" : "gap"));
     }
     next = tensor.end;
   }
@@ -183,12 +190,13 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
   file.read(0, length_bytes, 8);
   const std::uint64_t length = read_u64_le(length_bytes);
   if (length > kMaxHeaderBytes || length > file.size() - 8) {
-    invalid(path_, fmt::format("header length {} does not fit the file ({} bytes)", length,
-                               file.size()));
+    invalid(path_,
+            fmt::format("header length {} does not fit the file ({} bytes)", length, file.size()));
   }
   if (length % 8 != 0) {
     invalid(path_, fmt::format("header length {} is not a multiple of 8 (the data must start "
-                               "8-byte aligned)", length));
+                               "8-byte aligned)",
+                               length));
   }
   std::string text(static_cast<std::size_t>(length), '\0');
   file.read(8, text.data(), text.size());
@@ -274,8 +282,8 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
     std::filesystem::rename(temporary, target);
   } catch (const std::filesystem::filesystem_error& error) {
     std::remove(temporary.c_str());
-    throw Error(ErrorKind::kIo, "cannot rename " + temporary + " to " + path + ": " +
-                                    error.code().message());
+    throw Error(ErrorKind::kIo,
+                "cannot rename " + temporary + " to " + path + ": " + error.code().message());
   } catch (...) {
     std::remove(temporary.c_str());
     throw;

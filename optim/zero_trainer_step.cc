@@ -140,9 +140,6 @@ void ZeroTrainer::gather_updated_parameters() {
   context_.compute.record(*optimizer_done_);
   context_.comm.wait(*optimizer_done_);
   context_.prefetch.wait(*optimizer_done_);
-  // Note: stage 3 gathers run on the prefetch stream; the next step's must read the shards this
-  // step's optimizer wrote, not race it.
-  context_.prefetch.wait(*optimizer_done_);
   if (options_.stage == 1 || options_.stage == 2) {
     for (FlatUnit& unit : units_) {
       const std::size_t shard = unit.layout.shard_length();

@@ -18,8 +18,8 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::ScratchDirectory;
-using testing::TrainSpec;
 using testing::train_mlp;
+using testing::TrainSpec;
 
 namespace fs = std::filesystem;
 
@@ -65,8 +65,10 @@ TEST_F(CheckpointBadInput, AnotherModelListsTheDifferences) {
   const Error error = load_error({13, 30, 17, 7});
   EXPECT_EQ(error.kind(), ErrorKind::kCheckpoint);
   EXPECT_THAT(error.what(), HasSubstr("another model"));
-  EXPECT_THAT(error.what(), HasSubstr("layer0.weight: shape [31, 13] in the checkpoint, [30, 13] here"));
-  EXPECT_THAT(error.what(), HasSubstr("layer1.weight: shape [17, 31] in the checkpoint, [17, 30] here"));
+  EXPECT_THAT(error.what(),
+              HasSubstr("layer0.weight: shape [31, 13] in the checkpoint, [30, 13] here"));
+  EXPECT_THAT(error.what(),
+              HasSubstr("layer1.weight: shape [17, 31] in the checkpoint, [17, 30] here"));
 
   const Error fewer = load_error({13, 31, 7});
   EXPECT_THAT(fewer.what(), HasSubstr("the checkpoint has 3 units, this model 2"));
@@ -171,15 +173,16 @@ TEST_P(CheckpointDiskFull, LeavesThePreviousCheckpointUntouched) {
 
 // Rank files of this model are a few KiB: 100 bytes fails inside a shard file; rank 0 with a
 // budget just above its shard fails writing the manifest or `latest`.
-INSTANTIATE_TEST_SUITE_P(
-    Points, CheckpointDiskFull,
-    ::testing::Values(std::make_tuple(1, std::uint64_t{100}), std::make_tuple(0, std::uint64_t{0}),
-                      std::make_tuple(-1, std::uint64_t{4096})),
-    [](const auto& info) {
-      const int rank = std::get<0>(info.param);
-      return (rank < 0 ? std::string("every_rank") : "rank" + std::to_string(rank)) + "_after_" +
-             std::to_string(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Points, CheckpointDiskFull,
+                         ::testing::Values(std::make_tuple(1, std::uint64_t{100}),
+                                           std::make_tuple(0, std::uint64_t{0}),
+                                           std::make_tuple(-1, std::uint64_t{4096})),
+                         [](const auto& info) {
+                           const int rank = std::get<0>(info.param);
+                           return (rank < 0 ? std::string("every_rank")
+                                            : "rank" + std::to_string(rank)) +
+                                  "_after_" + std::to_string(std::get<1>(info.param));
+                         });
 
 TEST_F(CheckpointBadInput, DiskFullWhileWritingTheManifestOrLatest) {
   TrainSpec spec;

@@ -4,6 +4,7 @@
 // several world sizes). The child is this test binary itself, running the one test that only
 // works when the environment names its directory.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
@@ -18,8 +19,6 @@
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "tests/optim/checkpoint_test_support.h"
 
 extern char** environ;
@@ -28,8 +27,8 @@ namespace zest {
 namespace {
 
 using testing::ScratchDirectory;
-using testing::TrainSpec;
 using testing::train_mlp;
+using testing::TrainSpec;
 
 namespace fs = std::filesystem;
 
@@ -102,8 +101,8 @@ TEST(CheckpointCrash, LatestAlwaysLoadsAfterSigkill) {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(
-        std::uniform_int_distribution<int>(0, 300'000)(random)));
+    std::this_thread::sleep_for(
+        std::chrono::microseconds(std::uniform_int_distribution<int>(0, 300'000)(random)));
     ::kill(pid, SIGKILL);
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
@@ -111,7 +110,8 @@ TEST(CheckpointCrash, LatestAlwaysLoadsAfterSigkill) {
         << "the child ended by itself (status " << status << "):\n"
         << testing::read_whole_file(log);
 
-    for (const auto& entry : fs::directory_iterator(root, std::error_code())) {
+    std::error_code listing;
+    for (const auto& entry : fs::directory_iterator(root, listing)) {
       if (entry.path().filename().string().rfind(".tmp-", 0) == 0) {
         ++killed_mid_save;
         break;

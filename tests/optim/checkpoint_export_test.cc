@@ -1,13 +1,14 @@
 // Exporting a checkpoint consolidates its shards into one safetensors file, by the model's
 // parameter names, that the strict reader accepts and whose values are the trainer's own
 // full parameters — from any world size and stage, in fp32 and in bf16 (master weights).
+#include "optim/checkpoint_export.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <tuple>
 
 #include "base/error.h"
-#include "optim/checkpoint_export.h"
 #include "optim/safetensors.h"
 #include "tests/optim/checkpoint_test_support.h"
 
@@ -15,9 +16,9 @@ namespace zest {
 namespace {
 
 using testing::ScratchDirectory;
+using testing::train_mlp;
 using testing::TrainResult;
 using testing::TrainSpec;
-using testing::train_mlp;
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
@@ -87,9 +88,9 @@ TEST(CheckpointExportErrors, ACorruptCheckpointWritesNothing) {
   spec.save_at = 1;
   train_mlp(spec);
   testing::flip_byte(scratch.path("ckpt") + "/step-1/rank-1.bin", 7);
-  EXPECT_THROW(export_safetensors(scratch.path("ckpt"), scratch.path("out.safetensors"),
-                                  DType::kFloat32),
-               Error);
+  EXPECT_THROW(
+      export_safetensors(scratch.path("ckpt"), scratch.path("out.safetensors"), DType::kFloat32),
+      Error);
   EXPECT_FALSE(std::filesystem::exists(scratch.path("out.safetensors")));
 }
 

@@ -1,5 +1,7 @@
 // A checkpoint saved at one world size and stage resumes at another — resharded at load, or
 // offline by reshard_checkpoint — and the continued run matches the uninterrupted one.
+#include "optim/checkpoint_reshard.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,16 +11,15 @@
 #include "base/dtype.h"
 #include "base/error.h"
 #include "optim/checkpoint_manifest.h"
-#include "optim/checkpoint_reshard.h"
 #include "tests/optim/checkpoint_test_support.h"
 
 namespace zest {
 namespace {
 
 using testing::ScratchDirectory;
+using testing::train_mlp;
 using testing::TrainResult;
 using testing::TrainSpec;
-using testing::train_mlp;
 
 // 1e-6 relative, as in engine_parity_test: the runs differ only in the order fp32 sums are taken
 // across ranks (about 1e-7 relative per step), which a few steps of Adam do not amplify past
@@ -29,7 +30,8 @@ constexpr double kAbsolute = 1e-7;
 void expect_close_runs(const TrainResult& reference, const TrainResult& resumed) {
   for (const auto& [step, loss] : resumed.losses) {
     const float expected = reference.losses.at(step);
-    EXPECT_NEAR(expected, loss, kRelative * std::abs(expected) + kAbsolute) << "loss at step " << step;
+    EXPECT_NEAR(expected, loss, kRelative * std::abs(expected) + kAbsolute)
+        << "loss at step " << step;
   }
   ASSERT_EQ(reference.params.size(), resumed.params.size());
   for (const auto& [name, values] : reference.params) {

@@ -15,9 +15,9 @@ namespace zest {
 namespace {
 
 using testing::ScratchDirectory;
+using testing::train_mlp;
 using testing::TrainResult;
 using testing::TrainSpec;
-using testing::train_mlp;
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 

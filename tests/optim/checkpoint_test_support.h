@@ -3,6 +3,7 @@
 // step, and collect per-step losses and final parameters. A scratch directory per test.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -11,12 +12,10 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "models/mlp.h"
 #include "optim/checkpoint_reader.h"
@@ -30,6 +29,7 @@ namespace zest::testing {
 struct TrainSpec {
   int stage = 0;
   int world = 1;
+  std::string backend = "local";  // "mpi": the processes of the job (world = their count)
   std::string optimizer = "AdamW";
   std::vector<std::int64_t> sizes = {13, 31, 17, 7};
   int global_batch = 60;
@@ -39,7 +39,7 @@ struct TrainSpec {
   std::string resume;      // load this checkpoint (dir or root) before training
   std::string save_dir;    // save here when steps_taken reaches save_at
   std::int64_t save_at = -1;
-  std::int64_t save_every = 0;  // also save whenever steps_taken is a multiple of this (> 0)
+  std::int64_t save_every = 0;     // also save whenever steps_taken is a multiple of this (> 0)
   CheckpointOptions save_options;  // dir is save_dir
   // Runs on every rank after loading (or at the start) and at the end, with the trainer.
   std::function<void(RankContext&, Trainer&)> at_start;
@@ -64,6 +64,7 @@ inline TrainResult train_mlp(const TrainSpec& spec) {
   TrainResult result;
   WorldOptions world_options;
   world_options.ranks = spec.world;
+  world_options.backend = spec.backend;
   world_options.timeout = std::chrono::seconds(60);
   World world(world_options);
   world.run([&](RankContext& context) {
@@ -96,9 +97,8 @@ inline TrainResult train_mlp(const TrainSpec& spec) {
       if (!due || spec.save_dir.empty()) return;
       CheckpointOptions save = spec.save_options;
       save.dir = spec.save_dir;
-      SavedCheckpoint saved =
-          save_checkpoint(context, *trainer, save, spec_config(spec),
-                          {{"next_batch", trainer->steps_taken()}});
+      SavedCheckpoint saved = save_checkpoint(context, *trainer, save, spec_config(spec),
+                                              {{"next_batch", trainer->steps_taken()}});
       if (context.rank == 0) result.saved = saved;
     };
     maybe_save();
@@ -108,7 +108,8 @@ inline TrainResult train_mlp(const TrainSpec& spec) {
                         targets);
       const std::size_t first = static_cast<std::size_t>(context.rank) * local_rows;
       Batch batch;
-      batch.inputs = Tensor{inputs.data() + first * features, {local_rows, features}, DType::kFloat32};
+      batch.inputs =
+          Tensor{inputs.data() + first * features, {local_rows, features}, DType::kFloat32};
       batch.targets = Tensor{targets.data() + first, {local_rows}, DType::kInt32};
       trainer->forward_backward(batch);
       const StepStats stats = trainer->step();

@@ -1,6 +1,8 @@
 // The safetensors writer makes files the strict reader accepts, and the reader refuses every
 // way a file can be malformed: bad header length or alignment, bad JSON, duplicate names,
 // offsets that leave gaps, overlap or disagree with shape × dtype, trailing bytes.
+#include "optim/safetensors.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,7 +11,6 @@
 #include <string>
 
 #include "base/error.h"
-#include "optim/safetensors.h"
 #include "tests/optim/checkpoint_test_support.h"
 
 namespace zest {
@@ -41,17 +42,17 @@ TEST(Safetensors, WrittenFilesReadBackExactly) {
   const std::vector<float> a = {1.0f, -2.5f, 3.25f, 0.0f, 1e-3f, 7.0f};
   const std::vector<float> b = {0.5f, 0.25f};
   const std::string path = scratch.path("model.safetensors");
-  write_safetensors(path,
-                    {{"layer0.weight", DType::kFloat32, {2, 3}}, {"layer0.bias", DType::kBFloat16, {2}}},
-                    {{"format", "pt"}}, [&](std::size_t i, const SafetensorsSink& write) {
-                      if (i == 0) {
-                        write(a.data(), 3 * sizeof(float));  // in two pieces
-                        write(a.data() + 3, 3 * sizeof(float));
-                      } else {
-                        const BFloat16 values[2] = {BFloat16(b[0]), BFloat16(b[1])};
-                        write(values, sizeof values);
-                      }
-                    });
+  write_safetensors(
+      path, {{"layer0.weight", DType::kFloat32, {2, 3}}, {"layer0.bias", DType::kBFloat16, {2}}},
+      {{"format", "pt"}}, [&](std::size_t i, const SafetensorsSink& write) {
+        if (i == 0) {
+          write(a.data(), 3 * sizeof(float));  // in two pieces
+          write(a.data() + 3, 3 * sizeof(float));
+        } else {
+          const BFloat16 values[2] = {BFloat16(b[0]), BFloat16(b[1])};
+          write(values, sizeof values);
+        }
+      });
   const std::string bytes = testing::read_whole_file(path);
   std::uint64_t header = 0;
   std::memcpy(&header, bytes.data(), 8);
@@ -73,10 +74,10 @@ TEST(Safetensors, WrittenFilesReadBackExactly) {
 TEST(Safetensors, AcceptsEmptyTensorsAndOtherDtypes) {
   ScratchDirectory scratch;
   const std::string path = scratch.path("x.safetensors");
-  testing::write_whole_file(
-      path, file_of(R"({"e":{"dtype":"F32","shape":[0,4],"data_offsets":[0,0]},)"
-                    R"("i":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})",
-                    std::string(8, '\1')));
+  testing::write_whole_file(path,
+                            file_of(R"({"e":{"dtype":"F32","shape":[0,4],"data_offsets":[0,0]},)"
+                                    R"("i":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})",
+                                    std::string(8, '\1')));
   const SafetensorsReader reader(path);
   EXPECT_EQ(reader.tensors().size(), 2u);
   EXPECT_THROW(reader.read_float32("i"), Error);  // not a floating-point type
@@ -147,7 +148,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "unknown dtype 'F7'"},
         Malformed{"NegativeShape",
                   [] {
-                    return file_of(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})", "");
+                    return file_of(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})",
+                                   "");
                   },
                   "shape must hold non-negative integers"},
         Malformed{"ExtraKey",

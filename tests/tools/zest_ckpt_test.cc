@@ -3,6 +3,8 @@
 // strict reader accepts, reshard writes a checkpoint that loads at the new world size; bad
 // input exits 2 with one line on stderr.
 #include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,9 +16,6 @@
 #include <string>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "optim/checkpoint_manifest.h"
 #include "optim/safetensors.h"
 #include "tests/optim/checkpoint_test_support.h"
@@ -27,10 +26,10 @@ namespace zest {
 namespace {
 
 using ::testing::HasSubstr;
-using ::testing::StartsWith;
 using testing::ScratchDirectory;
-using testing::TrainSpec;
+using ::testing::StartsWith;
 using testing::train_mlp;
+using testing::TrainSpec;
 
 const std::string kBinary = ZEST_BINARY_DIR "/bin/zest-ckpt";
 
@@ -82,7 +81,8 @@ class ZestCkpt : public ::testing::Test {
     return result;
   }
 
-  void expect_error(const std::vector<std::string>& args, int status, const std::string& text) const {
+  void expect_error(const std::vector<std::string>& args, int status,
+                    const std::string& text) const {
     const Result result = run(args);
     EXPECT_EQ(result.status, status) << result.err;
     EXPECT_THAT(result.err, StartsWith("zest-ckpt: error: "));
@@ -98,7 +98,8 @@ TEST_F(ZestCkpt, InspectSummarizesTheCheckpoint) {
   const Result result = run({"inspect", root()});
   ASSERT_EQ(result.status, 0) << result.err;
   EXPECT_THAT(result.out, HasSubstr("step-2"));
-  EXPECT_THAT(result.out, HasSubstr("step 2 (optimizer steps 2), world size 4, stage 2, compute fp32"));
+  EXPECT_THAT(result.out,
+              HasSubstr("step 2 (optimizer steps 2), world size 4, stage 2, compute fp32"));
   EXPECT_THAT(result.out, HasSubstr("optimizer.1 (fp32)"));
   EXPECT_THAT(result.out, HasSubstr("layer1"));
   EXPECT_THAT(result.out, HasSubstr("rank-3.bin"));

@@ -9,13 +9,13 @@
 // Errors print one line, "zest-ckpt: error: <message>", and exit 2 for bad input (usage, a
 // missing or malformed checkpoint) and 1 for failures at run time — a checksum mismatch found
 // by verify among them, since the input was well-formed and its data went bad.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <iostream>
 #include <optional>
 #include <string>
-
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
 
 #include "base/error.h"
 #include "memory/allocator.h"
@@ -82,7 +82,8 @@ int verify(const std::string& path) {
       // A file that is present but whose bytes went bad: the data failed, not the command.
       throw zest::Error(zest::ErrorKind::kIo, error.what());
     }
-    std::cout << fmt::format("{}: ok\n", source.manifest().files[static_cast<std::size_t>(rank)].name);
+    std::cout << fmt::format("{}: ok\n",
+                             source.manifest().files[static_cast<std::size_t>(rank)].name);
   }
   std::cout << fmt::format("{}: {} files verified\n", source.dir(), source.manifest().world_size);
   return 0;
@@ -105,19 +106,24 @@ int run(int argc, char** argv) {
   std::optional<int> stage;
 
   CLI::App* inspect_command = app.add_subcommand("inspect", "print a summary of a checkpoint");
-  inspect_command->add_option("DIR", dir, "checkpoint directory, or a root with `latest`")->required();
+  inspect_command->add_option("DIR", dir, "checkpoint directory, or a root with `latest`")
+      ->required();
   CLI::App* verify_command = app.add_subcommand("verify", "check every shard file's checksum");
-  verify_command->add_option("DIR", dir, "checkpoint directory, or a root with `latest`")->required();
+  verify_command->add_option("DIR", dir, "checkpoint directory, or a root with `latest`")
+      ->required();
   CLI::App* export_command =
       app.add_subcommand("export", "write the full parameters as one safetensors file");
-  export_command->add_option("DIR", dir, "checkpoint directory, or a root with `latest`")->required();
+  export_command->add_option("DIR", dir, "checkpoint directory, or a root with `latest`")
+      ->required();
   export_command->add_option("--out", out, "the .safetensors file to write")->required();
   export_command->add_option("--dtype", dtype, "fp32, bf16 or fp16")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   CLI::App* reshard_command =
       app.add_subcommand("reshard", "rewrite a checkpoint for another world size");
-  reshard_command->add_option("DIR", dir, "checkpoint directory, or a root with `latest`")->required();
-  reshard_command->add_option("--world", world, "the new world size")->required()
+  reshard_command->add_option("DIR", dir, "checkpoint directory, or a root with `latest`")
+      ->required();
+  reshard_command->add_option("--world", world, "the new world size")
+      ->required()
       ->check(CLI::PositiveNumber);
   reshard_command->add_option("--stage", stage, "the stage recorded for the new run")
       ->check(CLI::Range(0, 3));
@@ -133,8 +139,7 @@ int run(int argc, char** argv) {
   if (*inspect_command) return inspect(dir);
   if (*verify_command) return verify(dir);
   if (*export_command) {
-    const zest::ExportResult result =
-        zest::export_safetensors(dir, out, zest::parse_dtype(dtype));
+    const zest::ExportResult result = zest::export_safetensors(dir, out, zest::parse_dtype(dtype));
     std::cout << fmt::format("{}: {} tensors, {} parameters ({} from {})\n", result.path,
                              result.tensors, result.parameters, dtype, result.taken_from);
     return 0;
