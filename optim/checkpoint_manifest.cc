@@ -1,9 +1,9 @@
 #include "optim/checkpoint_manifest.h"
 
-#include <fmt/format.h>
-
 #include <filesystem>
 #include <limits>
+
+#include <fmt/format.h>
 
 #include "base/error.h"
 #include "optim/checkpoint_files.h"

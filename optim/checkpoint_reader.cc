@@ -1,10 +1,10 @@
 #include "optim/checkpoint_reader.h"
 
-#include <fmt/format.h>
-
 #include <filesystem>
 #include <optional>
 #include <set>
+
+#include <fmt/format.h>
 
 #include "base/error.h"
 #include "optim/checkpoint_agreement.h"
@@ -84,6 +84,11 @@ std::string resolve_checkpoint(const std::string& path) {
 }
 
 LoadedCheckpoint load_checkpoint(RankContext& context, Trainer& trainer, const std::string& path) {
+  // Note: the state views are read and written by the host. The CUDA device needs a staging
+  // copy of each shard (and the agreement records in device memory for NCCL): not built yet.
+  if (context.device.kind() != DeviceKind::kCpu) {
+    throw Error(ErrorKind::kUsage, "checkpoints are built for the CPU device only so far");
+  }
   LoadedCheckpoint loaded;
   TrainerCounters counters;
   PhaseRecord record;

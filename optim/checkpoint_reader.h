@@ -9,8 +9,9 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "optim/engine.h"
 #include "runtime/world.h"

@@ -1,11 +1,11 @@
 #include "optim/checkpoint_source.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "base/error.h"
 #include "kernels/convert.h"

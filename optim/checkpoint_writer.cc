@@ -1,12 +1,13 @@
 #include "optim/checkpoint_writer.h"
 
-#include <fmt/format.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+
+#include <fmt/format.h>
 
 #include "base/error.h"
 #include "optim/checkpoint_agreement.h"
@@ -127,6 +128,11 @@ void make_directory(const std::string& path) {
 SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
                                 const CheckpointOptions& options, const nlohmann::json& config,
                                 const nlohmann::json& extra) {
+  // Note: the state views are read and written by the host. The CUDA device needs a staging
+  // copy of each shard (and the agreement records in device memory for NCCL): not built yet.
+  if (context.device.kind() != DeviceKind::kCpu) {
+    throw Error(ErrorKind::kUsage, "checkpoints are built for the CPU device only so far");
+  }
   const TrainerCounters counters = trainer.counters();
   const std::string root = options.dir;
   const std::string final_name = step_directory_name(counters.steps_taken);
@@ -215,11 +221,13 @@ SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
     if (failure && published && !replaced && !names(root, final_name)) {
       remove_directory_quietly(saved.path);
     }
-    if (!failure) saved.warnings = prune(root, final_name, options.keep_last);
   }
   const PhaseRecord finished = share_record(context, record, 0);
   raise_if_failed({finished}, failure, what);
   saved.bytes = finished.bytes;
+  // After the others are released: removing old checkpoints may take a while and they need not
+  // wait for it.
+  if (leader) saved.warnings = prune(root, final_name, options.keep_last);
   return saved;
 }
 

@@ -8,10 +8,11 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "optim/engine.h"
 #include "runtime/world.h"
@@ -40,7 +41,10 @@ struct SavedCheckpoint {
 // run's resolved config and `extra` anything else a resume needs (the data position); both are
 // stored in the manifest and `extra` comes back from load_checkpoint. The step is the trainer's
 // steps_taken. Throws on every rank when any rank failed: the failing rank its own Error (kIo
-// naming the file and the OS error for a failed write), the others a kPeerFailure echo of it.
+// naming the file and the OS error for a failed write), the others a kPeerFailure echo of it;
+// since all ranks throw, a caller may catch it on every rank and train on. Ranks wait for each
+// other between phases within the communicator's timeout, which must therefore exceed how much
+// longer the slowest rank takes to write its file than the fastest.
 SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
                                 const CheckpointOptions& options, const nlohmann::json& config,
                                 const nlohmann::json& extra = nlohmann::json::object());

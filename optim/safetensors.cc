@@ -1,15 +1,15 @@
 #include "optim/safetensors.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "kernels/convert.h"

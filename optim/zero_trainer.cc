@@ -122,9 +122,20 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
   optimizer_done_ = context.device.create_event();
   serialize_ = context.device.create_event();
   parameters_ready_ = context.device.create_event();
-  allocate_state();
-  initialize_parameters();
-  context_.synchronize();
+  try {
+    allocate_state();
+    initialize_parameters();
+    context_.synchronize();
+  } catch (...) {
+    // Note: a constructor that throws runs no destructor, so the zero fills enqueued so far
+    // must finish before the members' buffers are freed (an out-of-memory midway, say).
+    try {
+      context_.synchronize();
+    } catch (...) {
+      // The first failure is the one rethrown.
+    }
+    throw;
+  }
 }
 
 ZeroTrainer::~ZeroTrainer() {

@@ -2,6 +2,7 @@
 // calls it; nothing else should); defined in process_world_mpi.cc, so built only with MPI.
 #pragma once
 
+#include <exception>
 #include <functional>
 #include <string>
 
@@ -17,6 +18,10 @@ DetectedWorld start_processes(const DetectedWorld& detected);
 // "<program>: error: rank R: ..." and ends the job (MPI_Abort); with one it is thrown.
 void run_process_rank(const WorldOptions& options, const DetectedWorld& world,
                       const std::function<void(RankContext&)>& work);
+
+// Prints "<program>: error: <what>" and ends every process of the job with MPI_Abort, exit
+// status 2 for input errors and 1 otherwise.
+[[noreturn]] void end_job(const std::string& program, const std::exception& error);
 
 // World::verify_same_config for processes.
 void verify_same_config_across_processes(const std::string& text, const DetectedWorld& world,

@@ -66,14 +66,22 @@ void run_process_rank(const WorldOptions& options, const DetectedWorld& world,
     if (world.size == 1) raise(failure);
     // Note: a failed process ends the job rather than returning: its peers may be waiting in a
     // collective it will never join, and MPI cannot cancel that. The streams are not drained
-    // (their queued collectives could only wait out the timeout); MPI_Abort ends every process,
-    // and the launcher exits with this status.
-    std::cerr << options.program << ": error: " << failure.what() << std::endl;
-    // Note: the launcher forwards each process's stderr asynchronously, and MPI_Abort tears the
-    // job down at once: without a pause the one line that says what failed is often lost.
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    MpiProcess::get().abort(is_input_error(failure.kind()) ? 2 : 1);
+    // (their queued collectives could only wait out the timeout).
+    end_job(options.program, failure);
   }
+}
+
+void end_job(const std::string& program, const std::exception& error) {
+  std::string message = error.what();
+  for (char& c : message) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  std::cerr << program << ": error: " << message << std::endl;
+  // Note: the launcher forwards each process's stderr asynchronously, and MPI_Abort tears the
+  // job down at once: without a pause the one line that says what failed is often lost.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto* zest_error = dynamic_cast<const Error*>(&error);
+  MpiProcess::get().abort(zest_error && is_input_error(zest_error->kind()) ? 2 : 1);
 }
 
 void verify_same_config_across_processes(const std::string& text, const DetectedWorld& world,

@@ -162,6 +162,12 @@ void World::run(const std::function<void(RankContext&)>& work) const {
   failures.rethrow();
 }
 
+void World::end_job_on_failure([[maybe_unused]] const std::exception& error) const {
+#if ZEST_HAVE_MPI
+  if (detected_.processes && detected_.size > 1) detail::end_job(options_.program, error);
+#endif
+}
+
 void World::verify_same_config([[maybe_unused]] const std::string& text) const {
 #if ZEST_HAVE_MPI
   if (detected_.processes) {

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -81,6 +82,13 @@ class World {
   // process alike, a kConfig Error naming the ranks whose hash differs from rank 0's. A no-op
   // with threads, which share one config. Call it before any training.
   void verify_same_config(const std::string& text) const;
+
+  // For a failure outside run() with several processes (a metrics file rank 0 cannot create, a
+  // config mismatch): prints "<program>: error: <what>" and ends the job with MPI_Abort, exit
+  // status 2 for input errors and 1 otherwise, since the other processes may be waiting for this
+  // one in a collective (or in MPI_Finalize). Returns with threads or one process: the caller
+  // then reports the error as usual.
+  void end_job_on_failure(const std::exception& error) const;
 
  private:
   WorldOptions options_;

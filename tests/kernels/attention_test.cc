@@ -39,7 +39,8 @@ std::vector<double> attention64(const std::vector<double>& qkv) {
         for (std::int64_t j = 0; j <= i; ++j) {
           double dot = 0.0;
           for (std::int64_t e = 0; e < d; ++e) {
-            dot += qkv[(b * T + i) * 3 * kC + h * d + e] * qkv[(b * T + j) * 3 * kC + kC + h * d + e];
+            dot +=
+                qkv[(b * T + i) * 3 * kC + h * d + e] * qkv[(b * T + j) * 3 * kC + kC + h * d + e];
           }
           sum += (w[j] = std::exp(dot / std::sqrt(static_cast<double>(d))));
         }
@@ -60,7 +61,8 @@ struct Forward {
 };
 
 Forward run_forward(const std::vector<float>& qkv) {
-  Forward f{std::vector<float>(kShape.split_elements()), std::vector<float>(kShape.probs_elements()),
+  Forward f{std::vector<float>(kShape.split_elements()),
+            std::vector<float>(kShape.probs_elements()),
             std::vector<float>(kShape.batch * kShape.seq * kC)};
   std::vector<float> scratch(kShape.forward_scratch_elements());
   cpu::attention_forward(kShape, qkv.data(), f.split.data(), f.probs.data(), f.y.data(),
@@ -126,8 +128,8 @@ TEST(Attention, BackwardMatchesCentralDifferencesAndWrites) {
 TEST(Attention, DispatchRunsTheCpuBodiesOnTheStream) {
   const std::vector<float> qkv = random_values(kShape.batch * kShape.seq * 3 * kC, 4, 1.0f);
   const std::vector<float> dy = random_values(kShape.batch * kShape.seq * kC, 5, 1.0f);
-  Forward f{std::vector<float>(kShape.split_elements()), std::vector<float>(kShape.probs_elements()),
-            std::vector<float>(dy.size())};
+  Forward f{std::vector<float>(kShape.split_elements()),
+            std::vector<float>(kShape.probs_elements()), std::vector<float>(dy.size())};
   std::vector<float> dqkv(qkv.size()), direct_dqkv(qkv.size());
   std::vector<float> scratch(kShape.backward_scratch_elements());
   cpu::CpuDevice device(0);

@@ -39,7 +39,8 @@ TEST(Embedding, ForwardAddsTheTokenAndThePositionRow) {
                          out.data());
   for (std::int64_t n = 0; n < kBatch * kSeq; ++n) {
     for (std::int64_t c = 0; c < kChannels; ++c) {
-      EXPECT_EQ(out[n * kChannels + c], wte[kTokens[n] * kChannels + c] + wpe[(n % kSeq) * kChannels + c]);
+      EXPECT_EQ(out[n * kChannels + c],
+                wte[kTokens[n] * kChannels + c] + wpe[(n % kSeq) * kChannels + c]);
     }
   }
 }
@@ -54,8 +55,8 @@ TEST(Embedding, BackwardScattersIntoBothTablesAndAccumulates) {
       want_wpe[(n % kSeq) * kChannels + c] += dout[n * kChannels + c];
     }
   }
-  cpu::embedding_backward(kTokens.data(), kBatch, kSeq, dout.data(), kVocab, kChannels,
-                          dwte.data(), dwpe.data());
+  cpu::embedding_backward(kTokens.data(), kBatch, kSeq, dout.data(), kVocab, kChannels, dwte.data(),
+                          dwpe.data());
   for (std::size_t i = 0; i < dwte.size(); ++i) EXPECT_NEAR(dwte[i], want_wte[i], 1e-6) << i;
   // Positions past kSeq get nothing.
   for (std::size_t i = 0; i < dwpe.size(); ++i) EXPECT_NEAR(dwpe[i], want_wpe[i], 1e-6) << i;
@@ -79,7 +80,8 @@ TEST(Embedding, TokenOutsideTheVocabularyIsADataErrorBeforeAnyWrite) {
     ADD_FAILURE() << "expected a data Error";
   } catch (const Error& error) {
     EXPECT_EQ(error.kind(), ErrorKind::kData);
-    EXPECT_THAT(error.what(), HasSubstr("token at position [1, 2] is 7, outside the vocabulary [0, 7)"));
+    EXPECT_THAT(error.what(),
+                HasSubstr("token at position [1, 2] is 7, outside the vocabulary [0, 7)"));
   }
   EXPECT_EQ(out, std::vector<float>(out.size(), 9.0f));
   tokens[6] = -1;
@@ -92,8 +94,8 @@ TEST(Embedding, TokenOutsideTheVocabularyIsADataErrorBeforeAnyWrite) {
   // Through a stream, the error fails the stream and reaches its synchronize().
   cpu::CpuDevice device(0);
   auto stream = device.create_stream("compute");
-  embedding_forward(*stream, tokens.data(), kBatch, kSeq, wte.data(), wpe.data(), kVocab,
-                    kChannels, out.data());
+  embedding_forward(*stream, tokens.data(), kBatch, kSeq, wte.data(), wpe.data(), kVocab, kChannels,
+                    out.data());
   try {
     stream->synchronize();
     ADD_FAILURE() << "expected a data Error";

@@ -114,11 +114,14 @@ struct Reference {
     const std::vector<double>& wpe = p("embedding.wpe");
     std::vector<double> x(N * C);
     for (std::int64_t n = 0; n < N; ++n) {
-      for (std::int64_t c = 0; c < C; ++c) x[n * C + c] = wte[tokens[n] * C + c] + wpe[(n % seq) * C + c];
+      for (std::int64_t c = 0; c < C; ++c) {
+        x[n * C + c] = wte[tokens[n] * C + c] + wpe[(n % seq) * C + c];
+      }
     }
     for (int l = 0; l < config.n_layer; ++l) {
       const std::string block = "block" + std::to_string(l);
-      const std::vector<double> qkv = linear(layernorm(x, block + ".ln_1"), block + ".attn.c_attn", C, 3 * C);
+      const std::vector<double> qkv =
+          linear(layernorm(x, block + ".ln_1"), block + ".attn.c_attn", C, 3 * C);
       const std::vector<double> a = linear(attention(qkv), block + ".attn.c_proj", C, C);
       for (std::size_t i = 0; i < x.size(); ++i) x[i] += a[i];
       std::vector<double> h = linear(layernorm(x, block + ".ln_2"), block + ".mlp.c_fc", C, 4 * C);
@@ -169,7 +172,8 @@ struct Tokens {
 Tokens make_tokens(std::int64_t batch, std::int64_t seq, int vocab, unsigned seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<std::int32_t> token(0, vocab - 1);
-  Tokens tokens{batch, seq, std::vector<std::int32_t>(batch * seq), std::vector<std::int32_t>(batch * seq)};
+  Tokens tokens{batch, seq, std::vector<std::int32_t>(batch * seq),
+                std::vector<std::int32_t>(batch * seq)};
   for (auto& t : tokens.inputs) t = token(rng);
   for (auto& t : tokens.targets) t = token(rng);
   return tokens;
@@ -385,7 +389,8 @@ TEST(Gpt, TokenOutsideTheVocabularyIsADataErrorNamingPositionAndValue) {
   tokens.inputs[1 * 4 + 2] = 11;
   const Error error = run_error(tokens);
   EXPECT_EQ(error.kind(), ErrorKind::kData);
-  EXPECT_THAT(error.what(), HasSubstr("token at position [1, 2] is 11, outside the vocabulary [0, 11)"));
+  EXPECT_THAT(error.what(),
+              HasSubstr("token at position [1, 2] is 11, outside the vocabulary [0, 11)"));
   tokens.inputs[1 * 4 + 2] = 0;
   tokens.inputs[3] = -4;
   EXPECT_THAT(run_error(tokens).what(), HasSubstr("position [0, 3] is -4"));
@@ -406,8 +411,9 @@ TEST(Gpt, BadBatchShapesAreUsageErrors) {
   EXPECT_THAT(error.what(), HasSubstr("embedding: inputs must be int32 [B, T]"));
   EXPECT_THAT(error.what(), HasSubstr("1 <= T <= seq_len (5), got int32 [2, 6]"));
 
-  error = run_error(make_tokens(2, 4, kTiny.vocab_size, 1),
-                    [](Batch& batch) { batch.targets.shape = {4, 2}; });
+  error = run_error(make_tokens(2, 4, kTiny.vocab_size, 1), [](Batch& batch) {
+    batch.targets.shape = {4, 2};
+  });
   EXPECT_EQ(error.kind(), ErrorKind::kUsage);
   EXPECT_THAT(error.what(), HasSubstr("head: targets must be int32 [2, 4] like the inputs"));
 

@@ -1,12 +1,12 @@
 // What a checkpoint that does not fit, or went bad, does: every case is an Error on every rank
 // that names what is wrong (the differing parameters, the file), and a save that fails midway
 // (a full disk, simulated) leaves the previous checkpoint and `latest` untouched.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include "base/error.h"
 #include "optim/checkpoint_files.h"

@@ -4,7 +4,6 @@
 // several world sizes). The child is this test binary itself, running the one test that only
 // works when the environment names its directory.
 #include <fcntl.h>
-#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
@@ -18,6 +17,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "tests/optim/checkpoint_test_support.h"
 

@@ -1,14 +1,13 @@
 // Exporting a checkpoint consolidates its shards into one safetensors file, by the model's
 // parameter names, that the strict reader accepts and whose values are the trainer's own
 // full parameters — from any world size and stage, in fp32 and in bf16 (master weights).
-#include "optim/checkpoint_export.h"
-
-#include <gtest/gtest.h>
-
 #include <cstring>
 #include <tuple>
 
+#include <gtest/gtest.h>
+
 #include "base/error.h"
+#include "optim/checkpoint_export.h"
 #include "optim/safetensors.h"
 #include "tests/optim/checkpoint_test_support.h"
 

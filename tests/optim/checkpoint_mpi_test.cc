@@ -5,12 +5,12 @@
 // tested here: a failure inside World::run ends a multi-process job, by design.)
 #include <mpi.h>
 
-#include <gtest/gtest.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "optim/checkpoint_manifest.h"
 #include "runtime/mpi_process.h"

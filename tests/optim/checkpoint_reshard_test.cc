@@ -1,16 +1,15 @@
 // A checkpoint saved at one world size and stage resumes at another — resharded at load, or
 // offline by reshard_checkpoint — and the continued run matches the uninterrupted one.
-#include "optim/checkpoint_reshard.h"
-
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <cstring>
 #include <tuple>
 
+#include <gtest/gtest.h>
+
 #include "base/dtype.h"
 #include "base/error.h"
 #include "optim/checkpoint_manifest.h"
+#include "optim/checkpoint_reshard.h"
 #include "tests/optim/checkpoint_test_support.h"
 
 namespace zest {

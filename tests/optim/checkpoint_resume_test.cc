@@ -1,12 +1,12 @@
 // A run saved after step 3 and resumed by a new world and trainer is the uninterrupted run:
 // same per-step losses and same final parameters, bit for bit, at every stage and world size,
 // in fp32, bf16 (master weights) and fp16 (loss scaler state), with AdamW and SGD.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <tuple>
+
+#include <gtest/gtest.h>
 
 #include "optim/checkpoint_manifest.h"
 #include "tests/optim/checkpoint_test_support.h"

@@ -3,7 +3,6 @@
 // step, and collect per-step losses and final parameters. A scratch directory per test.
 #pragma once
 
-#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -12,10 +11,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "models/mlp.h"
 #include "optim/checkpoint_reader.h"

@@ -1,16 +1,15 @@
 // The safetensors writer makes files the strict reader accepts, and the reader refuses every
 // way a file can be malformed: bad header length or alignment, bad JSON, duplicate names,
 // offsets that leave gaps, overlap or disagree with shape × dtype, trailing bytes.
-#include "optim/safetensors.h"
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <cstring>
 #include <functional>
 #include <string>
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include "base/error.h"
+#include "optim/safetensors.h"
 #include "tests/optim/checkpoint_test_support.h"
 
 namespace zest {

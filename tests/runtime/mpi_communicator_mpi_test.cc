@@ -321,7 +321,9 @@ void check_all_reduce(std::size_t count, Reduction reduction, bool in_place) {
   communicator.all_reduce(stream, send.data(), recv, count, dtype_of<T>(), reduction);
   stream.synchronize();
   std::vector<Reference<T>> expected;
-  for (std::size_t i = 0; i < count; ++i) expected.push_back(reference_reduce(inputs, i, reduction));
+  for (std::size_t i = 0; i < count; ++i) {
+    expected.push_back(reference_reduce(inputs, i, reduction));
+  }
   const std::vector<T>& actual = in_place ? send : output;
   expect_near(actual, expected, "all_reduce");
   expect_same_on_every_rank(actual, "all_reduce");
@@ -449,7 +451,9 @@ TEST_F(MpiCommunicatorTest, CollectivesOnTwoStreamsPairByHostOrder) {
   comm.synchronize();
   prefetch.synchronize();
   std::vector<float> expected_gather;
-  for (const auto& shard : shards) expected_gather.insert(expected_gather.end(), shard.begin(), shard.end());
+  for (const auto& shard : shards) {
+    expected_gather.insert(expected_gather.end(), shard.begin(), shard.end());
+  }
   expect_bits_equal(gathered, expected_gather, "all_gather");
   std::vector<Reference<float>> expected;
   for (std::size_t i = 0; i < kCount; ++i) {
@@ -492,7 +496,8 @@ TEST_F(MpiCommunicatorTest, DifferentCountsAreAMismatchNamingBoth) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
   EXPECT_EQ(error.kind(), ErrorKind::kCommMismatch) << error.what();
   EXPECT_THAT(error.what(), HasSubstr("all_gather #0 (4 x fp32)"));
-  EXPECT_THAT(error.what(), HasSubstr("rank " + std::to_string(last) + " called all_gather #0 (5 x fp32)"));
+  EXPECT_THAT(error.what(),
+              HasSubstr("rank " + std::to_string(last) + " called all_gather #0 (5 x fp32)"));
   // The communicator is broken now: what follows, even on another stream, fails at once instead
   // of pairing wrongly.
   cpu::CpuStream other("prefetch");

@@ -3,8 +3,6 @@
 // strict reader accepts, reshard writes a checkpoint that loads at the new world size; bad
 // input exits 2 with one line on stderr.
 #include <fcntl.h>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +13,9 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include "optim/checkpoint_manifest.h"
 #include "optim/safetensors.h"

@@ -9,13 +9,13 @@
 // Errors print one line, "zest-ckpt: error: <message>", and exit 2 for bad input (usage, a
 // missing or malformed checkpoint) and 1 for failures at run time — a checksum mismatch found
 // by verify among them, since the input was well-formed and its data went bad.
-#include <fmt/format.h>
-
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <iostream>
 #include <optional>
 #include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "base/error.h"
 #include "memory/allocator.h"
