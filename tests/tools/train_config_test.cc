@@ -228,9 +228,10 @@ TEST(TrainConfig, InconsistentBatchSizesNameAllThree) {
   config["train_micro_batch_size_per_gpu"] = 16;
   config["gradient_accumulation_steps"] = 1;
   EXPECT_THAT(config_error(config),
-              AllOf(HasSubstr("train_batch_size 64"), HasSubstr("train_micro_batch_size_per_gpu 16"),
+              AllOf(HasSubstr("train_batch_size 64"),
+                    HasSubstr("train_micro_batch_size_per_gpu 16"),
                     HasSubstr("gradient_accumulation_steps 1"), HasSubstr("world.ranks 2"),
-                    HasSubstr("16 × 1 × 2 = 32, not 64")));
+                    HasSubstr("16 x 1 x 2 = 32, not 64")));
 
   config.erase("gradient_accumulation_steps");
   config["train_micro_batch_size_per_gpu"] = 5;
@@ -252,9 +253,11 @@ TEST(TrainConfig, SomeBatchSizeIsRequired) {
 TEST(TrainConfig, StageOutsideZeroToThree) {
   json config = base_config();
   config["zero_optimization"]["stage"] = 4;
-  EXPECT_THAT(config_error(config), HasSubstr("zero_optimization.stage: must be 0, 1, 2 or 3, got 4"));
+  EXPECT_THAT(config_error(config),
+              HasSubstr("zero_optimization.stage: must be 0, 1, 2 or 3, got 4"));
   config["zero_optimization"]["stage"] = -1;
-  EXPECT_THAT(config_error(config), HasSubstr("zero_optimization.stage: must be 0, 1, 2 or 3, got -1"));
+  EXPECT_THAT(config_error(config),
+              HasSubstr("zero_optimization.stage: must be 0, 1, 2 or 3, got -1"));
 }
 
 TEST(TrainConfig, RanksBelowOne) {

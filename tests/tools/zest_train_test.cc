@@ -138,8 +138,9 @@ TEST_F(ZestTrain, UnknownKeySuggestsTheClosest) {
       "typo.json",
       R"({"model": {"type": "mlp", "sizes": [4, 2]}, "steps": 1, "train_batch_size": 4,
           "zero_optimization": {"stgae": 1}})");
-  expect_input_error({"--config", config},
-                     "zero_optimization.stgae: unknown key; did you mean 'zero_optimization.stage'?");
+  expect_input_error(
+      {"--config", config},
+      "zero_optimization.stgae: unknown key; did you mean 'zero_optimization.stage'?");
 }
 
 TEST_F(ZestTrain, WrongType) {

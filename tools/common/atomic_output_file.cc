@@ -13,7 +13,7 @@ AtomicOutputFile::AtomicOutputFile(std::string path)
     : path_(std::move(path)), temporary_(path_ + ".tmp") {
   file_.open(temporary_, std::ios::out | std::ios::trunc);
   if (!file_) {
-    throw Error(ErrorKind::kUsage, "cannot write '" + temporary_ + "' (" +
+    throw Error(ErrorKind::kIo, "cannot write '" + temporary_ + "' (" +
                                        std::strerror(errno) + ")");
   }
 }
@@ -29,11 +29,11 @@ void AtomicOutputFile::commit() {
   const bool written = static_cast<bool>(file_);
   file_.close();
   if (!written || file_.fail()) {
-    throw Error(ErrorKind::kUsage, "cannot write '" + temporary_ + "' (" +
+    throw Error(ErrorKind::kIo, "cannot write '" + temporary_ + "' (" +
                                        std::strerror(errno) + ")");
   }
   if (std::rename(temporary_.c_str(), path_.c_str()) != 0) {
-    throw Error(ErrorKind::kUsage, "cannot rename '" + temporary_ + "' to '" + path_ + "' (" +
+    throw Error(ErrorKind::kIo, "cannot rename '" + temporary_ + "' to '" + path_ + "' (" +
                                        std::strerror(errno) + ")");
   }
   committed_ = true;

@@ -10,7 +10,7 @@ namespace zest {
 
 class AtomicOutputFile {
  public:
-  // Throws a kUsage Error naming the path when "<path>.tmp" cannot be created.
+  // Throws a kIo Error naming the path when "<path>.tmp" cannot be created.
   explicit AtomicOutputFile(std::string path);
   ~AtomicOutputFile();
   AtomicOutputFile(const AtomicOutputFile&) = delete;
@@ -18,7 +18,7 @@ class AtomicOutputFile {
 
   const std::string& path() const { return path_; }
   std::ostream& stream() { return file_; }
-  // Throws a kUsage Error naming the path when writing, flushing or renaming failed.
+  // Throws a kIo Error naming the path when writing, flushing or renaming failed.
   void commit();
 
  private:

@@ -1,6 +1,7 @@
 #include "tools/common/train_config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -177,7 +178,6 @@ class Block {
   }
 
   std::string path(const std::string& key) const { return join_path(path_, key); }
-  bool has(const std::string& key) const { return value_.contains(key); }
 
   // The value of `key`, or null when absent.
   json* find(const std::string& key) {
@@ -334,8 +334,8 @@ void parse_batch(Block& root, TrainConfig& out) {
   const std::optional<std::int64_t> micro = read(kMicro);
   const std::optional<std::int64_t> accumulation = read(kAccumulation);
   const std::int64_t ranks = out.world.ranks;
-  const std::string rule = std::string("; need ") + kTotal + " = " + kMicro + " × " +
-                           kAccumulation + " × world.ranks";
+  const std::string rule = std::string("; need ") + kTotal + " = " + kMicro + " x " +
+                           kAccumulation + " x world.ranks";
   auto value_of = [](const char* key, std::optional<std::int64_t> value) {
     return std::string(key) + " " + (value ? std::to_string(*value) : "unset");
   };
@@ -349,7 +349,7 @@ void parse_batch(Block& root, TrainConfig& out) {
 
   if (total && micro && accumulation) {
     if (*total != *micro * *accumulation * ranks) {
-      inconsistent(std::to_string(*micro) + " × " + std::to_string(*accumulation) + " × " +
+      inconsistent(std::to_string(*micro) + " x " + std::to_string(*accumulation) + " x " +
                    std::to_string(ranks) + " = " +
                    std::to_string(*micro * *accumulation * ranks) + ", not " +
                    std::to_string(*total));
@@ -359,14 +359,14 @@ void parse_batch(Block& root, TrainConfig& out) {
   } else if (total && micro) {
     if (*total % (*micro * ranks) != 0) {
       inconsistent(std::to_string(*total) + " is not a multiple of " + std::to_string(*micro) +
-                   " × " + std::to_string(ranks));
+                   " x " + std::to_string(ranks));
     }
     out.micro_batch = *micro;
     out.gradient_accumulation_steps = *total / (*micro * ranks);
   } else if (total && accumulation) {
     if (*total % (*accumulation * ranks) != 0) {
       inconsistent(std::to_string(*total) + " is not a multiple of " +
-                   std::to_string(*accumulation) + " × " + std::to_string(ranks));
+                   std::to_string(*accumulation) + " x " + std::to_string(ranks));
     }
     out.micro_batch = *total / (*accumulation * ranks);
     out.gradient_accumulation_steps = *accumulation;
@@ -471,7 +471,9 @@ void parse_optimizer(Block& root, TrainConfig& out) {
   for (std::size_t i = 0; i < 2; ++i) {
     const std::string path = params.path("betas") + "[" + std::to_string(i) + "]";
     const double beta = read_number(betas[i], path);
-    if (beta < 0 || beta >= 1) config_error(path, "must be a number in [0, 1), got " + betas[i].dump());
+    if (beta < 0 || beta >= 1) {
+      config_error(path, "must be a number in [0, 1), got " + betas[i].dump());
+    }
     *targets[i] = static_cast<float>(beta);
   }
   const double eps = read_number(params.get_or("eps", shortest(defaults.eps)), params.path("eps"));
@@ -642,12 +644,14 @@ json read_json_file(const std::string& path) {
   }
   std::ifstream file(path, std::ios::binary);
   if (!file) {
-    throw Error(ErrorKind::kConfig, "config file '" + path + "': cannot open (" + errno_text() + ")");
+    throw Error(ErrorKind::kConfig,
+                "config file '" + path + "': cannot open (" + errno_text() + ")");
   }
   std::ostringstream contents;
   contents << file.rdbuf();
   if (file.bad()) {
-    throw Error(ErrorKind::kConfig, "config file '" + path + "': cannot read (" + errno_text() + ")");
+    throw Error(ErrorKind::kConfig,
+                "config file '" + path + "': cannot read (" + errno_text() + ")");
   }
   const std::string text = contents.str();
   try {

@@ -166,21 +166,22 @@ int train(const zest::TrainConfig& config, const std::string& metrics_path) {
 
   world.run([&](zest::RankContext& context) {
     const bool leader = context.rank == 0;
+    const zest::SyntheticClassification data(
+        {config.data.features, config.data.classes, config.engine.seed});
+    // This step's micro-batches, kept until step() has synchronized: the engine's streams may
+    // still read them after forward_backward() returns. Declared before the trainer so that on
+    // an error the trainer's destructor (which waits for the streams) runs before they are freed.
+    std::vector<zest::HostBatch> held;
+    held.reserve(static_cast<std::size_t>(config.gradient_accumulation_steps));
     std::unique_ptr<zest::Module> model = zest::make_model(config.model);
     zest::Engine engine(context, config.engine);
     std::unique_ptr<zest::Trainer> trainer =
         engine.shard(*model, zest::make_optimizer(config.optimizer));
-    const zest::SyntheticClassification data(
-        {config.data.features, config.data.classes, config.engine.seed});
 
     const int width = static_cast<int>(std::to_string(config.steps).size());
     const Clock::time_point train_start = Clock::now();
     for (std::int64_t step = 1; step <= config.steps; ++step) {
       const Clock::time_point step_start = Clock::now();
-      // The micro-batches stay alive until step() has synchronized: the engine's streams may
-      // still read them after forward_backward() returns.
-      std::vector<zest::HostBatch> held;
-      held.reserve(static_cast<std::size_t>(config.gradient_accumulation_steps));
       for (std::int64_t micro = 0; micro < config.gradient_accumulation_steps; ++micro) {
         held.push_back(data.micro_batch(step, micro, config.gradient_accumulation_steps,
                                         config.train_batch_size, context.rank,
@@ -198,7 +199,9 @@ int train(const zest::TrainConfig& config, const std::string& metrics_path) {
         std::string line =
             fmt::format("step {:>{}}/{}  loss {:.4f}  lr {:.2e}  grad_norm {:.3f}  {:.1f} ms", step,
                         width, config.steps, stats.loss, stats.lr, stats.grad_norm, step_ms);
-        if (stats.skipped) line += fmt::format("  skipped (fp16 overflow at scale {})", stats.loss_scale);
+        if (stats.skipped) {
+          line += fmt::format("  skipped (fp16 overflow at scale {})", stats.loss_scale);
+        }
         std::cout << line << std::endl;
       }
       if (metrics) {
