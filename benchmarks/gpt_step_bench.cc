@@ -15,6 +15,7 @@
 // and GPT-2's 50257 (the tied LM head dominates).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -104,7 +105,8 @@ void BM_GemmCeiling(benchmark::State& state) {
     seconds += elapsed;
   }
   const double gflops = step_flops(gemms) * static_cast<double>(state.iterations()) / seconds / 1e9;
-  ceilings()[vocab] = gflops;
+  // A ceiling is the best the GEMMs did: with --benchmark_repetitions the best repetition.
+  ceilings()[vocab] = std::max(ceilings()[vocab], gflops);
   state.counters["gemm_GFLOPs"] = gflops;
   state.counters["step_GFLOP"] = step_flops(gemms) / 1e9;
   state.SetLabel("cblas_sgemm at the step's shapes");

@@ -25,17 +25,29 @@ void PhaseRecord::set_failure(const Error& error) {
   set_text(error.what());
 }
 
-std::vector<PhaseRecord> exchange_records(RankContext& context, const PhaseRecord& mine) {
+std::vector<PhaseRecord> exchange_records(RankContext& context, const PhaseRecord& mine,
+                                          const std::optional<Error>& own) {
   std::vector<PhaseRecord> all(static_cast<std::size_t>(context.world_size));
-  context.communicator.all_gather(context.comm, &mine, all.data(), kWords, DType::kInt32);
-  context.comm.synchronize();
+  try {
+    context.communicator.all_gather(context.comm, &mine, all.data(), kWords, DType::kInt32);
+    context.comm.synchronize();
+  } catch (...) {
+    if (own) raise(*own);
+    throw;
+  }
   return all;
 }
 
-PhaseRecord share_record(RankContext& context, const PhaseRecord& mine, int root) {
+PhaseRecord share_record(RankContext& context, const PhaseRecord& mine, int root,
+                         const std::optional<Error>& own) {
   PhaseRecord shared = mine;
-  context.communicator.broadcast(context.comm, &shared, kWords, DType::kInt32, root);
-  context.comm.synchronize();
+  try {
+    context.communicator.broadcast(context.comm, &shared, kWords, DType::kInt32, root);
+    context.comm.synchronize();
+  } catch (...) {
+    if (own) raise(*own);
+    throw;
+  }
   return shared;
 }
 

@@ -29,10 +29,14 @@ struct PhaseRecord {
 };
 static_assert(sizeof(PhaseRecord) == 1032);
 
-// Every rank's record, in rank order (an all-gather).
-std::vector<PhaseRecord> exchange_records(RankContext& context, const PhaseRecord& mine);
-// Rank `root`'s record on every rank (a broadcast).
-PhaseRecord share_record(RankContext& context, const PhaseRecord& mine, int root);
+// Every rank's record, in rank order (an all-gather). `own` is this rank's failure, if any: it
+// is what this rank throws should the collective itself fail (a peer that failed and left
+// early can make it fail), so that a rank's own error is never masked by an echo.
+std::vector<PhaseRecord> exchange_records(RankContext& context, const PhaseRecord& mine,
+                                          const std::optional<Error>& own);
+// Rank `root`'s record on every rank (a broadcast); `own` as above.
+PhaseRecord share_record(RankContext& context, const PhaseRecord& mine, int root,
+                         const std::optional<Error>& own);
 
 // Runs `work`, turning a failure into the record's failure (non-zest exceptions as kInternal).
 // Returns the error for raise_if_failed.

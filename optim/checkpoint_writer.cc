@@ -166,7 +166,7 @@ SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
       record.set_text(temporary);
     });
   }
-  const PhaseRecord prepared = share_record(context, record, 0);
+  const PhaseRecord prepared = share_record(context, record, 0, failure);
   raise_if_failed({prepared}, failure, what);
   const std::string temporary = join(root, prepared.get_text());
 
@@ -179,7 +179,7 @@ SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
     record.bytes = digest.bytes;
     record.xxh3 = digest.xxh3;
   });
-  const std::vector<PhaseRecord> written = exchange_records(context, record);
+  const std::vector<PhaseRecord> written = exchange_records(context, record, failure);
   raise_if_failed(written, failure, what);
 
   // Phase 3: rank 0 writes the manifest, publishes the directory, then moves `latest`.
@@ -222,7 +222,7 @@ SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
       remove_directory_quietly(saved.path);
     }
   }
-  const PhaseRecord finished = share_record(context, record, 0);
+  const PhaseRecord finished = share_record(context, record, 0, failure);
   raise_if_failed({finished}, failure, what);
   saved.bytes = finished.bytes;
   // After the others are released: removing old checkpoints may take a while and they need not

@@ -211,7 +211,7 @@ void parse_world(Block& root, TrainConfig& out) {
               {"backend", "ranks", "device", "device_memory", "timeout_s"});
 
   out.world.backend = read_string(block.get_or("backend", "local"), block.path("backend"));
-  const std::vector<std::string> backends = {"local", "nccl", "mpi"};
+  const std::vector<std::string> backends = {"local", "nccl", "mpi", "auto"};
   if (std::find(backends.begin(), backends.end(), out.world.backend) == backends.end()) {
     config_error(block.path("backend"),
                  "must be " + one_of(backends) + ", got \"" + out.world.backend + "\"");
@@ -680,6 +680,16 @@ json read_json_file(const std::string& path) {
   }
 }
 
+// `log` (zest's own: where the timeline goes) and DeepSpeed's `wall_clock_breakdown`.
+void parse_log(Block& root, TrainConfig& out) {
+  Block log(root.object_or_empty("log"), "log", {"trace"});
+  const json& trace = log.get_or("trace", "");
+  if (!trace.is_string()) config_error("log.trace", "must be a file path (string), got " + trace.dump());
+  out.trace_path = trace.get<std::string>();
+  out.wall_clock_breakdown =
+      read_bool(root.get_or("wall_clock_breakdown", false), "wall_clock_breakdown");
+}
+
 TrainConfig parse_train_config(const json& config, const std::vector<std::string>& overrides) {
   TrainConfig out;
   out.json = config;
@@ -689,7 +699,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
              {"model", "world", "seed", "steps", "train_micro_batch_size_per_gpu",
               "train_batch_size", "gradient_accumulation_steps", "gradient_clipping",
               "optimizer", "zero_optimization", "data", "log_interval", "bf16", "fp16",
-              "communication_data_type"},
+              "communication_data_type", "log", "wall_clock_breakdown"},
              {{"stage", "zero_optimization.stage"},
               {"ranks", "world.ranks"},
               {"backend", "world.backend"},
@@ -726,6 +736,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   parse_zero(root, out);
   parse_precision(root, out);
   out.log_interval = read_integer_at_least(root.get_or("log_interval", 1), "log_interval", 1);
+  parse_log(root, out);
   return out;
 }
 

@@ -67,6 +67,10 @@ struct TrainConfig {
   std::int64_t gradient_accumulation_steps = 1;
   std::int64_t train_batch_size = 0;             // micro_batch × accumulation × world.ranks
   std::int64_t log_interval = 1;                 // print every this many steps
+  // `log.trace`: write a Chrome trace of every rank's streams here (empty: none).
+  // `wall_clock_breakdown`: print per rank compute time, comm time and the share hidden.
+  std::string trace_path;
+  bool wall_clock_breakdown = false;
 };
 
 // Reads `path`, applies `overrides` ("dotted.key=value", in order) and validates. Throws a

@@ -4,10 +4,13 @@
 //
 // Every rank builds the model, shards it with the ZeRO engine and runs the configured steps on
 // its slice of each global batch; rank 0 prints a line per step and, at the end, the peak memory
-// per category and rank beside the engine's prediction. Errors print one line,
+// per category and rank beside the engine's prediction. Ranks are threads of this process, or
+// processes under mpirun / srun with world.backend "mpi" or "auto" (docs/multi_process.md); then
+// only rank 0's process prints and writes files. Errors print one line,
 // "zest-train: error: <message>", and exit 2 for bad input, 1 for failures at run time.
 #include <cblas.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -28,7 +31,9 @@
 #include "memory/category.h"
 #include "optim/engine.h"
 #include "optim/optimizer.h"
+#include "runtime/trace.h"
 #include "runtime/world.h"
+#include "runtime/world_detection.h"
 #include "tools/common/atomic_output_file.h"
 #include "tools/common/model_factory.h"
 #include "tools/common/train_config.h"
@@ -137,16 +142,83 @@ ordered_json summary_line(const zest::TrainConfig& config, float first_loss, flo
   return line;
 }
 
+int train_in(const zest::World& world, const zest::TrainConfig& config,
+             const std::string& metrics_path);
+
+// One rank's peak bytes and predicted model state, as words an all-gather can move.
+constexpr std::size_t kMemoryWords = zest::kCategoryCount + 4;
+
+std::array<std::uint64_t, kMemoryWords> pack_memory(const zest::MemoryUsage& usage,
+                                                    const zest::MemoryPrediction& predicted) {
+  std::array<std::uint64_t, kMemoryWords> words{};
+  for (std::size_t c = 0; c < zest::kCategoryCount; ++c) words[c] = usage.peak[c];
+  words[zest::kCategoryCount] = usage.total_peak;
+  words[zest::kCategoryCount + 1] = predicted.params;
+  words[zest::kCategoryCount + 2] = predicted.grads;
+  words[zest::kCategoryCount + 3] = predicted.optimizer;
+  return words;
+}
+
+void unpack_memory(const std::uint64_t* words, zest::MemoryUsage& usage,
+                   zest::MemoryPrediction& predicted) {
+  for (std::size_t c = 0; c < zest::kCategoryCount; ++c) usage.peak[c] = words[c];
+  usage.total_peak = words[zest::kCategoryCount];
+  predicted.params = words[zest::kCategoryCount + 1];
+  predicted.grads = words[zest::kCategoryCount + 2];
+  predicted.optimizer = words[zest::kCategoryCount + 3];
+}
+
+// The timeline of the run: the trace file (log.trace) and, per rank, how much of the
+// communication time compute hid (wall_clock_breakdown). With processes, this process's ranks.
+void report_timeline(const zest::TraceRecorder& trace, const zest::TrainConfig& config, int ranks) {
+  if (!config.trace_path.empty()) {
+    trace.write(config.trace_path);
+    std::cout << kProgram << ": trace written to " << config.trace_path
+              << " (open it in Perfetto or chrome://tracing)" << std::endl;
+  }
+  const auto overlap = trace.overlap(ranks);
+  for (std::size_t rank = 0; rank < overlap.size(); ++rank) {
+    if (overlap[rank].compute_ms == 0.0 && overlap[rank].comm_ms == 0.0) continue;
+    std::cout << fmt::format("rank {}: compute {:.1f} ms, comm {:.1f} ms, {:.0f}% of comm hidden under compute",
+                             rank, overlap[rank].compute_ms, overlap[rank].comm_ms,
+                             100.0 * overlap[rank].hidden_fraction)
+              << std::endl;
+  }
+}
+
 int train(const zest::TrainConfig& config, const std::string& metrics_path) {
-  if (config.world.ranks > 1) {
-    // Note: the local backend's ranks are threads of this process, each already running its
-    // own GEMMs; OpenBLAS's thread pool on top of that would oversubscribe the cores (ranks ×
-    // OpenBLAS threads) and make every step slower, so each GEMM stays on its rank's thread.
+  zest::WorldOptions world_options = config.world;
+  world_options.program = kProgram;
+  if (!config.trace_path.empty() || config.wall_clock_breakdown) {
+    world_options.trace = std::make_shared<zest::TraceRecorder>();
+  }
+  const zest::World world(world_options);
+  try {
+    // Every process must train the same job; checked before anything is trained or written.
+    world.verify_same_config(config.json.dump());
+    const int status = train_in(world, config, metrics_path);
+    if (world_options.trace && world.is_leader_process()) report_timeline(*world_options.trace, config, world.size());
+    return status;
+  } catch (const std::exception& error) {
+    // With several processes the others may be waiting for this one: end the job.
+    world.end_job_on_failure(error);
+    throw;
+  }
+}
+
+int train_in(const zest::World& world, const zest::TrainConfig& config,
+             const std::string& metrics_path) {
+  const bool leader_process = world.is_leader_process();
+  if (world.size() > 1) {
+    // Note: the ranks are threads of this process, or processes that share this machine's
+    // cores, each already running its own GEMMs; OpenBLAS's thread pool on top of that would
+    // oversubscribe the cores (ranks × OpenBLAS threads) and make every step slower, so each
+    // GEMM stays on its rank's thread. It also makes threads and processes compute alike.
     openblas_set_num_threads(1);
   }
   // Fails on a bad path before any training is done.
   std::optional<zest::AtomicOutputFile> metrics;
-  if (!metrics_path.empty()) metrics.emplace(metrics_path);
+  if (leader_process && !metrics_path.empty()) metrics.emplace(metrics_path);
 
   std::size_t parameter_count = 0;
   {
@@ -154,9 +226,11 @@ int train(const zest::TrainConfig& config, const std::string& metrics_path) {
     std::unique_ptr<zest::Module> model = zest::make_model(config.model);
     parameter_count = zest::count_parameters(*model);
   }
-  std::cout << describe_world(config, parameter_count) << std::endl;
+  if (leader_process) {
+    std::cout << describe_world(config, parameter_count) << '\n'
+              << kProgram << ": world: " << world.detected().describe() << std::endl;
+  }
 
-  const zest::World world(config.world);
   const auto ranks = static_cast<std::size_t>(world.size());
   std::vector<zest::MemoryUsage> usage(ranks);
   std::vector<zest::MemoryPrediction> predicted(ranks);
@@ -219,10 +293,19 @@ int train(const zest::TrainConfig& config, const std::string& metrics_path) {
     }
     if (leader) train_seconds = std::chrono::duration<double>(Clock::now() - train_start).count();
     context.synchronize();
-    // Each rank writes only its own slot; World::run() joins before anyone reads them.
-    usage[static_cast<std::size_t>(context.rank)] = context.allocator().usage();
-    predicted[static_cast<std::size_t>(context.rank)] = trainer->predicted_memory();
+    // Every rank's peaks reach rank 0 through the communicator: with processes they live in
+    // other address spaces. all_gather moves bits, whatever the dtype says.
+    const auto mine = pack_memory(context.allocator().usage(), trainer->predicted_memory());
+    std::vector<std::uint64_t> all(kMemoryWords * ranks);
+    context.communicator.all_gather(context.comm, mine.data(), all.data(), 2 * kMemoryWords,
+                                    zest::DType::kInt32);
+    context.comm.synchronize();
+    if (!leader) return;
+    for (std::size_t rank = 0; rank < ranks; ++rank) {
+      unpack_memory(all.data() + rank * kMemoryWords, usage[rank], predicted[rank]);
+    }
   });
+  if (!leader_process) return 0;
 
   print_memory_table(usage, predicted);
   const double samples = static_cast<double>(config.steps * config.train_batch_size);
@@ -238,6 +321,32 @@ int train(const zest::TrainConfig& config, const std::string& metrics_path) {
     metrics->commit();
   }
   return 0;
+}
+
+// With ranks that are processes the launcher decides the world size: it becomes world.ranks
+// before validation, so that the batch sizes are derived from it. A world.ranks that disagrees
+// with the launcher is a config error here.
+std::vector<std::string> with_launcher_world_size(const std::string& config_path,
+                                                  std::vector<std::string> overrides) {
+  nlohmann::json raw = zest::read_json_file(config_path);
+  for (const std::string& assignment : overrides) zest::apply_override(raw, assignment);
+  std::string backend = "local";
+  std::int64_t ranks = 1;
+  if (const auto world = raw.find("world"); world != raw.end() && world->is_object()) {
+    if (const auto it = world->find("backend"); it != world->end() && it->is_string()) {
+      backend = it->get<std::string>();
+    }
+    if (const auto it = world->find("ranks"); it != world->end() && it->is_number_integer()) {
+      ranks = it->get<std::int64_t>();
+    }
+  }
+  // Anything else, or a value out of range, is left to the validation, which names it.
+  if ((backend != "mpi" && backend != "auto") || ranks < 1 || ranks > 65536) return overrides;
+  const zest::DetectedWorld detected = zest::detect_world(backend, static_cast<int>(ranks));
+  if (detected.processes && detected.size != ranks) {
+    overrides.push_back("world.ranks=" + std::to_string(detected.size));
+  }
+  return overrides;
 }
 
 // One line, whatever the message holds.
@@ -270,7 +379,8 @@ int run(int argc, char** argv) {
     return fail(std::string(error.what()) + " (see --help)", 2);
   }
 
-  const zest::TrainConfig config = zest::load_train_config(config_path, overrides);
+  const zest::TrainConfig config =
+      zest::load_train_config(config_path, with_launcher_world_size(config_path, overrides));
   if (print_config) {
     std::cout << config.json.dump(2) << std::endl;
     return 0;
