@@ -124,7 +124,8 @@ LoadedCheckpoint load_checkpoint(RankContext& context, Trainer& trainer, const s
     loaded.extra = manifest.extra;
     counters = manifest.counters;
   });
-  raise_if_failed(exchange_records(context, record, failure), failure, "loading checkpoint " + path);
+  raise_if_failed(exchange_records(context, record, failure), failure,
+                  "loading checkpoint " + path);
   trainer.state_loaded();
   trainer.set_counters(counters);
   return loaded;

@@ -114,8 +114,8 @@ class Trainer {
   // loss for it. Call it gradient_accumulation_steps times, then step().
   virtual float forward_backward(const Batch& batch) = 0;
   // Clips, updates each rank's shard, gathers the parameters back. `lr` overrides the
-  // optimizer's learning rate for this step when > 0 (schedules).
-  virtual StepStats step(float lr = 0.0f) = 0;
+  // optimizer's learning rate for this step when >= 0 (schedules; a warmup may start at 0).
+  virtual StepStats step(float lr = -1.0f) = 0;
 
   // The full value of a parameter ("<unit>.<name>") as fp32. A collective: every rank calls it.
   virtual std::vector<float> full_parameter(const std::string& name) = 0;

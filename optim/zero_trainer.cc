@@ -121,7 +121,8 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
   activations_.resize(units_.size());
   optimizer_done_ = context.device.create_event();
   serialize_ = context.device.create_event();
-  parameters_ready_ = context.device.create_event();
+  for (std::size_t i = 0; i < units_.size(); ++i) unit_gathered_.push_back(context.device.create_event());
+  awaiting_gather_.assign(units_.size(), false);
   try {
     allocate_state();
     initialize_parameters();
@@ -209,7 +210,13 @@ void ZeroTrainer::initialize_parameters() {
 }
 
 void* ZeroTrainer::acquire_params(FlatUnit& unit) {
-  if (!ring_) return unit.params.data();
+  if (!ring_) {
+    if (awaiting_gather_[unit.index]) {  // stages 1-2: the step's gather of this unit
+      context_.compute.wait(*unit_gathered_[unit.index]);
+      awaiting_gather_[unit.index] = false;
+    }
+    return unit.params.data();
+  }
   // Gathers run on the prefetch stream, so in backward they do not queue behind the
   // reduce-scatters on the comm stream.
   if (!options_.overlap_comm) wait_for_compute(context_.prefetch);

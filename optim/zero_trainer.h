@@ -114,7 +114,10 @@ class ZeroTrainer final : public Trainer {
   static constexpr std::size_t kLiveBuckets = 2;
   std::unique_ptr<Event> optimizer_done_;
   std::unique_ptr<Event> serialize_;  // overlap_comm false: orders compute and communication
-  std::unique_ptr<Event> parameters_ready_;
+  // Stages 1-2: per unit, the all-gather of its updated parameters; the next forward waits for
+  // it when it reaches the unit.
+  std::vector<std::unique_ptr<Event>> unit_gathered_;
+  std::vector<bool> awaiting_gather_;
   int micro_batches_ = 0;  // since the last step
   double loss_sum_ = 0.0;  // this rank's micro-batch losses since the last step
   std::int64_t steps_taken_ = 0;      // step() calls, skipped ones included

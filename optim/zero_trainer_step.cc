@@ -53,7 +53,7 @@ StepStats ZeroTrainer::step(float lr) {
   StepStats stats;
   stats.loss_scale = scaler_.scale();
   stats.loss = totals[0];  // units report the unscaled loss
-  stats.lr = lr > 0.0f ? lr : optimizer_->options().lr;
+  stats.lr = lr >= 0.0f ? lr : optimizer_->options().lr;
   micro_batches_ = 0;
   loss_sum_ = 0.0;
   stats.step = ++steps_taken_;
@@ -146,11 +146,13 @@ void ZeroTrainer::gather_updated_parameters() {
       char* params = unit.params.as<char>();
       context_.communicator.all_gather(context_.comm, params + context_.rank * shard * element_size(),
                                        params, shard, options_.compute_dtype);
+      // The next forward waits for this unit's gather only, when it reaches the unit, so the
+      // gathers of later units overlap the forward of earlier ones.
+      context_.comm.record(*unit_gathered_[unit.index]);
+      awaiting_gather_[unit.index] = true;
     }
   }
   if (ring_) ring_->clear();
-  context_.comm.record(*parameters_ready_);
-  context_.compute.wait(*parameters_ready_);
 }
 
 }  // namespace zest

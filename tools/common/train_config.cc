@@ -481,6 +481,40 @@ void parse_optimizer(Block& root, TrainConfig& out) {
   out.optimizer.eps = static_cast<float>(eps);
 }
 
+// DeepSpeed's `scheduler` block: {"type": ..., "params": {...}} with its parameter names.
+void parse_scheduler(Block& root, TrainConfig& out) {
+  if (!root.object_or_empty("scheduler").is_object() ||
+      root.object_or_empty("scheduler").empty()) {
+    return;
+  }
+  Block block(root.object_or_empty("scheduler"), "scheduler", {"type", "params"});
+  LrScheduleOptions& options = out.scheduler;
+  options.type = read_string(block.require("type", "WarmupLR, WarmupDecayLR or WarmupCosineLR"),
+                             "scheduler.type");
+  Block params(block.object_or_empty("params"), "scheduler.params",
+               {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type",
+                "total_num_steps", "warmup_min_ratio", "cos_min_ratio", "last_batch_iteration"});
+  auto number = [&](const char* key, float fallback) {
+    return static_cast<float>(read_number(params.get_or(key, fallback), params.path(key)));
+  };
+  options.warmup_min_lr = number("warmup_min_lr", options.warmup_min_lr);
+  options.warmup_max_lr = number("warmup_max_lr", options.warmup_max_lr);
+  options.warmup_min_ratio = number("warmup_min_ratio", options.warmup_min_ratio);
+  options.cos_min_ratio = number("cos_min_ratio", options.cos_min_ratio);
+  options.warmup_num_steps = read_integer_at_least(
+      params.get_or("warmup_num_steps", options.warmup_num_steps), params.path("warmup_num_steps"), 0);
+  options.total_num_steps = read_integer_at_least(
+      params.get_or("total_num_steps", out.steps), params.path("total_num_steps"), 1);
+  options.warmup_type =
+      read_string(params.get_or("warmup_type", options.warmup_type), params.path("warmup_type"));
+  if (read_integer_at_least(params.get_or("last_batch_iteration", -1),
+                            params.path("last_batch_iteration"), -1) != -1) {
+    config_error("scheduler.params.last_batch_iteration",
+                 "is not supported yet (a resumed run restores its step from the checkpoint)");
+  }
+  LrSchedule check(options, out.optimizer.lr);  // validates, naming scheduler.params.<key>
+}
+
 void parse_zero(Block& root, TrainConfig& out) {
   Block block(root.object_or_empty("zero_optimization"), "zero_optimization",
               {"stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
@@ -690,6 +724,28 @@ void parse_log(Block& root, TrainConfig& out) {
       read_bool(root.get_or("wall_clock_breakdown", false), "wall_clock_breakdown");
 }
 
+// `checkpoint`: see CheckpointConfig.
+void parse_checkpoint(Block& root, TrainConfig& out) {
+  Block block(root.object_or_empty("checkpoint"), "checkpoint",
+              {"dir", "every_steps", "keep_last", "save_on_exit", "resume"});
+  CheckpointConfig& checkpoint = out.checkpoint;
+  checkpoint.dir = read_string(block.get_or("dir", ""), block.path("dir"));
+  checkpoint.every_steps =
+      read_integer_at_least(block.get_or("every_steps", 0), block.path("every_steps"), 0);
+  checkpoint.keep_last =
+      read_integer_at_least(block.get_or("keep_last", 0), block.path("keep_last"), 0);
+  checkpoint.save_on_exit = read_bool(block.get_or("save_on_exit", true), block.path("save_on_exit"));
+  checkpoint.resume = read_string(block.get_or("resume", ""), block.path("resume"));
+  if (checkpoint.dir.empty() && checkpoint.every_steps > 0) {
+    config_error(block.path("dir"), "missing; checkpoint.every_steps needs a directory to save in");
+  }
+  if (checkpoint.dir.empty() && checkpoint.resume == "auto") {
+    config_error(block.path("resume"),
+                 "\"auto\" resumes from checkpoint.dir's latest checkpoint, but checkpoint.dir is "
+                 "not set");
+  }
+}
+
 TrainConfig parse_train_config(const json& config, const std::vector<std::string>& overrides) {
   TrainConfig out;
   out.json = config;
@@ -699,7 +755,8 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
              {"model", "world", "seed", "steps", "train_micro_batch_size_per_gpu",
               "train_batch_size", "gradient_accumulation_steps", "gradient_clipping",
               "optimizer", "zero_optimization", "data", "log_interval", "bf16", "fp16",
-              "communication_data_type", "log", "wall_clock_breakdown"},
+              "communication_data_type", "log", "wall_clock_breakdown", "scheduler",
+              "checkpoint"},
              {{"stage", "zero_optimization.stage"},
               {"ranks", "world.ranks"},
               {"backend", "world.backend"},
@@ -733,10 +790,12 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   out.engine.gradient_clipping = static_cast<float>(clipping);
 
   parse_optimizer(root, out);
+  parse_scheduler(root, out);
   parse_zero(root, out);
   parse_precision(root, out);
   out.log_interval = read_integer_at_least(root.get_or("log_interval", 1), "log_interval", 1);
   parse_log(root, out);
+  parse_checkpoint(root, out);
   return out;
 }
 

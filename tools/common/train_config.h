@@ -15,6 +15,7 @@
 
 #include "models/mlp.h"
 #include "optim/engine.h"
+#include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "runtime/world.h"
 
@@ -50,6 +51,15 @@ struct ZeroOverlapConfig {
   std::optional<bool> contiguous_gradients;
 };
 
+// `checkpoint` (zest's own): where and when the trainer saves, and what it resumes from.
+struct CheckpointConfig {
+  std::string dir;                // the checkpoint root (step-<N>/, latest); empty: no saves
+  std::int64_t every_steps = 0;   // save after every this many steps; 0: only on exit
+  std::int64_t keep_last = 0;     // step directories kept after a save; 0: all
+  bool save_on_exit = true;       // save at the end and on SIGINT / SIGTERM (needs dir)
+  std::string resume;             // "": start fresh; "auto": dir's latest if any; else a path
+};
+
 struct TrainConfig {
   nlohmann::json json;  // resolved: overrides applied, defaults filled in
 
@@ -58,9 +68,11 @@ struct TrainConfig {
   // and the dtypes and loss scaling of the bf16 / fp16 / communication_data_type keys
   EngineOptions engine;
   OptimizerOptions optimizer;
+  LrScheduleOptions scheduler;  // `scheduler`: DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR
   ModelConfig model;
   DataConfig data;
   ZeroOverlapConfig zero_overlap;
+  CheckpointConfig checkpoint;
 
   std::int64_t steps = 0;
   std::int64_t micro_batch = 0;                  // train_micro_batch_size_per_gpu

@@ -1,16 +1,21 @@
 // zest-train: trains a built-in model from one JSON config.
 //
-//   zest-train --config FILE [--set dotted.key=value ...] [--metrics FILE] [--print-config]
+//   zest-train --config FILE [--set dotted.key=value ...] [--metrics FILE] [--resume PATH]
+//              [--print-config]
 //
 // Every rank builds the model, shards it with the ZeRO engine and runs the configured steps on
 // its slice of each global batch; rank 0 prints a line per step and, at the end, the peak memory
 // per category and rank beside the engine's prediction. Ranks are threads of this process, or
 // processes under mpirun / srun with world.backend "mpi" or "auto" (docs/multi_process.md); then
-// only rank 0's process prints and writes files. Errors print one line,
+// only rank 0's process prints and writes files. With a `checkpoint` block it saves every
+// checkpoint.every_steps steps and at the end, resumes from checkpoint.resume ("auto": the
+// directory's latest) or --resume PATH, and on SIGINT / SIGTERM saves after the step in progress
+// and exits with status 128 + the signal. Errors print one line,
 // "zest-train: error: <message>", and exit 2 for bad input, 1 for failures at run time.
 #include <cblas.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -30,6 +35,7 @@
 #include "memory/allocator.h"
 #include "memory/category.h"
 #include "optim/engine.h"
+#include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "runtime/trace.h"
 #include "runtime/world.h"
@@ -37,6 +43,7 @@
 #include "tools/common/atomic_output_file.h"
 #include "tools/common/model_factory.h"
 #include "tools/common/train_config.h"
+#include "tools/train/checkpointing.h"
 
 namespace {
 
@@ -237,6 +244,11 @@ int train_in(const zest::World& world, const zest::TrainConfig& config,
   float first_loss = 0.0f;
   float final_loss = 0.0f;
   double train_seconds = 0.0;
+  std::int64_t steps_run = 0;
+  std::int64_t last_step = 0;
+  std::atomic<bool> stopped{false};  // by a signal, on every rank alike
+  const zest::StopSignals signals(!config.checkpoint.dir.empty() &&
+                                  config.checkpoint.save_on_exit);
 
   world.run([&](zest::RankContext& context) {
     const bool leader = context.rank == 0;
@@ -252,9 +264,12 @@ int train_in(const zest::World& world, const zest::TrainConfig& config,
     std::unique_ptr<zest::Trainer> trainer =
         engine.shard(*model, zest::make_optimizer(config.optimizer));
 
+    zest::TrainCheckpoints checkpoints(config, signals);
+    const std::int64_t first_step = checkpoints.resume(context, *trainer);
+    const zest::LrSchedule schedule(config.scheduler, config.optimizer.lr);
     const int width = static_cast<int>(std::to_string(config.steps).size());
     const Clock::time_point train_start = Clock::now();
-    for (std::int64_t step = 1; step <= config.steps; ++step) {
+    for (std::int64_t step = first_step; step <= config.steps; ++step) {
       const Clock::time_point step_start = Clock::now();
       for (std::int64_t micro = 0; micro < config.gradient_accumulation_steps; ++micro) {
         held.push_back(data.micro_batch(step, micro, config.gradient_accumulation_steps,
@@ -262,14 +277,21 @@ int train_in(const zest::World& world, const zest::TrainConfig& config,
                                         context.world_size));
         trainer->forward_backward(held.back().batch());
       }
-      const zest::StepStats stats = trainer->step();
+      const zest::StepStats stats = trainer->step(schedule.lr_at(step));
       held.clear();
       const double step_ms = milliseconds(Clock::now() - step_start);
-      if (!leader) continue;
+      const bool stop = checkpoints.after_step(context, *trainer, step);
+      if (stop) stopped = true;
+      if (!leader) {
+        if (stop) break;
+        continue;
+      }
 
-      if (step == 1) first_loss = stats.loss;
+      if (step == first_step) first_loss = stats.loss;
       final_loss = stats.loss;
-      if (step == 1 || step == config.steps || step % config.log_interval == 0) {
+      ++steps_run;
+      last_step = step;
+      if (step == first_step || step == config.steps || step % config.log_interval == 0 || stop) {
         std::string line =
             fmt::format("step {:>{}}/{}  loss {:.4f}  lr {:.2e}  grad_norm {:.3f}  {:.1f} ms", step,
                         width, config.steps, stats.loss, stats.lr, stats.grad_norm, step_ms);
@@ -290,6 +312,7 @@ int train_in(const zest::World& world, const zest::TrainConfig& config,
         }
         metrics->stream() << line.dump() << '\n';
       }
+      if (stop) break;
     }
     if (leader) train_seconds = std::chrono::duration<double>(Clock::now() - train_start).count();
     context.synchronize();
@@ -305,13 +328,16 @@ int train_in(const zest::World& world, const zest::TrainConfig& config,
       unpack_memory(all.data() + rank * kMemoryWords, usage[rank], predicted[rank]);
     }
   });
-  if (!leader_process) return 0;
+  // A stop by SIGINT / SIGTERM (after the checkpoint was saved) ends with 128 + the signal, as
+  // the signal itself would have.
+  const int stop_status = stopped ? 128 + zest::StopSignals::caught() : 0;
+  if (!leader_process) return stop_status;
 
   print_memory_table(usage, predicted);
-  const double samples = static_cast<double>(config.steps * config.train_batch_size);
+  const double samples = static_cast<double>(steps_run * config.train_batch_size);
   const double samples_per_s = train_seconds > 0 ? samples / train_seconds : 0.0;
   std::cout << fmt::format("{}: {} steps, loss {:.4f} -> {:.4f}, {:.0f} samples/s", kProgram,
-                           config.steps, first_loss, final_loss, samples_per_s)
+                           steps_run, first_loss, final_loss, samples_per_s)
             << std::endl;
   if (metrics) {
     metrics->stream() << summary_line(config, first_loss, final_loss, samples_per_s, usage,
@@ -320,7 +346,12 @@ int train_in(const zest::World& world, const zest::TrainConfig& config,
                       << '\n';
     metrics->commit();
   }
-  return 0;
+  if (stopped) {
+    std::cout << fmt::format("{}: stopped by signal {} after step {}", kProgram,
+                             zest::StopSignals::caught(), last_step)
+              << std::endl;
+  }
+  return stop_status;
 }
 
 // With ranks that are processes the launcher decides the world size: it becomes world.ranks
@@ -363,6 +394,7 @@ int run(int argc, char** argv) {
   std::string config_path;
   std::vector<std::string> overrides;
   std::string metrics_path;
+  std::string resume_path;
   bool print_config = false;
   app.add_option("--config", config_path, "JSON config file (see configs/default.json)")
       ->required();
@@ -370,6 +402,9 @@ int run(int argc, char** argv) {
                  "override a config key before validation: dotted.key=value (repeatable)");
   app.add_option("--metrics", metrics_path,
                  "write one JSON line per step and a summary line to FILE");
+  app.add_option("--resume", resume_path,
+                 "resume from this checkpoint (a step directory, or a root with `latest`); the "
+                 "same as --set checkpoint.resume=PATH");
   app.add_flag("--print-config", print_config,
                "print the resolved config (overrides and defaults applied) and exit");
   try {
@@ -379,6 +414,10 @@ int run(int argc, char** argv) {
     return fail(std::string(error.what()) + " (see --help)", 2);
   }
 
+  if (!resume_path.empty()) {
+    // Quoted, so that the override reads it as a string whatever it looks like.
+    overrides.push_back("checkpoint.resume=" + nlohmann::json(resume_path).dump());
+  }
   const zest::TrainConfig config =
       zest::load_train_config(config_path, with_launcher_world_size(config_path, overrides));
   if (print_config) {

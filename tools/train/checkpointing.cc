@@ -1,0 +1,137 @@
+#include "tools/train/checkpointing.h"
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "memory/allocator.h"
+#include "optim/checkpoint_reader.h"
+#include "optim/checkpoint_writer.h"
+
+namespace zest {
+namespace {
+
+std::atomic<int> caught_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
+
+struct sigaction previous_interrupt;
+struct sigaction previous_terminate;
+
+extern "C" void on_stop_signal(int signal) {
+  int none = 0;
+  caught_signal.compare_exchange_strong(none, signal);
+}
+
+// A saved config value that differs from this run's, for a warning: the data of step k depends
+// on the seed and the batch sizes, so a resumed run that changes them does not continue the same
+// run.
+void warn_if_changed(const nlohmann::json& saved, const nlohmann::json& now, const char* key) {
+  if (!saved.is_object() || !saved.contains(key) || !now.contains(key)) return;
+  if (saved[key] == now[key]) return;
+  std::cout << fmt::format("zest-train: warning: {} is {} here but was {} in the checkpoint's run",
+                           key, now[key].dump(), saved[key].dump())
+            << std::endl;
+}
+
+}  // namespace
+
+StopSignals::StopSignals(bool enabled) : enabled_(enabled) {
+  if (!enabled_) return;
+  caught_signal = 0;
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  // Note: SA_RESETHAND makes a second signal do what it always does (end the process), so a
+  // user who does not want to wait for the save still can.
+  action.sa_flags = SA_RESETHAND | SA_RESTART;
+  sigaction(SIGINT, &action, &previous_interrupt);
+  sigaction(SIGTERM, &action, &previous_terminate);
+}
+
+StopSignals::~StopSignals() {
+  if (!enabled_) return;
+  sigaction(SIGINT, &previous_interrupt, nullptr);
+  sigaction(SIGTERM, &previous_terminate, nullptr);
+}
+
+int StopSignals::caught() { return caught_signal.load(); }
+
+TrainCheckpoints::TrainCheckpoints(const TrainConfig& config, const StopSignals& signals)
+    : config_(config), signals_(signals) {}
+
+std::int64_t TrainCheckpoints::resume(RankContext& context, Trainer& trainer) {
+  const bool leader = context.rank == 0;
+  std::string path = config_.checkpoint.resume;
+  if (path.empty()) return 1;
+  if (path == "auto") {
+    path = config_.checkpoint.dir;
+    if (!std::filesystem::exists(std::filesystem::path(path) / "latest")) {
+      if (leader) {
+        std::cout << "zest-train: no checkpoint in " << path << " yet: starting at step 1"
+                  << std::endl;
+      }
+      return 1;
+    }
+  }
+  const LoadedCheckpoint loaded = load_checkpoint(context, trainer, path);
+  last_saved_ = loaded.step;
+  if (leader) {
+    std::cout << fmt::format("zest-train: resumed from {} at step {} (saved by {} rank{} at stage "
+                             "{}{})",
+                             loaded.path, loaded.step, loaded.saved_world_size,
+                             loaded.saved_world_size == 1 ? "" : "s", loaded.saved_stage,
+                             loaded.resharded ? "; resharded" : "")
+              << std::endl;
+    for (const char* key : {"seed", "train_batch_size", "gradient_accumulation_steps"}) {
+      warn_if_changed(loaded.config, config_.json, key);
+    }
+  }
+  return trainer.steps_taken() + 1;
+}
+
+bool TrainCheckpoints::after_step(RankContext& context, Trainer& trainer, std::int64_t step) {
+  bool stop = false;
+  if (signals_.enabled()) {
+    float mine = StopSignals::caught() != 0 ? 1.0f : 0.0f;
+    float any = 0.0f;
+    context.communicator.all_reduce(context.comm, &mine, &any, 1, DType::kFloat32,
+                                    Reduction::kSum);
+    context.comm.synchronize();
+    stop = any > 0.0f;
+  }
+  const CheckpointConfig& checkpoint = config_.checkpoint;
+  if (checkpoint.dir.empty()) return stop;
+  const bool periodic = checkpoint.every_steps > 0 && step % checkpoint.every_steps == 0;
+  const bool at_exit = checkpoint.save_on_exit && (stop || step == config_.steps);
+  if ((periodic || at_exit) && last_saved_ != step) save(context, trainer, step);
+  return stop;
+}
+
+void TrainCheckpoints::save(RankContext& context, Trainer& trainer, std::int64_t step) {
+  CheckpointOptions options;
+  options.dir = config_.checkpoint.dir;
+  options.keep_last = static_cast<int>(config_.checkpoint.keep_last);
+  const auto start = std::chrono::steady_clock::now();
+  // The data position: zest-train's batches are a function of the step alone.
+  const nlohmann::json extra = {{"next_step", step + 1},
+                                {"samples_seen", step * config_.train_batch_size}};
+  const SavedCheckpoint saved = save_checkpoint(context, trainer, options, config_.json, extra);
+  last_saved_ = step;
+  if (context.rank != 0) return;
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::cout << fmt::format("zest-train: saved checkpoint {} ({}, {:.0f} ms)", saved.path,
+                           format_bytes(saved.bytes), ms)
+            << std::endl;
+  for (const std::string& warning : saved.warnings) {
+    std::cout << "zest-train: warning: " << warning << std::endl;
+  }
+}
+
+}  // namespace zest
