@@ -86,12 +86,14 @@ void LocalGroup::wait_for_peers(std::unique_lock<std::mutex>& lock, int rank,
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   const LocalCall& call = meetings_.at(sequence).calls[rank];
   for (;;) {
+    // A collective every rank has completed succeeds even if a peer fails right after it:
+    // that failure belongs to a later call, and reporting it here would hide this rank's own.
+    if (done()) return;
     if (poisoned_) {
       throw Error(ErrorKind::kPeerFailure,
                   describe(sequence, call) + " on rank " + std::to_string(rank) + ": " +
                       poison_reason_);
     }
-    if (done()) return;
     std::vector<int> missing, departed;
     for (int r = 0; r < world_size_; ++r) {
       if (present[r]) continue;

@@ -21,11 +21,16 @@
 #include "runtime/world.h"
 
 // optim/: the Module contract, optimizers, schedules, loss scaling, the ZeRO engine.
+#include "optim/checkpoint_export.h"
+#include "optim/checkpoint_reader.h"
+#include "optim/checkpoint_reshard.h"
+#include "optim/checkpoint_writer.h"
 #include "optim/engine.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/module.h"
 #include "optim/optimizer.h"
+#include "optim/safetensors.h"
 
 // models/ and data/: built-in models and token sources.
 #include "data/token_batches.h"

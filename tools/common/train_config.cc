@@ -734,7 +734,8 @@ void parse_checkpoint(Block& root, TrainConfig& out) {
       read_integer_at_least(block.get_or("every_steps", 0), block.path("every_steps"), 0);
   checkpoint.keep_last =
       read_integer_at_least(block.get_or("keep_last", 0), block.path("keep_last"), 0);
-  checkpoint.save_on_exit = read_bool(block.get_or("save_on_exit", true), block.path("save_on_exit"));
+  checkpoint.save_on_exit =
+      read_bool(block.get_or("save_on_exit", true), block.path("save_on_exit"));
   checkpoint.resume = read_string(block.get_or("resume", ""), block.path("resume"));
   if (checkpoint.dir.empty() && checkpoint.every_steps > 0) {
     config_error(block.path("dir"), "missing; checkpoint.every_steps needs a directory to save in");

@@ -82,11 +82,12 @@ std::int64_t TrainCheckpoints::resume(RankContext& context, Trainer& trainer) {
   const LoadedCheckpoint loaded = load_checkpoint(context, trainer, path);
   last_saved_ = loaded.step;
   if (leader) {
-    std::cout << fmt::format("zest-train: resumed from {} at step {} (saved by {} rank{} at stage "
-                             "{}{})",
-                             loaded.path, loaded.step, loaded.saved_world_size,
-                             loaded.saved_world_size == 1 ? "" : "s", loaded.saved_stage,
-                             loaded.resharded ? "; resharded" : "")
+    std::cout << fmt::format(
+                     "zest-train: resumed from {} at step {} (saved by {} rank{} at stage "
+                     "{}{})",
+                     loaded.path, loaded.step, loaded.saved_world_size,
+                     loaded.saved_world_size == 1 ? "" : "s", loaded.saved_stage,
+                     loaded.resharded ? "; resharded" : "")
               << std::endl;
     for (const char* key : {"seed", "train_batch_size", "gradient_accumulation_steps"}) {
       warn_if_changed(loaded.config, config_.json, key);
@@ -100,8 +101,7 @@ bool TrainCheckpoints::after_step(RankContext& context, Trainer& trainer, std::i
   if (signals_.enabled()) {
     float mine = StopSignals::caught() != 0 ? 1.0f : 0.0f;
     float any = 0.0f;
-    context.communicator.all_reduce(context.comm, &mine, &any, 1, DType::kFloat32,
-                                    Reduction::kSum);
+    context.communicator.all_reduce(context.comm, &mine, &any, 1, DType::kFloat32, Reduction::kSum);
     context.comm.synchronize();
     stop = any > 0.0f;
   }

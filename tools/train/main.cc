@@ -280,39 +280,40 @@ int train_in(const zest::World& world, const zest::TrainConfig& config,
       const zest::StepStats stats = trainer->step(schedule.lr_at(step));
       held.clear();
       const double step_ms = milliseconds(Clock::now() - step_start);
-      const bool stop = checkpoints.after_step(context, *trainer, step);
-      if (stop) stopped = true;
-      if (!leader) {
-        if (stop) break;
-        continue;
-      }
-
-      if (step == first_step) first_loss = stats.loss;
-      final_loss = stats.loss;
-      ++steps_run;
-      last_step = step;
-      if (step == first_step || step == config.steps || step % config.log_interval == 0 || stop) {
-        std::string line =
-            fmt::format("step {:>{}}/{}  loss {:.4f}  lr {:.2e}  grad_norm {:.3f}  {:.1f} ms", step,
-                        width, config.steps, stats.loss, stats.lr, stats.grad_norm, step_ms);
-        if (stats.skipped) {
-          line += fmt::format("  skipped (fp16 overflow at scale {})", stats.loss_scale);
+      if (leader) {
+        if (step == first_step) first_loss = stats.loss;
+        final_loss = stats.loss;
+        ++steps_run;
+        last_step = step;
+        if (step == first_step || step == config.steps || step % config.log_interval == 0 ||
+            zest::StopSignals::caught() != 0) {
+          std::string line =
+              fmt::format("step {:>{}}/{}  loss {:.4f}  lr {:.2e}  grad_norm {:.3f}  {:.1f} ms",
+                          step, width, config.steps, stats.loss, stats.lr, stats.grad_norm,
+                          step_ms);
+          if (stats.skipped) {
+            line += fmt::format("  skipped (fp16 overflow at scale {})", stats.loss_scale);
+          }
+          std::cout << line << std::endl;
         }
-        std::cout << line << std::endl;
-      }
-      if (metrics) {
-        ordered_json line = {{"step", step},
-                             {"loss", shortest(stats.loss)},
-                             {"lr", shortest(stats.lr)},
-                             {"grad_norm", shortest(stats.grad_norm)},
-                             {"step_ms", std::round(step_ms * 1000.0) / 1000.0}};
-        if (config.engine.loss_scale.enabled) {
-          line["loss_scale"] = stats.loss_scale;
-          line["skipped"] = stats.skipped;
+        if (metrics) {
+          ordered_json line = {{"step", step},
+                               {"loss", shortest(stats.loss)},
+                               {"lr", shortest(stats.lr)},
+                               {"grad_norm", shortest(stats.grad_norm)},
+                               {"step_ms", std::round(step_ms * 1000.0) / 1000.0}};
+          if (config.engine.loss_scale.enabled) {
+            line["loss_scale"] = stats.loss_scale;
+            line["skipped"] = stats.skipped;
+          }
+          metrics->stream() << line.dump() << '\n';
         }
-        metrics->stream() << line.dump() << '\n';
       }
-      if (stop) break;
+      // Every rank: save when due, and stop together when a signal reached any of them.
+      if (checkpoints.after_step(context, *trainer, step)) {
+        stopped = true;
+        break;
+      }
     }
     if (leader) train_seconds = std::chrono::duration<double>(Clock::now() - train_start).count();
     context.synchronize();
