@@ -116,6 +116,9 @@ class Trainer {
   // Clips, updates each rank's shard, gathers the parameters back. `lr` overrides the
   // optimizer's learning rate for this step when >= 0 (schedules; a warmup may start at 0).
   virtual StepStats step(float lr = -1.0f) = 0;
+  // Forward only, between steps: the mean loss of `batch` over every rank (each rank passes its
+  // own slice). Nothing is kept for a backward and no gradient changes: held-out evaluation.
+  virtual float evaluate(const Batch& batch) = 0;
 
   // The full value of a parameter ("<unit>.<name>") as fp32. A collective: every rank calls it.
   virtual std::vector<float> full_parameter(const std::string& name) = 0;

@@ -344,6 +344,21 @@ float ZeroTrainer::forward_backward(const Batch& batch) {
   return loss;
 }
 
+float ZeroTrainer::evaluate(const Batch& batch) {
+  if (micro_batches_ != 0) {
+    throw Error(ErrorKind::kUsage, "evaluate() between micro-batches; evaluate between steps");
+  }
+  run_forward(batch);
+  // Nothing waits for a backward: the outputs go as soon as the forward is done with them.
+  for (Activations& unit : activations_) release_on(context_.compute, std::move(unit.output));
+  context_.compute.synchronize();
+  float loss = *loss_buffer_.as<float>() / static_cast<float>(context_.world_size);
+  context_.communicator.all_reduce(context_.comm, &loss, &loss, 1, DType::kFloat32,
+                                   Reduction::kSum);
+  context_.comm.synchronize();
+  return loss;
+}
+
 void ZeroTrainer::run_forward(const Batch& batch) {
   for (FlatUnit& unit : units_) {
     CallViews views = prepare_call(unit, false);

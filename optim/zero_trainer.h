@@ -24,6 +24,7 @@ class ZeroTrainer final : public Trainer {
 
   float forward_backward(const Batch& batch) override;
   StepStats step(float lr) override;
+  float evaluate(const Batch& batch) override;
   std::vector<float> full_parameter(const std::string& name) override;
   std::vector<std::string> parameter_names() const override;
   const std::vector<ShardLayout>& layouts() const override { return layouts_; }
