@@ -57,14 +57,6 @@ std::uint64_t sample_key(std::uint64_t seed, std::int64_t step, std::int64_t row
 
 }  // namespace
 
-HostBatch::HostBatch(std::vector<float> inputs, std::vector<std::int32_t> targets,
-                     std::int64_t features)
-    : inputs_(std::move(inputs)), targets_(std::move(targets)) {
-  const auto rows = static_cast<std::int64_t>(targets_.size());
-  batch_.inputs = Tensor{inputs_.data(), {rows, features}, DType::kFloat32};
-  batch_.targets = Tensor{targets_.data(), {rows}, DType::kInt32};
-}
-
 SyntheticClassification::SyntheticClassification(SyntheticClassificationOptions options)
     : options_(options) {
   if (options_.features < 1) {
@@ -110,7 +102,7 @@ HostBatch SyntheticClassification::rows(std::int64_t step, std::int64_t begin,
     NormalStream(sample_key(options_.seed, step, begin + i)).fill(input, features);
     targets[static_cast<std::size_t>(i)] = label(input);
   }
-  return HostBatch(std::move(inputs), std::move(targets), features);
+  return HostBatch::features(std::move(inputs), std::move(targets), features);
 }
 
 HostBatch SyntheticClassification::micro_batch(std::int64_t step, std::int64_t micro_batch,

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "optim/module.h"
+#include "data/host_batch.h"
 
 namespace zest {
 
@@ -16,29 +16,6 @@ struct SyntheticClassificationOptions {
   std::int64_t features = 0;  // input width (the model's first size)
   std::int64_t classes = 0;   // number of labels (the model's last size)
   std::uint64_t seed = 0;     // picks the teacher and every sample
-};
-
-// A Batch and the memory behind it: inputs float [rows, features], targets int32 [rows].
-// Note: the memory is host memory (std::vector), which the CPU device reads directly; a CUDA
-// device needs the batch copied to the device first. Move-only, because the Batch's views point
-// into the vectors (a move keeps their storage, a copy would not).
-class HostBatch {
- public:
-  HostBatch(std::vector<float> inputs, std::vector<std::int32_t> targets, std::int64_t features);
-  HostBatch(HostBatch&&) noexcept = default;
-  HostBatch& operator=(HostBatch&&) noexcept = default;
-  HostBatch(const HostBatch&) = delete;
-  HostBatch& operator=(const HostBatch&) = delete;
-
-  // Valid while this HostBatch lives: keep it until the engine's stream has passed its use
-  // (Trainer::step() synchronizes).
-  const Batch& batch() const { return batch_; }
-  std::int64_t rows() const { return static_cast<std::int64_t>(targets_.size()); }
-
- private:
-  std::vector<float> inputs_;
-  std::vector<std::int32_t> targets_;
-  Batch batch_;
 };
 
 class SyntheticClassification {

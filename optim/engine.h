@@ -41,6 +41,10 @@ struct EngineOptions {
   // never fewer than two sets (a unit with its borrowed units, computing and being gathered).
   std::size_t stage3_prefetch_bucket_size = 0;
   std::size_t gather_slots = 2;     // stage 3: the minimum ring size, in units
+  // Stage 3: at most this many gathered parameter elements live at once (the ring's slots times
+  // the largest unit); 0 = no limit. Below two sets of units the gathers can no longer run
+  // ahead of compute; below one set (a unit and the units it borrows) it is a kConfig Error.
+  std::size_t stage3_max_live_parameters = 0;
   // The dtype parameters and gradients are stored in (bf16.enabled / fp16.enabled). With a
   // 2-byte type the optimizer keeps fp32 master weights; on the CPU device units still compute
   // in fp32 (the engine hands them fp32 copies and folds their fp32 gradients back).

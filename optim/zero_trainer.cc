@@ -175,11 +175,26 @@ void ZeroTrainer::allocate_state() {
     // prefetch size asks to gather further ahead, but never more than there are units.
     const std::size_t minimum = std::max(options_.gather_slots, 2 * (1 + most_borrowed));
     const std::size_t ahead = (options_.stage3_prefetch_bucket_size + largest_unit - 1) / largest_unit;
-    const std::size_t slots = std::max(minimum, std::min(1 + ahead, units_.size() + most_borrowed));
+    std::size_t slots = std::max(minimum, std::min(1 + ahead, units_.size() + most_borrowed));
+    if (options_.stage3_max_live_parameters > 0) slots = capped_slots(slots, largest_unit, most_borrowed);
     ring_ = std::make_unique<GatherRing>(context_.device, largest_unit, options_.compute_dtype,
                                          slots);
   }
   loss_buffer_ = allocator.allocate(sizeof(float), Category::kWorkspace);
+}
+
+std::size_t ZeroTrainer::capped_slots(std::size_t slots, std::size_t largest_unit,
+                                      std::size_t most_borrowed) const {
+  const std::size_t limit = options_.stage3_max_live_parameters;
+  const std::size_t one_set = 1 + most_borrowed;  // a unit computing and the units it borrows
+  if (limit < one_set * largest_unit) {
+    throw Error(ErrorKind::kConfig,
+                "zero_optimization.stage3_max_live_parameters: " + std::to_string(limit) +
+                    " is below what one computation needs: " + std::to_string(one_set) +
+                    " unit(s) of up to " + std::to_string(largest_unit) + " elements (" +
+                    std::to_string(one_set * largest_unit) + "); raise it or set 0 (no limit)");
+  }
+  return std::min(slots, limit / largest_unit);
 }
 
 void ZeroTrainer::initialize_parameters() {

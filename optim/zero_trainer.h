@@ -64,6 +64,9 @@ class ZeroTrainer final : public Trainer {
   };
 
   void allocate_state();
+  // The ring size under stage3_max_live_parameters.
+  std::size_t capped_slots(std::size_t slots, std::size_t largest_unit,
+                           std::size_t most_borrowed) const;
   void initialize_parameters();
   std::size_t element_size() const { return dtype_size(options_.compute_dtype); }
   // The unit's full flat parameters in the compute dtype, for compute work enqueued next

@@ -96,7 +96,8 @@ TEST(TrainConfig, ValidConfigFillsEveryField) {
   EXPECT_EQ(config.train_batch_size, 8);
   EXPECT_EQ(config.micro_batch, 4);
   EXPECT_EQ(config.gradient_accumulation_steps, 1);
-  EXPECT_EQ(config.log_interval, 1);
+  EXPECT_EQ(config.steps_per_print, 10);
+  EXPECT_EQ(config.eval_every, 0);
 }
 
 TEST(TrainConfig, ResolvedJsonHasDefaultsAndParsesToTheSameConfig) {
@@ -146,21 +147,20 @@ TEST(TrainConfig, OptimizerTypeIsCaseInsensitiveAndCanonical) {
   EXPECT_EQ(parsed.json["optimizer"]["type"], "SGD");
 }
 
-TEST(TrainConfig, RecordsDeepSpeedOverlapKeys) {
+TEST(TrainConfig, ReadsDeepSpeedOverlapKeys) {
   json config = base_config();
   config["zero_optimization"] = json::parse(R"({
-    "stage": 2, "reduce_bucket_size": 5e8, "allgather_bucket_size": 200000000,
-    "overlap_comm": true, "contiguous_gradients": false,
+    "stage": 3, "reduce_bucket_size": 5e8, "overlap_comm": true, "contiguous_gradients": true,
     "stage3_prefetch_bucket_size": 0, "stage3_max_live_parameters": 1e9})");
   const TrainConfig parsed = parse_train_config(config);
   EXPECT_EQ(parsed.zero_overlap.reduce_bucket_size, 500000000);
-  EXPECT_EQ(parsed.zero_overlap.allgather_bucket_size, 200000000);
   EXPECT_EQ(parsed.zero_overlap.overlap_comm, true);
-  EXPECT_EQ(parsed.zero_overlap.contiguous_gradients, false);
+  EXPECT_EQ(parsed.zero_overlap.contiguous_gradients, true);
   EXPECT_EQ(parsed.zero_overlap.stage3_max_live_parameters, 1000000000);
   EXPECT_EQ(parsed.engine.overlap_comm, true);
   EXPECT_EQ(parsed.engine.reduce_bucket_size, 500000000u);
   EXPECT_EQ(parsed.engine.stage3_prefetch_bucket_size, 0u);
+  EXPECT_EQ(parsed.engine.stage3_max_live_parameters, 1000000000u);
 
   config["zero_optimization"] = json::parse(R"({"stage": 3, "overlap_comm": false,
                                                 "stage3_prefetch_bucket_size": 4096})");
@@ -169,6 +169,46 @@ TEST(TrainConfig, RecordsDeepSpeedOverlapKeys) {
   EXPECT_EQ(serialized.engine.stage3_prefetch_bucket_size, 4096u);
   EXPECT_EQ(serialized.json["zero_optimization"]["reduce_bucket_size"],
             EngineOptions{}.reduce_bucket_size);
+  EXPECT_EQ(serialized.json["zero_optimization"]["stage3_max_live_parameters"], 0);
+  EXPECT_EQ(serialized.json["zero_optimization"]["contiguous_gradients"], true);
+}
+
+TEST(TrainConfig, GptOnTextFillsItsDefaults) {
+  json config = base_config();
+  config["model"] = json::parse(R"({"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 16,
+                                    "seq_len": 8})");
+  config["data"] = json::parse(R"({"type": "text", "path": "corpus.txt", "val_fraction": 0.1})");
+  config["eval_every"] = 5;
+  const TrainConfig parsed = parse_train_config(config);
+  EXPECT_EQ(parsed.model.type, "gpt");
+  EXPECT_EQ(parsed.model.gpt.vocab_size, 256);  // bytes
+  EXPECT_EQ(parsed.model.gpt.seq_len, 8);
+  EXPECT_EQ(parsed.data.path, "corpus.txt");
+  EXPECT_DOUBLE_EQ(parsed.data.val_fraction, 0.1);
+  EXPECT_EQ(parsed.data.val_batches, 4);
+  EXPECT_EQ(parsed.eval_every, 5);
+  EXPECT_EQ(parsed.json["model"]["vocab_size"], 256);
+  EXPECT_EQ(parsed.json["model"]["init_from"], "");
+
+  config["data"] = json::parse(R"({"type": "tokens", "path": "shards/*.bin",
+                                   "val_path": "val.bin"})");
+  const TrainConfig tokens = parse_train_config(config);
+  EXPECT_EQ(tokens.model.gpt.vocab_size, 50257);  // GPT-2's tokenizer, as llm.c's shards
+  EXPECT_EQ(tokens.data.val_path, "val.bin");
+}
+
+TEST(TrainConfig, AutoBatchSizesAreDerived) {
+  json config = base_config();  // 2 ranks
+  config["train_batch_size"] = 16;
+  config["train_micro_batch_size_per_gpu"] = "auto";
+  config["gradient_accumulation_steps"] = 2;
+  TrainConfig parsed = parse_train_config(config);
+  EXPECT_EQ(parsed.micro_batch, 4);
+  EXPECT_EQ(parsed.json["train_micro_batch_size_per_gpu"], 4);  // resolved, not "auto"
+  config["gradient_accumulation_steps"] = "auto";
+  parsed = parse_train_config(config);
+  EXPECT_EQ(parsed.micro_batch, 8);
+  EXPECT_EQ(parsed.gradient_accumulation_steps, 1);
 }
 
 TEST(TrainConfig, MixedPrecisionUsesDeepSpeedKeys) {
@@ -278,7 +318,7 @@ TEST(TrainConfig, ZeroWidthInModelSizes) {
 TEST(TrainConfig, UnknownModelType) {
   json config = base_config();
   config["model"]["type"] = "transformer";
-  EXPECT_THAT(config_error(config), HasSubstr("model.type: must be mlp, got \"transformer\""));
+  EXPECT_THAT(config_error(config), HasSubstr("model.type: must be mlp or gpt, got \"transformer\""));
 }
 
 TEST(TrainConfig, UnknownOptimizerType) {

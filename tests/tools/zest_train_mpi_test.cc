@@ -27,7 +27,7 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 
 const std::string kBinary = ZEST_BINARY_DIR "/bin/zest-train";
-const std::string kDefaultConfig = ZEST_SOURCE_DIR "/configs/default.json";
+const std::string kDefaultConfig = ZEST_SOURCE_DIR "/configs/mlp.json";
 constexpr int kSteps = 12;
 
 struct Result {

@@ -16,6 +16,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "data/token_data.h"
+#include "optim/safetensors.h"
+
 extern char** environ;
 
 namespace {
@@ -25,7 +28,18 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 const std::string kBinary = ZEST_BINARY_DIR "/bin/zest-train";
-const std::string kDefaultConfig = ZEST_SOURCE_DIR "/configs/default.json";
+// The MLP job (fast) for most checks; the default job, a GPT on the repository's text, for the
+// end-to-end runs.
+const std::string kMlpConfig = ZEST_SOURCE_DIR "/configs/mlp.json";
+const std::string kGptConfig = ZEST_SOURCE_DIR "/configs/default.json";
+// A GPT small enough for a test: a few seconds for a dozen steps on 2 cores.
+const std::vector<std::string> kTinyGpt = {"--set",
+                                           "data.path=" ZEST_SOURCE_DIR "/configs/corpus/stories.txt",
+                                           "--set", "model.n_layer=2", "--set", "model.n_head=2",
+                                           "--set", "model.n_embd=32", "--set", "model.seq_len=32",
+                                           "--set", "train_batch_size=8", "--set",
+                                           "train_micro_batch_size_per_gpu=2", "--set",
+                                           "scheduler={}"};
 
 struct Result {
   int status = -1;  // exit status, or -1 when it did not exit normally
@@ -115,21 +129,21 @@ class ZestTrain : public ::testing::Test {
 };
 
 TEST_F(ZestTrain, StageOutsideZeroToThree) {
-  expect_input_error({"--config", kDefaultConfig, "--set", "zero_optimization.stage=4"},
+  expect_input_error({"--config", kMlpConfig, "--set", "zero_optimization.stage=4"},
                      "zero_optimization.stage: must be 0, 1, 2 or 3, got 4");
 }
 
 TEST_F(ZestTrain, RanksBelowOne) {
-  expect_input_error({"--config", kDefaultConfig, "--set", "world.ranks=0"}, "world.ranks");
+  expect_input_error({"--config", kMlpConfig, "--set", "world.ranks=0"}, "world.ranks");
 }
 
 TEST_F(ZestTrain, ZeroWidthInModelSizes) {
-  expect_input_error({"--config", kDefaultConfig, "--set", "model.sizes=[64,0,10]"},
+  expect_input_error({"--config", kMlpConfig, "--set", "model.sizes=[64,0,10]"},
                      "model.sizes[1]: must be an integer >= 1, got 0");
 }
 
 TEST_F(ZestTrain, UnknownOptimizerType) {
-  expect_input_error({"--config", kDefaultConfig, "--set", "optimizer.type=Lion"},
+  expect_input_error({"--config", kMlpConfig, "--set", "optimizer.type=Lion"},
                      "optimizer.type: must be AdamW, Adam or SGD, got \"Lion\"");
 }
 
@@ -144,7 +158,7 @@ TEST_F(ZestTrain, UnknownKeySuggestsTheClosest) {
 }
 
 TEST_F(ZestTrain, WrongType) {
-  expect_input_error({"--config", kDefaultConfig, "--set", "steps=\"5\""},
+  expect_input_error({"--config", kMlpConfig, "--set", "steps=\"5\""},
                      "steps: must be an integer, got string \"5\"");
 }
 
@@ -159,20 +173,20 @@ TEST_F(ZestTrain, ConfigThatDoesNotExist) {
 }
 
 TEST_F(ZestTrain, InconsistentBatchSizes) {
-  expect_input_error({"--config", kDefaultConfig, "--set", "gradient_accumulation_steps=2"},
+  expect_input_error({"--config", kMlpConfig, "--set", "gradient_accumulation_steps=2"},
                      "batch sizes are inconsistent: train_batch_size 64, "
                      "train_micro_batch_size_per_gpu 16, gradient_accumulation_steps 2");
 }
 
 TEST_F(ZestTrain, MalformedSet) {
-  expect_input_error({"--config", kDefaultConfig, "--set", "steps"}, "--set 'steps'");
-  expect_input_error({"--config", kDefaultConfig, "--set", "steps.count=3"},
+  expect_input_error({"--config", kMlpConfig, "--set", "steps"}, "--set 'steps'");
+  expect_input_error({"--config", kMlpConfig, "--set", "steps.count=3"},
                      "'steps' is 200, not an object");
 }
 
 TEST_F(ZestTrain, CommandLineMisuse) {
   expect_input_error({}, "--config is required");
-  expect_input_error({"--config", kDefaultConfig, "--no-such-flag"}, "--no-such-flag");
+  expect_input_error({"--config", kMlpConfig, "--no-such-flag"}, "--no-such-flag");
 }
 
 TEST_F(ZestTrain, HelpExitsZero) {
@@ -186,7 +200,7 @@ TEST_F(ZestTrain, HelpExitsZero) {
 TEST_F(ZestTrain, FailureAtRunTimeExitsOne) {
   // 64 KiB per rank cannot hold even a shard of the default model's state.
   const std::string metrics = path("metrics.jsonl");
-  const Result result = run({"--config", kDefaultConfig, "--set", "world.device_memory=64KiB",
+  const Result result = run({"--config", kMlpConfig, "--set", "world.device_memory=64KiB",
                              "--metrics", metrics});
   EXPECT_EQ(result.status, 1) << result.err;
   const std::vector<std::string> lines = lines_of(result.err);
@@ -200,7 +214,7 @@ TEST_F(ZestTrain, FailureAtRunTimeExitsOne) {
 TEST_F(ZestTrain, ShortRunWritesMetrics) {
   const std::string metrics = path("metrics.jsonl");
   const Result result =
-      run({"--config", kDefaultConfig, "--set", "steps=5", "--set", "log_interval=1",
+      run({"--config", kMlpConfig, "--set", "steps=5", "--set", "steps_per_print=1",
            "--metrics", metrics});
   ASSERT_EQ(result.status, 0) << result.err;
   EXPECT_EQ(result.err, "");
@@ -215,14 +229,14 @@ TEST_F(ZestTrain, ShortRunWritesMetrics) {
   for (int step = 1; step <= 5; ++step) {
     const json line = json::parse(lines[static_cast<std::size_t>(step - 1)]);
     EXPECT_EQ(line["step"], step);
-    for (const char* key : {"loss", "lr", "grad_norm", "step_ms"}) {
+    for (const char* key : {"loss", "lr", "grad_norm", "step_ms", "tokens_per_s"}) {
       EXPECT_TRUE(line[key].is_number()) << key << " in " << line.dump();
     }
     EXPECT_NEAR(line["lr"].get<double>(), 3e-3, 1e-9);
   }
   const json summary = json::parse(lines[5]);
   EXPECT_EQ(summary["summary"]["steps"], 5);
-  for (const char* key : {"final_loss", "first_loss", "tokens_or_samples_per_s"}) {
+  for (const char* key : {"final_loss", "first_loss", "tokens_per_s", "step_ms"}) {
     EXPECT_TRUE(summary["summary"][key].is_number()) << key;
   }
   EXPECT_EQ(summary["summary"]["first_loss"], json::parse(lines[0])["loss"]);
@@ -250,11 +264,127 @@ TEST_F(ZestTrain, ShortRunWritesMetrics) {
 }
 
 TEST_F(ZestTrain, PrintConfigShowsTheResolvedConfig) {
-  const Result result = run({"--config", kDefaultConfig, "--set", "steps=3", "--print-config"});
+  const Result result = run({"--config", kMlpConfig, "--set", "steps=3", "--print-config"});
   ASSERT_EQ(result.status, 0) << result.err;
   const json resolved = json::parse(result.out);
   EXPECT_EQ(resolved["steps"], 3);
   EXPECT_EQ(resolved["zero_optimization"]["stage"], 3);
+}
+
+TEST_F(ZestTrain, GptOnTextTrainsAndEvaluates) {
+  const std::string metrics = path("metrics.jsonl");
+  std::vector<std::string> args = {"--config", kGptConfig, "--set", "steps=12", "--set",
+                                   "eval_every=6", "--metrics", metrics};
+  args.insert(args.end(), kTinyGpt.begin(), kTinyGpt.end());
+  const Result result = run(args);
+  ASSERT_EQ(result.status, 0) << result.err;
+  EXPECT_EQ(result.err, "");
+  EXPECT_THAT(result.out, HasSubstr("gpt 2L 2H 32C vocab 256 seq 32"));
+  EXPECT_THAT(result.out, HasSubstr("step  6/12  val_loss "));
+  EXPECT_THAT(result.out, HasSubstr("tok/s"));
+
+  // 12 step records, 2 evaluations, the summary.
+  std::vector<json> steps, evaluations;
+  json summary;
+  for (const std::string& line : lines_of(read_file(metrics))) {
+    const json record = json::parse(line);
+    if (record.contains("summary")) summary = record;
+    else if (record.contains("val_loss")) evaluations.push_back(record);
+    else steps.push_back(record);
+  }
+  ASSERT_EQ(steps.size(), 12u);
+  ASSERT_EQ(evaluations.size(), 2u);
+  EXPECT_EQ(evaluations[0]["step"], 6);
+  EXPECT_EQ(evaluations[1]["step"], 12);
+  // Byte-level text starts near ln(256) = 5.55 and falls fast: the stories repeat their words.
+  EXPECT_NEAR(steps.front()["loss"].get<double>(), 5.55, 0.3);
+  EXPECT_LT(steps.back()["loss"].get<double>(), steps.front()["loss"].get<double>() - 1.0);
+  EXPECT_LT(evaluations[1]["val_loss"].get<double>(), evaluations[0]["val_loss"].get<double>());
+  for (const json& step : steps) {
+    EXPECT_GT(step["tokens_per_s"].get<double>(), 0.0) << step.dump();
+    EXPECT_TRUE(step["grad_norm"].is_number()) << step.dump();
+  }
+  EXPECT_EQ(summary["summary"]["val_loss"], evaluations[1]["val_loss"]);
+  // 8 sequences x 32 tokens a step.
+  const double step_ms = summary["summary"]["step_ms"].get<double>();
+  EXPECT_NEAR(summary["summary"]["tokens_per_s"].get<double>(), 256.0 * 1000.0 / step_ms,
+              0.01 * 256.0 * 1000.0 / step_ms + 0.1);
+}
+
+TEST_F(ZestTrain, InitFromStartsFromTheFilesParameters) {
+  auto export_initial = [&](const std::string& file, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"--config", kGptConfig, "--export-initial", file};
+    args.insert(args.end(), kTinyGpt.begin(), kTinyGpt.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Result result = run(args);
+    EXPECT_EQ(result.status, 0) << result.err;
+  };
+  auto losses = [&](const std::vector<std::string>& extra) {
+    const std::string metrics = path("metrics.jsonl");
+    std::vector<std::string> args = {"--config", kGptConfig, "--set", "steps=3", "--metrics",
+                                     metrics};
+    args.insert(args.end(), kTinyGpt.begin(), kTinyGpt.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Result result = run(args);
+    EXPECT_EQ(result.status, 0) << result.err;
+    std::vector<double> values;
+    for (const std::string& line : lines_of(read_file(metrics))) {
+      const json record = json::parse(line);
+      if (record.contains("loss")) values.push_back(record["loss"].get<double>());
+    }
+    return values;
+  };
+  // The run's own initial parameters, read back in: the same run, bit for bit.
+  const std::string own = path("own.safetensors");
+  export_initial(own, {});
+  const std::vector<double> seeded = losses({});
+  ASSERT_EQ(seeded.size(), 3u);
+  EXPECT_EQ(losses({"--set", "model.init_from=" + own}), seeded);
+
+  // Another model's parameters (seed 99) with this run's data: another first loss, and the
+  // parameters it starts from are the file's exactly.
+  const std::string other = path("other.safetensors");
+  export_initial(other, {"--set", "seed=99"});
+  EXPECT_NE(losses({"--set", "model.init_from=" + other}).front(), seeded.front());
+  const std::string reexported = path("reexported.safetensors");
+  export_initial(reexported, {"--set", "model.init_from=" + other});
+  const zest::SafetensorsReader expected(other);
+  const zest::SafetensorsReader actual(reexported);
+  ASSERT_EQ(actual.tensors().size(), expected.tensors().size());
+  for (const zest::SafetensorsTensor& tensor : expected.tensors()) {
+    EXPECT_EQ(actual.read_float32(tensor.name), expected.read_float32(tensor.name)) << tensor.name;
+  }
+}
+
+TEST_F(ZestTrain, TokenShardConfigTrainsOnShards) {
+  // Two training shards (a glob) and a validation shard of a repeating pattern over 512 tokens.
+  std::vector<std::uint16_t> tokens(6000);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint16_t>(i * 7 % 512);
+  zest::write_token_shard(path("train_000.bin"), tokens);
+  zest::write_token_shard(path("train_001.bin"), tokens);
+  zest::write_token_shard(path("val.bin"), std::vector<std::uint16_t>(tokens.begin(), tokens.begin() + 2000));
+  const std::string metrics = path("metrics.jsonl");
+  const Result result = run(
+      {"--config", ZEST_SOURCE_DIR "/configs/gpt_tokens.json", "--set", "data.path=" + path("train_*.bin"),
+       "--set", "data.val_path=" + path("val.bin"), "--set", "model.vocab_size=512", "--set",
+       "model.n_layer=1", "--set", "model.n_embd=32", "--set", "model.n_head=2", "--set",
+       "model.seq_len=16", "--set", "steps=4", "--set", "eval_every=2", "--set", "scheduler={}",
+       "--set", "checkpoint={}", "--metrics", metrics});
+  ASSERT_EQ(result.status, 0) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("data " + path("train_*.bin")));
+  EXPECT_THAT(result.out, HasSubstr("step 4/4  val_loss "));
+  EXPECT_THAT(result.out, HasSubstr("bf16"));
+}
+
+TEST_F(ZestTrain, BadDataIsAnInputError) {
+  const std::string empty = write("empty.txt", "");
+  expect_input_error({"--config", kGptConfig, "--set", "data.path=" + empty}, empty);
+  const std::string short_text = write("short.txt", "too short");
+  expect_input_error({"--config", kGptConfig, "--set", "data.path=" + short_text},
+                     "not enough tokens");
+  expect_input_error({"--config", kGptConfig, "--set", "data.type=tokens", "--set",
+                      "data.path=" + path("absent_*.bin")},
+                     "absent_*.bin");
 }
 
 }  // namespace

@@ -1,13 +1,15 @@
 #include "tools/common/model_factory.h"
 
 #include "base/error.h"
+#include "models/gpt.h"
 #include "models/mlp.h"
 
 namespace zest {
 
 std::unique_ptr<Module> make_model(const ModelConfig& config) {
   if (config.type == "mlp") return std::make_unique<Mlp>(config.mlp);
-  throw Error(ErrorKind::kConfig, "model.type: must be mlp, got \"" + config.type + "\"");
+  if (config.type == "gpt") return std::make_unique<Gpt>(config.gpt);
+  throw Error(ErrorKind::kConfig, "model.type: must be mlp or gpt, got \"" + config.type + "\"");
 }
 
 std::size_t count_parameters(Module& module) {

@@ -1,5 +1,5 @@
 // Builds the built-in model a config names. The one place that maps a model type to its class,
-// so that adding a model ("gpt") touches the config parser and this file only.
+// so that adding a model touches the config parser and this file only.
 #pragma once
 
 #include <cstddef>

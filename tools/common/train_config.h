@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/gpt.h"
 #include "models/mlp.h"
 #include "optim/engine.h"
 #include "optim/lr_schedule.h"
@@ -21,34 +22,41 @@
 
 namespace zest {
 
-// `model`: which built-in model, and its own config. One member per model type; the next model
-// ("gpt") adds its type name and config beside "mlp".
+// `model`: which built-in model, and its own config. One member per model type.
 struct ModelConfig {
-  std::string type = "mlp";
-  MlpConfig mlp;  // type == "mlp"
+  std::string type = "mlp";  // "mlp" or "gpt"
+  MlpConfig mlp;             // type == "mlp"
+  GptConfig gpt;             // type == "gpt"
+  // A safetensors file of the model's full parameters to start from ("" = the seeded
+  // initializer); a resumed checkpoint takes precedence.
+  std::string init_from;
 };
 
-// `data`: where batches come from. Only the synthetic classification task for now.
+// `data`: where batches come from (data/batch_source.h).
+//   "synthetic": the classification task for the MLP (features / classes from model.sizes);
+//   "tokens":    llm.c `.bin` token shards, `path` a file or a glob;
+//   "text":      a plain text file, byte-level tokens (needs model.vocab_size >= 256).
+// Held-out sequences: `val_path` (same type as `path`) or the last `val_fraction` of the data.
 struct DataConfig {
   std::string type = "synthetic";
-  std::int64_t features = 0;  // == model.sizes[0]
-  std::int64_t classes = 0;   // == model.sizes[last]
+  std::int64_t features = 0;  // synthetic: == model.sizes[0]
+  std::int64_t classes = 0;   // synthetic: == model.sizes[last]
+  std::string path;           // tokens / text
+  std::string val_path;       // tokens / text; "" = split val_fraction off `path`
+  double val_fraction = 0.0;  // tokens / text, without val_path
+  std::int64_t val_batches = 4;  // global batches (of micro-batch x ranks rows) per evaluation
 };
 
-// DeepSpeed's zero_optimization keys for overlapping communication with compute, as given
-// (defaults filled in where the engine has one). overlap_comm, reduce_bucket_size and
-// stage3_prefetch_bucket_size are also passed on in EngineOptions.
-// Note: allgather_bucket_size, stage3_max_live_parameters and contiguous_gradients are accepted
-// and recorded so that existing DeepSpeed configs load, but nothing reads them yet: the engine
-// gathers whole units (stage 3 sizes its ring from stage3_prefetch_bucket_size) and its gradient
-// buffers are always contiguous.
+// DeepSpeed's zero_optimization keys about overlap and buckets, as given (defaults filled in),
+// all of which the engine acts on (EngineOptions). Two are accepted in the one form zest
+// implements and refused otherwise: contiguous_gradients (gradients are always contiguous,
+// true) and allgather_bucket_size (refused: stages 1-2 gather each unit in place, with no bucket).
 struct ZeroOverlapConfig {
-  std::optional<std::int64_t> reduce_bucket_size;           // elements
-  std::optional<std::int64_t> allgather_bucket_size;        // elements
-  std::optional<bool> overlap_comm;
-  std::optional<std::int64_t> stage3_prefetch_bucket_size;  // elements
-  std::optional<std::int64_t> stage3_max_live_parameters;   // elements
-  std::optional<bool> contiguous_gradients;
+  std::int64_t reduce_bucket_size = 0;           // elements
+  bool overlap_comm = true;
+  std::int64_t stage3_prefetch_bucket_size = 0;  // elements
+  std::int64_t stage3_max_live_parameters = 0;   // elements; 0 = as many as the prefetch needs
+  bool contiguous_gradients = true;
 };
 
 // `checkpoint` (zest's own): where and when the trainer saves, and what it resumes from.
@@ -78,7 +86,10 @@ struct TrainConfig {
   std::int64_t micro_batch = 0;                  // train_micro_batch_size_per_gpu
   std::int64_t gradient_accumulation_steps = 1;
   std::int64_t train_batch_size = 0;             // micro_batch × accumulation × world.ranks
-  std::int64_t log_interval = 1;                 // print every this many steps
+  // A plain progress line every this many steps (DeepSpeed's steps_per_print); on a terminal
+  // one live line is redrawn every step instead.
+  std::int64_t steps_per_print = 10;
+  std::int64_t eval_every = 0;  // held-out loss every this many steps (and at the end); 0: never
   // `log.trace`: write a Chrome trace of every rank's streams here (empty: none).
   // `wall_clock_breakdown`: print per rank compute time, comm time and the share hidden.
   std::string trace_path;

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
-#include <iostream>
 #include <string>
 
 #include <fmt/format.h>
@@ -13,6 +12,7 @@
 #include "memory/allocator.h"
 #include "optim/checkpoint_reader.h"
 #include "optim/checkpoint_writer.h"
+#include "tools/train/console.h"
 
 namespace zest {
 namespace {
@@ -34,9 +34,8 @@ extern "C" void on_stop_signal(int signal) {
 void warn_if_changed(const nlohmann::json& saved, const nlohmann::json& now, const char* key) {
   if (!saved.is_object() || !saved.contains(key) || !now.contains(key)) return;
   if (saved[key] == now[key]) return;
-  std::cout << fmt::format("zest-train: warning: {} is {} here but was {} in the checkpoint's run",
-                           key, now[key].dump(), saved[key].dump())
-            << std::endl;
+  Console::say(fmt::format("zest-train: warning: {} is {} here but was {} in the checkpoint's run",
+                           key, now[key].dump(), saved[key].dump()));
 }
 
 }  // namespace
@@ -73,8 +72,7 @@ std::int64_t TrainCheckpoints::resume(RankContext& context, Trainer& trainer) {
     path = config_.checkpoint.dir;
     if (!std::filesystem::exists(std::filesystem::path(path) / "latest")) {
       if (leader) {
-        std::cout << "zest-train: no checkpoint in " << path << " yet: starting at step 1"
-                  << std::endl;
+        Console::say("zest-train: no checkpoint in " + path + " yet: starting at step 1");
       }
       return 1;
     }
@@ -82,13 +80,10 @@ std::int64_t TrainCheckpoints::resume(RankContext& context, Trainer& trainer) {
   const LoadedCheckpoint loaded = load_checkpoint(context, trainer, path);
   last_saved_ = loaded.step;
   if (leader) {
-    std::cout << fmt::format(
-                     "zest-train: resumed from {} at step {} (saved by {} rank{} at stage "
-                     "{}{})",
-                     loaded.path, loaded.step, loaded.saved_world_size,
-                     loaded.saved_world_size == 1 ? "" : "s", loaded.saved_stage,
-                     loaded.resharded ? "; resharded" : "")
-              << std::endl;
+    Console::say(fmt::format(
+        "zest-train: resumed from {} at step {} (saved by {} rank{} at stage {}{})", loaded.path,
+        loaded.step, loaded.saved_world_size, loaded.saved_world_size == 1 ? "" : "s",
+        loaded.saved_stage, loaded.resharded ? "; resharded" : ""));
     for (const char* key : {"seed", "train_batch_size", "gradient_accumulation_steps"}) {
       warn_if_changed(loaded.config, config_.json, key);
     }
@@ -126,11 +121,10 @@ void TrainCheckpoints::save(RankContext& context, Trainer& trainer, std::int64_t
   if (context.rank != 0) return;
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  std::cout << fmt::format("zest-train: saved checkpoint {} ({}, {:.0f} ms)", saved.path,
-                           format_bytes(saved.bytes), ms)
-            << std::endl;
+  Console::say(fmt::format("zest-train: saved checkpoint {} ({}, {:.0f} ms)", saved.path,
+                           format_bytes(saved.bytes), ms));
   for (const std::string& warning : saved.warnings) {
-    std::cout << "zest-train: warning: " << warning << std::endl;
+    Console::say("zest-train: warning: " + warning);
   }
 }
 

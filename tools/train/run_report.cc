@@ -1,0 +1,155 @@
+#include "tools/train/run_report.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "base/byte_size.h"
+#include "tools/train/console.h"
+
+namespace zest {
+
+namespace {
+
+std::string join_sizes(const std::vector<std::int64_t>& sizes) {
+  return fmt::format("[{}]", fmt::join(sizes, ", "));
+}
+
+std::string describe_model(const ModelConfig& model) {
+  if (model.type == "gpt") {
+    const GptConfig& gpt = model.gpt;
+    return fmt::format("gpt {}L {}H {}C vocab {} seq {}", gpt.n_layer, gpt.n_head, gpt.n_embd,
+                       gpt.vocab_size, gpt.seq_len);
+  }
+  return "mlp " + join_sizes(model.mlp.sizes);
+}
+
+}  // namespace
+
+nlohmann::ordered_json shortest_json(float value) {
+  if (!std::isfinite(value)) return nullptr;
+  return std::stod(fmt::format("{}", value));
+}
+
+std::string describe_run(const TrainConfig& config, std::size_t parameter_count) {
+  const WorldOptions& world = config.world;
+  std::string ranks = fmt::format("{} rank{}", world.ranks, world.ranks == 1 ? "" : "s");
+  ranks += world.backend == "local" ? " (local threads)" : " (" + world.backend + ")";
+  const std::string device = world.device == DeviceKind::kCpu ? "cpu" : "cuda";
+  const std::string memory = world.device_memory == kUnlimitedCapacity
+                                 ? "unlimited"
+                                 : format_bytes(world.device_memory);
+  std::string line = fmt::format(
+      "zest-train: {}, {} ({} per rank), stage {}, {}, {} ({} params), {} lr {:.2e}, batch {} = "
+      "{} x {} micro-batch{} x {} rank{}, {} steps",
+      ranks, device, memory, config.engine.stage, dtype_name(config.engine.compute_dtype),
+      describe_model(config.model), parameter_count, config.optimizer.type, config.optimizer.lr,
+      config.train_batch_size, config.micro_batch, config.gradient_accumulation_steps,
+      config.gradient_accumulation_steps == 1 ? "" : "es", world.ranks,
+      world.ranks == 1 ? "" : "s", config.steps);
+  if (config.engine.gradient_clipping > 0) {
+    line += fmt::format(", clip {}", config.engine.gradient_clipping);
+  }
+  if (config.data.type != "synthetic") line += ", data " + config.data.path;
+  return line;
+}
+
+std::array<std::uint64_t, kMemoryWords> pack_memory(const MemoryUsage& usage,
+                                                    const MemoryPrediction& predicted) {
+  std::array<std::uint64_t, kMemoryWords> words{};
+  for (std::size_t c = 0; c < kCategoryCount; ++c) words[c] = usage.peak[c];
+  words[kCategoryCount] = usage.total_peak;
+  words[kCategoryCount + 1] = predicted.params;
+  words[kCategoryCount + 2] = predicted.grads;
+  words[kCategoryCount + 3] = predicted.optimizer;
+  return words;
+}
+
+void unpack_memory(const std::uint64_t* words, MemoryUsage& usage, MemoryPrediction& predicted) {
+  for (std::size_t c = 0; c < kCategoryCount; ++c) usage.peak[c] = words[c];
+  usage.total_peak = words[kCategoryCount];
+  predicted.params = words[kCategoryCount + 1];
+  predicted.grads = words[kCategoryCount + 2];
+  predicted.optimizer = words[kCategoryCount + 3];
+}
+
+void print_memory_table(const std::vector<MemoryUsage>& usage,
+                        const std::vector<MemoryPrediction>& predicted) {
+  std::string header = fmt::format("{:>4}", "rank");
+  for (Category category : all_categories()) {
+    header += fmt::format(" {:>11}", category_name(category));
+  }
+  header += fmt::format(" {:>11} | {:>11} {:>11} {:>11} {:>11}", "total", "params", "grads",
+                        "optimizer", "total");
+  Console::say("peak bytes per rank (measured by the allocator | predicted model state)");
+  Console::say(header);
+  for (std::size_t rank = 0; rank < usage.size(); ++rank) {
+    std::string line = fmt::format("{:>4}", rank);
+    for (Category category : all_categories()) {
+      line += fmt::format(" {:>11}", format_bytes(usage[rank].peak_of(category)));
+    }
+    const MemoryPrediction& p = predicted[rank];
+    line += fmt::format(" {:>11} | {:>11} {:>11} {:>11} {:>11}", format_bytes(usage[rank].total_peak),
+                        format_bytes(p.params), format_bytes(p.grads), format_bytes(p.optimizer),
+                        format_bytes(p.total()));
+    Console::say(line);
+  }
+}
+
+void print_summary(const RunSummary& summary) {
+  std::string line = fmt::format(
+      "zest-train: {} steps, loss {:.4f} -> {:.4f}, {:.0f} tokens/s, {:.1f} ms/step",
+      summary.steps, summary.first_loss, summary.final_loss, summary.tokens_per_s,
+      summary.mean_step_ms);
+  if (summary.evaluated) line += fmt::format(", val_loss {:.4f}", summary.final_val_loss);
+  Console::say(line);
+}
+
+nlohmann::ordered_json summary_record(const RunSummary& summary,
+                                      const std::vector<MemoryUsage>& usage,
+                                      const std::vector<MemoryPrediction>& predicted) {
+  using ordered_json = nlohmann::ordered_json;
+  ordered_json record;
+  record["summary"] = {{"steps", summary.steps},
+                       {"first_loss", shortest_json(summary.first_loss)},
+                       {"final_loss", shortest_json(summary.final_loss)},
+                       {"tokens_per_s", std::round(summary.tokens_per_s * 10.0) / 10.0},
+                       {"step_ms", std::round(summary.mean_step_ms * 1000.0) / 1000.0}};
+  if (summary.evaluated) record["summary"]["val_loss"] = shortest_json(summary.final_val_loss);
+  ordered_json peaks = ordered_json::array();
+  ordered_json predictions = ordered_json::array();
+  for (std::size_t rank = 0; rank < usage.size(); ++rank) {
+    ordered_json peak = {{"rank", rank}};
+    for (Category category : all_categories()) {
+      peak[category_name(category)] = usage[rank].peak_of(category);
+    }
+    peak["total"] = usage[rank].total_peak;
+    peaks.push_back(std::move(peak));
+    const MemoryPrediction& p = predicted[rank];
+    predictions.push_back({{"rank", rank},
+                           {"params", p.params},
+                           {"grads", p.grads},
+                           {"optimizer", p.optimizer},
+                           {"total", p.total()}});
+  }
+  record["peak_bytes"] = std::move(peaks);
+  record["predicted_model_state_bytes"] = std::move(predictions);
+  return record;
+}
+
+void report_timeline(const TraceRecorder& trace, const TrainConfig& config, int ranks) {
+  if (!config.trace_path.empty()) {
+    trace.write(config.trace_path);
+    Console::say("zest-train: trace written to " + config.trace_path +
+                 " (open it in Perfetto or chrome://tracing)");
+  }
+  const auto overlap = trace.overlap(ranks);
+  for (std::size_t rank = 0; rank < overlap.size(); ++rank) {
+    if (overlap[rank].compute_ms == 0.0 && overlap[rank].comm_ms == 0.0) continue;
+    Console::say(fmt::format(
+        "rank {}: compute {:.1f} ms, comm {:.1f} ms, {:.0f}% of comm hidden under compute", rank,
+        overlap[rank].compute_ms, overlap[rank].comm_ms, 100.0 * overlap[rank].hidden_fraction));
+  }
+}
+
+}  // namespace zest

@@ -1,0 +1,58 @@
+// What zest-train reports about a run as a whole: the opening line describing the job, and at
+// the end the memory table (each rank's measured peak bytes per category beside DESIGN.md's
+// prediction), the summary record of the metrics file, and the timeline (log.trace,
+// wall_clock_breakdown).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "memory/allocator.h"
+#include "memory/category.h"
+#include "optim/engine.h"
+#include "runtime/trace.h"
+#include "tools/common/train_config.h"
+
+namespace zest {
+
+// "zest-train: 4 ranks (local threads), cpu (512 MiB per rank), stage 3, fp32, gpt 4L ..."
+std::string describe_run(const TrainConfig& config, std::size_t parameter_count);
+
+// One rank's peak bytes and predicted model state, as words an all-gather can move (with
+// processes the other ranks' numbers live in other address spaces).
+inline constexpr std::size_t kMemoryWords = kCategoryCount + 4;
+std::array<std::uint64_t, kMemoryWords> pack_memory(const MemoryUsage& usage,
+                                                    const MemoryPrediction& predicted);
+void unpack_memory(const std::uint64_t* words, MemoryUsage& usage, MemoryPrediction& predicted);
+
+void print_memory_table(const std::vector<MemoryUsage>& usage,
+                        const std::vector<MemoryPrediction>& predicted);
+
+struct RunSummary {
+  std::int64_t steps = 0;  // run in this invocation
+  float first_loss = 0.0f;
+  float final_loss = 0.0f;
+  double tokens_per_s = 0.0;
+  double mean_step_ms = 0.0;
+  bool evaluated = false;
+  float final_val_loss = 0.0f;
+};
+
+void print_summary(const RunSummary& summary);
+nlohmann::ordered_json summary_record(const RunSummary& summary,
+                                      const std::vector<MemoryUsage>& usage,
+                                      const std::vector<MemoryPrediction>& predicted);
+
+// The trace file (log.trace) and, per rank, how much of the communication time compute hid
+// (wall_clock_breakdown). With processes, this process's ranks.
+void report_timeline(const TraceRecorder& trace, const TrainConfig& config, int ranks);
+
+// A float as the shortest decimal that reads back as the same float (2.3025851, not
+// 2.3025851249694824), for the metrics file; non-finite values as null.
+nlohmann::ordered_json shortest_json(float value);
+
+}  // namespace zest

@@ -1,0 +1,275 @@
+#include "tools/train/training_run.h"
+
+#include <cblas.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "data/batch_source.h"
+#include "optim/engine.h"
+#include "optim/lr_schedule.h"
+#include "optim/parameter_import.h"
+#include "optim/safetensors.h"
+#include "runtime/world.h"
+#include "tools/common/atomic_output_file.h"
+#include "tools/common/batch_source_factory.h"
+#include "tools/common/model_factory.h"
+#include "tools/train/checkpointing.h"
+#include "tools/train/console.h"
+#include "tools/train/progress.h"
+#include "tools/train/run_report.h"
+
+namespace zest {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ordered_json = nlohmann::ordered_json;
+
+double milliseconds(Clock::duration duration) {
+  return std::chrono::duration<double, std::milli>(duration).count();
+}
+
+// What the ranks share, and what rank 0 hands back to the process when they are done.
+struct RunState {
+  const TrainConfig& config;
+  const BatchSource& batches;
+  const StopSignals& signals;
+  std::optional<AtomicOutputFile>& metrics;  // rank 0 of the leader process only
+  const RunOptions& options;
+  RunSummary summary;
+  std::vector<MemoryUsage> usage;
+  std::vector<MemoryPrediction> predicted;
+  std::atomic<bool> stopped{false};
+  std::int64_t last_step = 0;
+};
+
+// The held-out loss: the mean over data.val_batches batches of micro-batch × ranks rows each.
+float evaluate(RankContext& context, Trainer& trainer, const RunState& run) {
+  const TrainConfig& config = run.config;
+  BatchSlice slice;
+  slice.global_rows = config.micro_batch * context.world_size;
+  slice.rank = context.rank;
+  slice.world_size = context.world_size;
+  double sum = 0.0;
+  for (std::int64_t index = 0; index < config.data.val_batches; ++index) {
+    const HostBatch batch = run.batches.validation(index, slice);
+    sum += trainer.evaluate(batch.batch());
+  }
+  return static_cast<float>(sum / static_cast<double>(config.data.val_batches));
+}
+
+// Every parameter, full, as one safetensors file written by rank 0 (a collective).
+void export_parameters(RankContext& context, Trainer& trainer, const std::string& path) {
+  std::vector<SafetensorsEntry> entries;
+  std::vector<std::vector<float>> values;
+  std::size_t name_index = 0;
+  const std::vector<std::string> names = trainer.parameter_names();
+  for (const ShardLayout& layout : trainer.layouts()) {
+    for (const ParamSlot& slot : layout.params()) {
+      std::vector<float> full = trainer.full_parameter(names.at(name_index++));
+      if (context.rank != 0) continue;
+      entries.push_back({layout.unit_name() + "." + slot.name, DType::kFloat32, slot.shape});
+      values.push_back(std::move(full));
+    }
+  }
+  if (context.rank != 0) return;
+  write_safetensors(path, entries, {{"format", "pt"}, {"zest.step", std::to_string(trainer.steps_taken())}},
+                    [&](std::size_t i, const SafetensorsSink& write) {
+                      write(values[i].data(), values[i].size() * sizeof(float));
+                    });
+  Console::say(fmt::format("zest-train: wrote the initial parameters ({} tensors) to {}",
+                           entries.size(), path));
+}
+
+// Starts from model.init_from unless a checkpoint was resumed; returns the first step to run.
+std::int64_t start(RankContext& context, Trainer& trainer, TrainCheckpoints& checkpoints,
+                   const TrainConfig& config) {
+  const std::int64_t first_step = checkpoints.resume(context, trainer);
+  if (config.model.init_from.empty()) return first_step;
+  if (first_step > 1) {
+    if (context.rank == 0) {
+      Console::say("zest-train: model.init_from is not used: the run resumed from a checkpoint");
+    }
+    return first_step;
+  }
+  const ImportResult imported = import_parameters(context, trainer, config.model.init_from);
+  if (context.rank == 0) {
+    Console::say(fmt::format("zest-train: initialized {} parameters ({} tensors) from {}",
+                             imported.parameters, imported.tensors, config.model.init_from));
+  }
+  return first_step;
+}
+
+void write_step_record(AtomicOutputFile& metrics, const TrainConfig& config,
+                       const StepStats& stats, double step_ms, double tokens_per_s) {
+  ordered_json line = {{"step", stats.step},
+                       {"loss", shortest_json(stats.loss)},
+                       {"lr", shortest_json(stats.lr)},
+                       {"grad_norm", shortest_json(stats.grad_norm)},
+                       {"step_ms", std::round(step_ms * 1000.0) / 1000.0},
+                       {"tokens_per_s", std::round(tokens_per_s * 10.0) / 10.0}};
+  if (config.engine.loss_scale.enabled) {
+    line["loss_scale"] = stats.loss_scale;
+    line["skipped"] = stats.skipped;
+  }
+  metrics.stream() << line.dump() << '\n';
+}
+
+// One rank's whole run.
+void train_rank(RankContext& context, RunState& run) {
+  const TrainConfig& config = run.config;
+  const bool leader = context.rank == 0;
+  // This step's micro-batches, kept until step() has synchronized: the engine's streams may
+  // still read them after forward_backward() returns. Declared before the trainer so that on
+  // an error the trainer's destructor (which waits for the streams) runs before they are freed.
+  std::vector<HostBatch> held;
+  std::unique_ptr<Module> model = make_model(config.model);
+  Engine engine(context, config.engine);
+  std::unique_ptr<Trainer> trainer = engine.shard(*model, make_optimizer(config.optimizer));
+
+  TrainCheckpoints checkpoints(config, run.signals);
+  const std::int64_t first_step = start(context, *trainer, checkpoints, config);
+  if (!run.options.export_initial.empty()) {
+    export_parameters(context, *trainer, run.options.export_initial);
+    return;
+  }
+  const LrSchedule schedule(config.scheduler, config.optimizer.lr);
+  Progress progress(first_step, config.steps, config.steps_per_print,
+                    config.train_batch_size * run.batches.tokens_per_row());
+  BatchSlice slice;
+  slice.global_rows = config.train_batch_size;
+  slice.accumulation = config.gradient_accumulation_steps;
+  slice.rank = context.rank;
+  slice.world_size = context.world_size;
+  for (std::int64_t step = first_step; step <= config.steps; ++step) {
+    const Clock::time_point step_start = Clock::now();
+    for (slice.micro_batch = 0; slice.micro_batch < slice.accumulation; ++slice.micro_batch) {
+      held.push_back(run.batches.training(step, slice));
+      trainer->forward_backward(held.back().batch());
+    }
+    const StepStats stats = trainer->step(schedule.lr_at(step));
+    held.clear();
+    const double step_ms = milliseconds(Clock::now() - step_start);
+    if (leader) {
+      if (step == first_step) run.summary.first_loss = stats.loss;
+      run.summary.final_loss = stats.loss;
+      run.last_step = step;
+      progress.after_step(stats, step_ms, StopSignals::caught() != 0);
+      if (run.metrics) write_step_record(*run.metrics, config, stats, step_ms, progress.tokens_per_s());
+    }
+    // Every rank: save when due, and stop together when a signal reached any of them.
+    const bool stop = checkpoints.after_step(context, *trainer, step);
+    const bool last = stop || step == config.steps;
+    if (config.eval_every > 0 && (step % config.eval_every == 0 || last)) {
+      const float val_loss = evaluate(context, *trainer, run);
+      if (leader) {
+        progress.evaluated(step, val_loss);
+        run.summary.evaluated = true;
+        run.summary.final_val_loss = val_loss;
+        if (run.metrics) {
+          run.metrics->stream() << ordered_json{{"step", step}, {"val_loss", shortest_json(val_loss)}}.dump()
+                                << '\n';
+        }
+      }
+    }
+    if (stop) {
+      run.stopped = true;
+      break;
+    }
+  }
+  if (leader) {
+    run.summary.steps = progress.steps_run();
+    run.summary.tokens_per_s = progress.tokens_per_s();
+    run.summary.mean_step_ms = progress.mean_step_ms();
+  }
+  context.synchronize();
+  // Every rank's peaks reach rank 0 through the communicator. all_gather moves bits, whatever
+  // the dtype says.
+  const auto mine = pack_memory(context.allocator().usage(), trainer->predicted_memory());
+  const auto ranks = static_cast<std::size_t>(context.world_size);
+  std::vector<std::uint64_t> all(kMemoryWords * ranks);
+  context.communicator.all_gather(context.comm, mine.data(), all.data(), 2 * kMemoryWords,
+                                  DType::kInt32);
+  context.comm.synchronize();
+  if (!leader) return;
+  run.usage.resize(ranks);
+  run.predicted.resize(ranks);
+  for (std::size_t rank = 0; rank < ranks; ++rank) {
+    unpack_memory(all.data() + rank * kMemoryWords, run.usage[rank], run.predicted[rank]);
+  }
+}
+
+int train_in(const World& world, const TrainConfig& config, const RunOptions& options) {
+  const bool leader_process = world.is_leader_process();
+  if (world.size() > 1) {
+    // Note: the ranks are threads of this process, or processes that share this machine's
+    // cores, each already running its own GEMMs; OpenBLAS's thread pool on top of that would
+    // oversubscribe the cores (ranks × OpenBLAS threads) and make every step slower, so each
+    // GEMM stays on its rank's thread. It also makes threads and processes compute alike.
+    openblas_set_num_threads(1);
+  }
+  // Fails on a bad path, or bad data, before any training is done.
+  std::optional<AtomicOutputFile> metrics;
+  if (leader_process && !options.metrics_path.empty()) metrics.emplace(options.metrics_path);
+  const std::unique_ptr<BatchSource> batches = make_batch_source(config);
+  if (leader_process) {
+    // Declaring parameters allocates nothing: the engine owns parameter memory.
+    const std::size_t parameters = count_parameters(*make_model(config.model));
+    Console::say(describe_run(config, parameters));
+    Console::say("zest-train: world: " + world.detected().describe());
+  }
+  // Every rank stops after the same step when SIGINT or SIGTERM arrives (and saves first when
+  // a checkpoint directory is set); a second signal ends the process at once.
+  const StopSignals signals(true);
+  RunState run{config, *batches, signals, metrics, options, {}, {}, {}};
+  world.run([&](RankContext& context) { train_rank(context, run); });
+  // A stop by SIGINT / SIGTERM ends with 128 + the signal, as the signal itself would have.
+  const int stop_status = run.stopped ? 128 + StopSignals::caught() : 0;
+  if (!leader_process || !options.export_initial.empty()) return stop_status;
+
+  print_memory_table(run.usage, run.predicted);
+  print_summary(run.summary);
+  if (metrics) {
+    metrics->stream() << summary_record(run.summary, run.usage, run.predicted).dump() << '\n';
+    metrics->commit();
+  }
+  if (run.stopped) {
+    Console::say(fmt::format("zest-train: stopped by signal {} after step {}", StopSignals::caught(),
+                             run.last_step));
+  }
+  return stop_status;
+}
+
+}  // namespace
+
+int run_training(const TrainConfig& config, const RunOptions& options) {
+  WorldOptions world_options = config.world;
+  world_options.program = "zest-train";
+  if (!config.trace_path.empty() || config.wall_clock_breakdown) {
+    world_options.trace = std::make_shared<TraceRecorder>();
+  }
+  const World world(world_options);
+  try {
+    // Every process must train the same job; checked before anything is trained or written.
+    world.verify_same_config(config.json.dump());
+    const int status = train_in(world, config, options);
+    if (world_options.trace && world.is_leader_process()) {
+      report_timeline(*world_options.trace, config, world.size());
+    }
+    return status;
+  } catch (const std::exception& error) {
+    // With several processes the others may be waiting for this one: end the job.
+    world.end_job_on_failure(error);
+    throw;
+  }
+}
+
+}  // namespace zest
