@@ -8,7 +8,8 @@
 # marker `// ctest-mpirun-np: 2 4` (the default), as tests <target>.np2, <target>.np4; with
 # `// ctest-mpirun-np: none` it runs as a plain suite (one that starts mpirun itself, through
 # ZEST_MPIEXEC and ZEST_MPIEXEC_FLAGS).
-# Other .cc files under tests/ are helpers, built once as zest_test_support and linked into all.
+# Other .cc files under tests/ are helpers, built once as zest_test_support and linked into all;
+# tests/fuzz/ is not (libFuzzer programs, cmake/ZestFuzz.cmake).
 include_guard(GLOBAL)
 include(GoogleTest)
 
@@ -27,7 +28,8 @@ endif()
 # Helpers shared by suites (tests/**/*.cc that are not *_test.cc) are built once and linked into
 # every suite; headers-only helpers need nothing.
 file(GLOB_RECURSE zest_test_support_sources CONFIGURE_DEPENDS "${CMAKE_SOURCE_DIR}/tests/*.cc")
-list(FILTER zest_test_support_sources EXCLUDE REGEX "(_test\\.cc$|/tests/consumer/)")
+# tests/fuzz/ holds libFuzzer programs (cmake/ZestFuzz.cmake), each with its own entry point.
+list(FILTER zest_test_support_sources EXCLUDE REGEX "(_test\\.cc$|/tests/consumer/|/tests/fuzz/)")
 if(NOT ZEST_HAVE_CUDA)
   list(FILTER zest_test_support_sources EXCLUDE REGEX "_cuda\\.cc$")
 endif()
@@ -96,6 +98,9 @@ elseif(ZEST_SANITIZE STREQUAL "thread")
   set(zest_test_environment
     "TSAN_OPTIONS=allocator_may_return_null=1:halt_on_error=1:second_deadlock_stack=1")
 endif()
+# Every test runs with the collective-order check on (runtime/checked_communicator.h): a change
+# that makes ranks issue different collectives fails with a message, never hangs a test.
+list(APPEND zest_test_environment "ZEST_CHECK_COLLECTIVES=1")
 
 foreach(source IN LISTS zest_test_sources)
   string(REGEX REPLACE "\\.(cc|cu)$" "" target "${source}")

@@ -45,6 +45,7 @@ void* GatherRing::acquire(const FlatUnit& unit, Stream& comm, Stream& compute,
     slot = &take_free_slot(unit.index);
     // The slot's previous unit may still be read by compute work already enqueued.
     comm.wait(*slot->released);
+    communicator.label_next(("gather " + unit.layout.unit_name()).c_str());
     communicator.all_gather(comm, unit.params.data(), slot->buffer.data(),
                             unit.layout.shard_length(), dtype_);
     comm.record(*slot->gathered);

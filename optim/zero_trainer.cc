@@ -368,6 +368,7 @@ float ZeroTrainer::evaluate(const Batch& batch) {
   for (Activations& unit : activations_) release_on(context_.compute, std::move(unit.output));
   context_.compute.synchronize();
   float loss = *loss_buffer_.as<float>() / static_cast<float>(context_.world_size);
+  context_.communicator.label_next("evaluation loss");
   context_.communicator.all_reduce(context_.comm, &loss, &loss, 1, DType::kFloat32,
                                    Reduction::kSum);
   context_.comm.synchronize();
@@ -439,6 +440,7 @@ void ZeroTrainer::reduce_gradients(FlatUnit& unit) {
   }
   void* reduced_shard = byte_offset(reduced, first * dtype_size(wire));
   Communicator& communicator = context_.communicator;
+  communicator.label_next(("reduce " + unit.layout.unit_name()).c_str());
   if (options_.stage == 0) {
     communicator.all_reduce(comm, reduced, reduced, full, wire, Reduction::kMean);
     if (wire != held) convert(comm, reduced, wire, source, held, full);

@@ -48,6 +48,11 @@ class Communicator {
                          int root) = 0;
 
   virtual void barrier(Stream& stream) = 0;
+
+  // Names the next collective this rank issues ("gather block3"), for diagnostics only: the
+  // collective-order check (checked_communicator.h) shows it when ranks disagree. A no-op
+  // elsewhere.
+  virtual void label_next(const char* label) { (void)label; }
 };
 
 }  // namespace zest

@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "base/error.h"
+#include "runtime/checked_communicator.h"
 #include "runtime/cpu_device.h"
 #include "runtime/cpu_stream.h"
 #include "runtime/mpi_communicator.h"
@@ -57,8 +59,13 @@ void run_process_rank(const WorldOptions& options, const DetectedWorld& world,
     auto compute = device.create_stream(prefix + "compute");
     auto comm = device.create_stream(prefix + "comm");
     auto prefetch = device.create_stream(prefix + "prefetch");
-    RankContext context{rank,      world.size,   device,      *compute, *comm,
-                        *prefetch, communicator, options.trace.get()};
+    std::optional<CheckedCommunicator> checked;
+    if (options.check_collectives.value_or(collective_check_from_environment())) {
+      checked.emplace(communicator);
+    }
+    Communicator& used = checked ? static_cast<Communicator&>(*checked) : communicator;
+    RankContext context{rank, world.size, device, *compute, *comm, *prefetch, used,
+                        options.trace.get()};
     work(context);
     context.synchronize();
   } catch (const std::exception& error) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "runtime/checked_communicator.h"
 #include "runtime/cpu_device.h"
 #include "runtime/local_communicator.h"
 #if ZEST_HAVE_MPI
@@ -123,7 +124,12 @@ void run_rank(int rank, const WorldOptions& options, LocalCommunicator& communic
     auto compute = device.create_stream(prefix + "compute");
     auto comm = device.create_stream(prefix + "comm");
     auto prefetch = device.create_stream(prefix + "prefetch");
-    RankContext context{rank, options.ranks, device, *compute, *comm, *prefetch, communicator,
+    std::optional<CheckedCommunicator> checked;
+    if (options.check_collectives.value_or(collective_check_from_environment())) {
+      checked.emplace(communicator);
+    }
+    Communicator& used = checked ? static_cast<Communicator&>(*checked) : communicator;
+    RankContext context{rank, options.ranks, device, *compute, *comm, *prefetch, used,
                         options.trace.get()};
     try {
       work(context);

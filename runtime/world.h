@@ -13,6 +13,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "memory/allocator.h"
@@ -32,6 +33,11 @@ struct WorldOptions {
   // Debug: every collective sleeps this long before it starts, to widen race windows in tests
   // (config debug.collective_delay_ms, or env ZEST_DEBUG_COLLECTIVE_DELAY_MS when this is 0).
   std::chrono::milliseconds collective_delay{0};
+  // Debug: ranks compare a record of every collective before issuing it, so ranks that issue
+  // different collectives fail with a message naming the first difference instead of hanging
+  // (checked_communicator.h; config debug.check_collectives). Unset: env ZEST_CHECK_COLLECTIVES=1
+  // turns it on (the test suites set it).
+  std::optional<bool> check_collectives;
   // When set, every rank's streams record their collectives and the engine its units' compute
   // here (log.trace / wall_clock_breakdown).
   std::shared_ptr<TraceRecorder> trace;

@@ -1,0 +1,158 @@
+#include "runtime/checked_communicator.h"
+
+#include <xxhash.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+
+namespace zest {
+
+namespace {
+
+// What one rank says about one collective: fixed size, so that it all-gathers as int32 words.
+struct Record {
+  std::uint64_t sequence = 0;
+  std::uint64_t running_hash = 0;  // over every record up to and including this one
+  std::uint64_t count = 0;
+  std::int32_t op = 0;
+  std::int32_t dtype = 0;
+  std::int32_t detail = 0;
+  std::int32_t reserved = 0;
+  char label[56] = {};
+};
+static_assert(sizeof(Record) == 96 && sizeof(Record) % sizeof(std::int32_t) == 0);
+constexpr std::size_t kRecordWords = sizeof(Record) / sizeof(std::int32_t);
+
+const char* op_name(std::int32_t op) {
+  static const char* const kNames[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
+                                       "barrier"};
+  return op >= 0 && op < 5 ? kNames[op] : "unknown collective";
+}
+
+std::string describe(const Record& record) {
+  std::string text = op_name(record.op);
+  if (record.op != 4) {
+    text += fmt::format(" of {} {} elements", record.count,
+                        dtype_name(static_cast<DType>(record.dtype)));
+  }
+  if (record.op == 1 || record.op == 2) {
+    static const char* const kReductions[] = {"sum", "mean", "pre-divided mean"};
+    text += std::string(", ") + (record.detail >= 0 && record.detail < 3 ? kReductions[record.detail] : "?");
+  }
+  if (record.op == 3) text += fmt::format(" from rank {}", record.detail);
+  if (record.label[0] != '\0') text += fmt::format(" ({})", std::string(record.label));
+  return text;
+}
+
+bool same(const Record& a, const Record& b) {
+  return a.running_hash == b.running_hash && a.op == b.op && a.count == b.count &&
+         a.dtype == b.dtype && a.detail == b.detail;
+}
+
+// Throws when the ranks' records differ, naming what each group of ranks issued.
+void compare(const std::vector<Record>& records) {
+  const Record& first = records.front();
+  bool agree = true;
+  for (const Record& record : records) agree = agree && same(record, first);
+  if (agree) return;
+  // Group ranks by what they issued, so four ranks in two camps read as two parts, not four;
+  // camps in the order of their lowest rank.
+  std::vector<std::pair<std::string, std::vector<int>>> camps;
+  for (std::size_t rank = 0; rank < records.size(); ++rank) {
+    const Record& record = records[rank];
+    std::string what = describe(record);
+    if (record.op == first.op && record.count == first.count && record.dtype == first.dtype &&
+        record.detail == first.detail && record.running_hash != first.running_hash) {
+      what += " after a different sequence of earlier collectives";
+    }
+    auto camp = std::find_if(camps.begin(), camps.end(),
+                             [&](const auto& entry) { return entry.first == what; });
+    if (camp == camps.end()) camp = camps.insert(camps.end(), {what, {}});
+    camp->second.push_back(static_cast<int>(rank));
+  }
+  std::string sides;
+  for (const auto& [what, ranks] : camps) {
+    sides += fmt::format("{}rank{} {}: {}", sides.empty() ? "" : "; ", ranks.size() == 1 ? "" : "s",
+                         fmt::join(ranks, ","), what);
+  }
+  throw Error(ErrorKind::kCommMismatch,
+              fmt::format("collective order differs between ranks at collective #{}: {}; every "
+                          "rank must issue the same collectives in the same order (a unit skipped "
+                          "on one rank, or control flow that depends on rank-local data)",
+                          first.sequence, sides));
+}
+
+}  // namespace
+
+bool collective_check_from_environment() {
+  const char* text = std::getenv("ZEST_CHECK_COLLECTIVES");
+  return text != nullptr && *text != '\0' && std::strcmp(text, "0") != 0;
+}
+
+CheckedCommunicator::CheckedCommunicator(Communicator& inner) : inner_(inner) {}
+
+void CheckedCommunicator::label_next(const char* label) {
+  label_ = label == nullptr ? "" : label;
+  inner_.label_next(label);
+}
+
+void CheckedCommunicator::check(Stream& stream, Op op, std::size_t count, DType dtype,
+                                std::int32_t detail) {
+  Record mine;
+  mine.sequence = ++sequence_;
+  mine.count = count;
+  mine.op = static_cast<std::int32_t>(op);
+  mine.dtype = static_cast<std::int32_t>(dtype);
+  mine.detail = detail;
+  std::strncpy(mine.label, label_.c_str(), sizeof(mine.label) - 1);
+  label_.clear();
+  // The label is for people; the hash covers what must agree.
+  const std::uint64_t fields[5] = {mine.sequence, mine.count, static_cast<std::uint64_t>(mine.op),
+                                   static_cast<std::uint64_t>(mine.dtype),
+                                   static_cast<std::uint64_t>(mine.detail)};
+  running_hash_ = XXH3_64bits_withSeed(fields, sizeof(fields), running_hash_);
+  mine.running_hash = running_hash_;
+  // Both buffers live until the stream has run the comparison that reads them.
+  auto send = std::make_shared<Record>(mine);
+  auto all = std::make_shared<std::vector<Record>>(static_cast<std::size_t>(inner_.world_size()));
+  inner_.all_gather(stream, send.get(), all->data(), kRecordWords, DType::kInt32);
+  stream.enqueue([send, all] { compare(*all); });
+}
+
+void CheckedCommunicator::all_gather(Stream& stream, const void* send, void* recv,
+                                     std::size_t count, DType dtype) {
+  check(stream, Op::kAllGather, count, dtype, 0);
+  inner_.all_gather(stream, send, recv, count, dtype);
+}
+
+void CheckedCommunicator::reduce_scatter(Stream& stream, const void* send, void* recv,
+                                         std::size_t count, DType dtype, Reduction reduction) {
+  check(stream, Op::kReduceScatter, count, dtype, static_cast<std::int32_t>(reduction));
+  inner_.reduce_scatter(stream, send, recv, count, dtype, reduction);
+}
+
+void CheckedCommunicator::all_reduce(Stream& stream, const void* send, void* recv,
+                                     std::size_t count, DType dtype, Reduction reduction) {
+  check(stream, Op::kAllReduce, count, dtype, static_cast<std::int32_t>(reduction));
+  inner_.all_reduce(stream, send, recv, count, dtype, reduction);
+}
+
+void CheckedCommunicator::broadcast(Stream& stream, void* buffer, std::size_t count, DType dtype,
+                                    int root) {
+  check(stream, Op::kBroadcast, count, dtype, root);
+  inner_.broadcast(stream, buffer, count, dtype, root);
+}
+
+void CheckedCommunicator::barrier(Stream& stream) {
+  check(stream, Op::kBarrier, 0, DType::kInt32, 0);
+  inner_.barrier(stream);
+}
+
+}  // namespace zest

@@ -1,0 +1,57 @@
+// The collective-order check (debug.check_collectives, or ZEST_CHECK_COLLECTIVES=1). The
+// commonest ZeRO-3 hang comes from ranks that issue different collectives — different control
+// flow, a unit skipped on one rank — so each waits in a collective the others never join, or
+// worse, they pair up wrongly and exchange garbage. This wrapper makes every rank, before each
+// collective, all-gather a small record of it (sequence number, op, element count, dtype,
+// reduction or root, the label the caller gave, and a running xxHash of every record so far)
+// and compare the records in stream order. Ranks that disagree fail, all of them, with one
+// message naming the first collective that differs and what each rank issued there — never a
+// hang and never a wrong result.
+// Note: the record's all-gather is one collective that every rank issues alike whatever the
+// real one is, so it always pairs up; the cost is one small extra collective per collective.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runtime/communicator.h"
+
+namespace zest {
+
+class CheckedCommunicator final : public Communicator {
+ public:
+  explicit CheckedCommunicator(Communicator& inner);
+
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  std::chrono::milliseconds timeout() const override { return inner_.timeout(); }
+
+  void all_gather(Stream& stream, const void* send, void* recv, std::size_t count,
+                  DType dtype) override;
+  void reduce_scatter(Stream& stream, const void* send, void* recv, std::size_t count, DType dtype,
+                      Reduction reduction) override;
+  void all_reduce(Stream& stream, const void* send, void* recv, std::size_t count, DType dtype,
+                  Reduction reduction) override;
+  void broadcast(Stream& stream, void* buffer, std::size_t count, DType dtype, int root) override;
+  void barrier(Stream& stream) override;
+  void label_next(const char* label) override;
+
+  // Collectives checked so far on this rank.
+  std::uint64_t checked() const { return sequence_; }
+
+ private:
+  enum class Op : std::int32_t { kAllGather, kReduceScatter, kAllReduce, kBroadcast, kBarrier };
+  // `detail`: the Reduction, or the broadcast root.
+  void check(Stream& stream, Op op, std::size_t count, DType dtype, std::int32_t detail);
+
+  Communicator& inner_;
+  std::uint64_t sequence_ = 0;
+  std::uint64_t running_hash_ = 0;
+  std::string label_;  // for the next collective
+};
+
+// Whether ZEST_CHECK_COLLECTIVES is set to something other than "0" or "".
+bool collective_check_from_environment();
+
+}  // namespace zest
