@@ -16,6 +16,7 @@ const char* error_kind_name(ErrorKind kind) {
     case ErrorKind::kCommMismatch: return "collective mismatch";
     case ErrorKind::kDevice: return "device";
     case ErrorKind::kIo: return "i/o";
+    case ErrorKind::kDivergence: return "divergence";
     case ErrorKind::kInternal: return "internal";
   }
   return "unknown";

@@ -20,6 +20,7 @@ enum class ErrorKind {
   kCommMismatch,   // ranks called different collectives, counts or dtypes
   kDevice,         // a CUDA / NCCL / MPI call failed
   kIo,             // the OS could not read or write a file (disk full, permissions, I/O error)
+  kDivergence,     // training produced non-finite values (a NaN or inf gradient, fp32 / bf16)
   kInternal,       // a broken invariant inside zest
 };
 

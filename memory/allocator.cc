@@ -36,6 +36,11 @@ std::size_t round_up_to_alignment(std::size_t bytes) {
 }
 }  // namespace
 
+void Allocator::fail_next_allocation(Category category) {
+  std::lock_guard lock(mutex_);
+  fail_next_ = category;
+}
+
 Buffer Allocator::allocate(std::size_t bytes, Category category) {
   if (bytes == 0) return Buffer();
   const auto index = static_cast<std::size_t>(category);
@@ -49,6 +54,10 @@ Buffer Allocator::allocate(std::size_t bytes, Category category) {
     // bytes cannot both pass the capacity check.
     if (bytes > capacity_ - usage_.total_current) {
       throw_out_of_memory(bytes, category, "");
+    }
+    if (fail_next_ == category) {
+      fail_next_.reset();
+      throw_out_of_memory(bytes, category, "injected by debug.fault; ");
     }
     usage_.current[index] += bytes;
     usage_.total_current += bytes;

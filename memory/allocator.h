@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "memory/category.h"
@@ -78,6 +79,9 @@ class Allocator {
   const std::string& device_name() const { return device_name_; }
   // Starts a new peak window: peaks become the current use.
   void reset_peaks();
+  // Fault injection (debug.fault "fail_allocation"): the next allocation of `category` fails as
+  // if the device were full, with the same OutOfMemory message.
+  void fail_next_allocation(Category category);
 
  protected:
   // Returns null when the device has no memory left. `bytes` is a multiple of the alignment.
@@ -94,6 +98,7 @@ class Allocator {
   const std::size_t capacity_;
   mutable std::mutex mutex_;
   MemoryUsage usage_;
+  std::optional<Category> fail_next_;  // guarded by mutex_
 };
 
 // "1.50 GiB" style, for messages and reports.

@@ -16,6 +16,7 @@
 #include "base/dtype.h"
 #include "memory/allocator.h"
 #include "memory/shard_layout.h"
+#include "optim/fault_injection.h"
 #include "optim/loss_scaler.h"
 #include "optim/module.h"
 #include "optim/optimizer.h"
@@ -53,6 +54,7 @@ struct EngineOptions {
   // in fp32.
   DType communication_dtype = DType::kFloat32;
   LossScaleOptions loss_scale;  // fp16 only
+  FaultInjection fault;         // debug: none unless a test or debug.fault asks
 };
 
 struct StepStats {

@@ -119,6 +119,7 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
     bucket_released_.push_back(context.device.create_event());
   }
   activations_.resize(units_.size());
+  local_non_finite_.assign(units_.size(), 0);
   optimizer_done_ = context.device.create_event();
   serialize_ = context.device.create_event();
   for (std::size_t i = 0; i < units_.size(); ++i) unit_gathered_.push_back(context.device.create_event());
@@ -345,6 +346,7 @@ float ZeroTrainer::forward_backward(const Batch& batch) {
                     std::to_string(options_.gradient_accumulation_steps) +
                     ") times since the last step(); call step()");
   }
+  if (micro_batches_ == 0) inject_step_fault();
   ++micro_batches_;
   const bool last_micro_batch = micro_batches_ == options_.gradient_accumulation_steps;
   run_forward(batch);
@@ -397,6 +399,7 @@ void ZeroTrainer::run_backward(const Batch& batch, bool reduce_now) {
     unit.unit->backward(context);
     trace_end(begin, "backward " + unit.layout.unit_name());
     finish_call(unit, views);
+    inject_gradient_fault(unit);
     // This unit's output and the gradient it received are no longer needed.
     release_on(context_.compute, std::move(activations_[u].output));
     if (u + 1 < static_cast<int>(units_.size())) {
@@ -418,6 +421,13 @@ void ZeroTrainer::run_backward(const Batch& batch, bool reduce_now) {
 }
 
 void ZeroTrainer::reduce_gradients(FlatUnit& unit) {
+  // Note: checked before the reduction mixes the ranks' gradients, so that a NaN is traced to
+  // the rank where it arose; in compute-stream order, so the comm stream waits for the check.
+  const void* local = options_.stage >= 2 ? unit.bucket.data() : unit.grads.data();
+  context_.compute.enqueue([flag = &local_non_finite_[unit.index], local,
+                            dtype = options_.compute_dtype, count = unit.layout.flat_length()] {
+    if (cpu::has_non_finite(local, dtype, count)) *flag = 1;
+  });
   // The comm stream reduces this unit's gradients while compute goes on to the previous unit.
   Event& written = *backward_done_[unit.index];
   context_.compute.record(written);

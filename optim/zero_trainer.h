@@ -86,6 +86,13 @@ class ZeroTrainer final : public Trainer {
   void run_forward(const Batch& batch);
   void run_backward(const Batch& batch, bool reduce_now);
   void reduce_gradients(FlatUnit& unit);
+  // Debug faults (optim/fault_injection.h) due at the start of this step / after a unit's
+  // backward.
+  void inject_step_fault();
+  void inject_gradient_fault(FlatUnit& unit);
+  // Throws the kDivergence Error naming the step, and each rank's first unit whose local
+  // gradient was not finite (a collective).
+  [[noreturn]] void raise_divergence(std::int64_t step);
   void release_on(Stream& stream, Buffer buffer);
   // Timeline (when the world records a trace): the compute work enqueued between the two calls
   // becomes one slice.
@@ -122,6 +129,10 @@ class ZeroTrainer final : public Trainer {
   // it when it reaches the unit.
   std::vector<std::unique_ptr<Event>> unit_gathered_;
   std::vector<bool> awaiting_gather_;
+  // Per unit: this rank's own gradient held a NaN or inf before it was reduced (checked in
+  // compute-stream order before each reduction, read after the streams synchronize), so a
+  // divergence can be traced to the rank and unit where it arose.
+  std::vector<std::uint8_t> local_non_finite_;
   int micro_batches_ = 0;  // since the last step
   double loss_sum_ = 0.0;  // this rank's micro-batch losses since the last step
   std::int64_t steps_taken_ = 0;      // step() calls, skipped ones included

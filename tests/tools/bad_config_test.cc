@@ -131,6 +131,13 @@ const BadConfig kBadConfigs[] = {
      "steps: 10 is not more than scheduler.params.warmup_num_steps (10), and WarmupCosineLR decays "
      "after the warmup until step `steps`; run longer, warm up for fewer steps, or set "
      "scheduler.params.total_num_steps"},
+    {"FaultOnARankBeyondTheWorld", false, {"debug.fault={\"kind\": \"throw\", \"rank\": 2}"},
+     "debug.fault.rank: must be below world.ranks (2), got 2"},
+    {"UnknownFaultKind", false, {"debug.fault={\"kind\": \"explode\"}"},
+     "debug.fault.kind: must be throw, stall, nan_gradient or fail_allocation, got \"explode\""},
+    {"FaultInAUnitTheModelLacks", false,
+     {"debug.fault={\"kind\": \"nan_gradient\", \"unit\": \"block1\"}"},
+     "debug.fault.unit: must name a unit of the model (layer0 or layer1), got \"block1\""},
     // read but not acted on: refused, never ignored
     {"AllgatherBucketSize", false, {"zero_optimization.allgather_bucket_size=5e8"},
      "zero_optimization.allgather_bucket_size: is not supported yet (got 500000000.0): stages 1-2 "

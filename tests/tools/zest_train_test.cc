@@ -376,6 +376,48 @@ TEST_F(ZestTrain, TokenShardConfigTrainsOnShards) {
   EXPECT_THAT(result.out, HasSubstr("bf16"));
 }
 
+// Determinism: the same config and seed give bit-identical losses and gradient norms, run after
+// run, and whether communication overlaps compute or not (the reductions' order is fixed).
+TEST_F(ZestTrain, SameConfigAndSeedAreBitIdentical) {
+  auto trajectory = [&](const std::vector<std::string>& extra) {
+    const std::string metrics = path("metrics.jsonl");
+    std::vector<std::string> args = {"--config", kGptConfig, "--set", "steps=4", "--metrics",
+                                     metrics};
+    args.insert(args.end(), kTinyGpt.begin(), kTinyGpt.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Result result = run(args);
+    EXPECT_EQ(result.status, 0) << result.err;
+    std::vector<std::string> values;
+    for (const std::string& line : lines_of(read_file(metrics))) {
+      const json record = json::parse(line);
+      if (record.contains("loss")) values.push_back(record["loss"].dump() + " " + record["grad_norm"].dump());
+    }
+    return values;
+  };
+  for (const char* stage : {"zero_optimization.stage=0", "zero_optimization.stage=3"}) {
+    const std::vector<std::string> first = trajectory({"--set", stage});
+    ASSERT_EQ(first.size(), 4u);
+    EXPECT_EQ(trajectory({"--set", stage}), first) << stage;
+    EXPECT_EQ(trajectory({"--set", stage, "--set", "zero_optimization.overlap_comm=false"}), first)
+        << stage;
+  }
+}
+
+TEST_F(ZestTrain, ANanGradientStopsTheRunNamingWhere) {
+  const std::string metrics = path("metrics.jsonl");
+  std::vector<std::string> args = {
+      "--config", kGptConfig, "--set", "steps=4", "--metrics", metrics, "--set",
+      "debug={\"check_collectives\": true, \"fault\": {\"kind\": \"nan_gradient\", "
+      "\"rank\": 1, \"step\": 2, \"unit\": \"block0\"}}"};
+  args.insert(args.end(), kTinyGpt.begin(), kTinyGpt.end());
+  const Result result = run(args);
+  EXPECT_EQ(result.status, 1) << result.err;
+  const std::vector<std::string> lines = lines_of(result.err);
+  ASSERT_EQ(lines.size(), 1u) << result.err;
+  EXPECT_THAT(lines[0], HasSubstr("non-finite gradient at step 2 on rank 1, unit block0"));
+  EXPECT_FALSE(std::filesystem::exists(metrics));
+}
+
 TEST_F(ZestTrain, BadDataIsAnInputError) {
   const std::string empty = write("empty.txt", "");
   expect_input_error({"--config", kGptConfig, "--set", "data.path=" + empty}, empty);

@@ -23,5 +23,6 @@ void parse_zero(Block& root, TrainConfig& out);
 void parse_precision(Block& root, TrainConfig& out);
 void parse_log(Block& root, TrainConfig& out);
 void parse_checkpoint(Block& root, TrainConfig& out);
+void parse_debug(Block& root, TrainConfig& out);
 
 }  // namespace zest::config_blocks

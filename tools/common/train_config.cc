@@ -219,7 +219,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
               "train_batch_size", "gradient_accumulation_steps", "gradient_clipping",
               "optimizer", "zero_optimization", "data", "steps_per_print", "bf16", "fp16",
               "communication_data_type", "log", "wall_clock_breakdown", "scheduler",
-              "checkpoint", "eval_every"},
+              "checkpoint", "eval_every", "debug"},
              {{"stage", "zero_optimization.stage"},
               {"ranks", "world.ranks"},
               {"backend", "world.backend"},
@@ -266,6 +266,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   parse_eval(root, out);
   parse_log(root, out);
   parse_checkpoint(root, out);
+  parse_debug(root, out);
   return out;
 }
 
