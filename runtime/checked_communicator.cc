@@ -96,6 +96,12 @@ bool collective_check_from_environment() {
   return text != nullptr && *text != '\0' && std::strcmp(text, "0") != 0;
 }
 
+Communicator& maybe_checked(Communicator& inner, std::optional<bool> enabled,
+                            std::optional<CheckedCommunicator>& checked) {
+  if (!enabled.value_or(collective_check_from_environment())) return inner;
+  return checked.emplace(inner);
+}
+
 CheckedCommunicator::CheckedCommunicator(Communicator& inner) : inner_(inner) {}
 
 void CheckedCommunicator::label_next(const char* label) {

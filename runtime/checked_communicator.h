@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "runtime/communicator.h"
@@ -53,5 +54,10 @@ class CheckedCommunicator final : public Communicator {
 
 // Whether ZEST_CHECK_COLLECTIVES is set to something other than "0" or "".
 bool collective_check_from_environment();
+
+// The communicator a rank uses: `inner`, or `inner` checked (held in `checked`) when `enabled`
+// says so (unset: the environment).
+Communicator& maybe_checked(Communicator& inner, std::optional<bool> enabled,
+                            std::optional<CheckedCommunicator>& checked);
 
 }  // namespace zest

@@ -60,10 +60,7 @@ void run_process_rank(const WorldOptions& options, const DetectedWorld& world,
     auto comm = device.create_stream(prefix + "comm");
     auto prefetch = device.create_stream(prefix + "prefetch");
     std::optional<CheckedCommunicator> checked;
-    if (options.check_collectives.value_or(collective_check_from_environment())) {
-      checked.emplace(communicator);
-    }
-    Communicator& used = checked ? static_cast<Communicator&>(*checked) : communicator;
+    Communicator& used = maybe_checked(communicator, options.check_collectives, checked);
     RankContext context{rank, world.size, device, *compute, *comm, *prefetch, used,
                         options.trace.get()};
     work(context);

@@ -125,10 +125,7 @@ void run_rank(int rank, const WorldOptions& options, LocalCommunicator& communic
     auto comm = device.create_stream(prefix + "comm");
     auto prefetch = device.create_stream(prefix + "prefetch");
     std::optional<CheckedCommunicator> checked;
-    if (options.check_collectives.value_or(collective_check_from_environment())) {
-      checked.emplace(communicator);
-    }
-    Communicator& used = checked ? static_cast<Communicator&>(*checked) : communicator;
+    Communicator& used = maybe_checked(communicator, options.check_collectives, checked);
     RankContext context{rank, options.ranks, device, *compute, *comm, *prefetch, used,
                         options.trace.get()};
     try {

@@ -125,6 +125,23 @@ class ZestTrain : public ::testing::Test {
     EXPECT_FALSE(std::filesystem::exists(metrics + ".tmp"));
   }
 
+  // Trains the tiny GPT for `steps` steps (plus `extra` arguments) and returns its step records.
+  std::vector<json> tiny_gpt_steps(int steps, const std::vector<std::string>& extra) const {
+    const std::string metrics = path("metrics.jsonl");
+    std::vector<std::string> args = {"--config", kGptConfig, "--set",
+                                     "steps=" + std::to_string(steps), "--metrics", metrics};
+    args.insert(args.end(), kTinyGpt.begin(), kTinyGpt.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Result result = run(args);
+    EXPECT_EQ(result.status, 0) << result.err;
+    std::vector<json> records;
+    for (const std::string& line : lines_of(read_file(metrics))) {
+      json record = json::parse(line);
+      if (record.contains("loss")) records.push_back(std::move(record));
+    }
+    return records;
+  }
+
   std::filesystem::path dir_;
 };
 
@@ -320,18 +337,8 @@ TEST_F(ZestTrain, InitFromStartsFromTheFilesParameters) {
     EXPECT_EQ(result.status, 0) << result.err;
   };
   auto losses = [&](const std::vector<std::string>& extra) {
-    const std::string metrics = path("metrics.jsonl");
-    std::vector<std::string> args = {"--config", kGptConfig, "--set", "steps=3", "--metrics",
-                                     metrics};
-    args.insert(args.end(), kTinyGpt.begin(), kTinyGpt.end());
-    args.insert(args.end(), extra.begin(), extra.end());
-    const Result result = run(args);
-    EXPECT_EQ(result.status, 0) << result.err;
     std::vector<double> values;
-    for (const std::string& line : lines_of(read_file(metrics))) {
-      const json record = json::parse(line);
-      if (record.contains("loss")) values.push_back(record["loss"].get<double>());
-    }
+    for (const json& record : tiny_gpt_steps(3, extra)) values.push_back(record["loss"].get<double>());
     return values;
   };
   // The run's own initial parameters, read back in: the same run, bit for bit.
@@ -380,17 +387,9 @@ TEST_F(ZestTrain, TokenShardConfigTrainsOnShards) {
 // run, and whether communication overlaps compute or not (the reductions' order is fixed).
 TEST_F(ZestTrain, SameConfigAndSeedAreBitIdentical) {
   auto trajectory = [&](const std::vector<std::string>& extra) {
-    const std::string metrics = path("metrics.jsonl");
-    std::vector<std::string> args = {"--config", kGptConfig, "--set", "steps=4", "--metrics",
-                                     metrics};
-    args.insert(args.end(), kTinyGpt.begin(), kTinyGpt.end());
-    args.insert(args.end(), extra.begin(), extra.end());
-    const Result result = run(args);
-    EXPECT_EQ(result.status, 0) << result.err;
     std::vector<std::string> values;
-    for (const std::string& line : lines_of(read_file(metrics))) {
-      const json record = json::parse(line);
-      if (record.contains("loss")) values.push_back(record["loss"].dump() + " " + record["grad_norm"].dump());
+    for (const json& record : tiny_gpt_steps(4, extra)) {
+      values.push_back(record["loss"].dump() + " " + record["grad_norm"].dump());
     }
     return values;
   };
