@@ -4,6 +4,10 @@ include_guard(GLOBAL)
 if(NOT ZEST_SANITIZE MATCHES "^(|address|thread)$")
   message(FATAL_ERROR "ZEST_SANITIZE must be empty, 'address' or 'thread', not '${ZEST_SANITIZE}'")
 endif()
+if(ZEST_FUZZ AND ZEST_SANITIZE STREQUAL "thread")
+  message(FATAL_ERROR "ZEST_FUZZ=ON builds with ASan + UBSan; it cannot be combined with "
+                      "ZEST_SANITIZE=thread")
+endif()
 
 # -Wall -Wextra always; -Werror with ZEST_WERROR. CUDA sources get the same through the host
 # compiler (nvcc's own diagnostics stay warnings).
@@ -21,8 +25,13 @@ endfunction()
 
 # Sanitizer flags go on the library's *public* interface: everything that links an instrumented
 # libzest (tests, tools, benchmarks, an installed consumer) must link the sanitizer runtime too.
+# -fno-sanitize-recover makes undefined behaviour end the process, so a test that hits it fails.
+# ZEST_FUZZ adds libFuzzer's coverage instrumentation (fuzzer-no-link) to ASan + UBSan.
 function(zest_apply_sanitizers target)
-  if(ZEST_SANITIZE STREQUAL "address")
+  if(ZEST_FUZZ)
+    set(flags -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+              -fno-omit-frame-pointer)
+  elseif(ZEST_SANITIZE STREQUAL "address")
     set(flags -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
   elseif(ZEST_SANITIZE STREQUAL "thread")
     set(flags -fsanitize=thread -fno-omit-frame-pointer)

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 
 #include "base/error.h"
 
@@ -29,58 +31,80 @@ std::vector<std::string> expand(const std::string& pattern) {
   return files;
 }
 
-std::vector<char> read_whole(const std::string& path) {
+std::string read_whole(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(ErrorKind::kData, path + ": cannot open for reading");
-  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-void append_shard(const std::string& path, std::int64_t vocab_size, TokenData& data) {
-  const std::vector<char> bytes = read_whole(path);
+}  // namespace
+
+void append_token_shard(std::string_view bytes, const std::string& source,
+                        std::int64_t vocab_size, TokenData& data) {
   const std::size_t header_bytes = kTokenShardHeaderInts * sizeof(std::int32_t);
   if (bytes.size() < header_bytes) {
-    throw Error(ErrorKind::kData, path + ": truncated header (" + std::to_string(bytes.size()) +
+    throw Error(ErrorKind::kData, source + ": truncated header (" + std::to_string(bytes.size()) +
                                       " bytes; an llm.c token shard starts with 1024)");
   }
   std::int32_t header[kTokenShardHeaderInts];
-  std::copy(bytes.data(), bytes.data() + header_bytes, reinterpret_cast<char*>(header));
+  std::memcpy(header, bytes.data(), header_bytes);
   if (header[0] != kTokenShardMagic) {
-    throw Error(ErrorKind::kData, path + ": offset 0: wrong magic " + std::to_string(header[0]) +
+    throw Error(ErrorKind::kData, source + ": offset 0: wrong magic " + std::to_string(header[0]) +
                                       " (an llm.c token shard has " +
                                       std::to_string(kTokenShardMagic) + ")");
   }
   if (header[1] != kTokenShardVersion) {
-    throw Error(ErrorKind::kData, path + ": offset 4: unsupported version " +
+    throw Error(ErrorKind::kData, source + ": offset 4: unsupported version " +
                                       std::to_string(header[1]) + " (zest reads version 1)");
   }
+  // Note: the count is checked against the bytes actually there before anything is allocated
+  // for it, so a header that promises billions of tokens costs nothing.
   const std::int64_t count = header[2];
-  const std::size_t expected = header_bytes + static_cast<std::size_t>(count) * 2;
-  if (count < 0 || bytes.size() != expected) {
-    throw Error(ErrorKind::kData, path + ": the header promises " + std::to_string(count) +
+  if (count < 0) {
+    throw Error(ErrorKind::kData, source + ": offset 8: the header's token count " +
+                                      std::to_string(count) + " is negative");
+  }
+  const std::uint64_t expected = header_bytes + static_cast<std::uint64_t>(count) * 2;
+  if (bytes.size() != expected) {
+    throw Error(ErrorKind::kData, source + ": the header promises " + std::to_string(count) +
                                       " tokens (" + std::to_string(expected) +
                                       " bytes in all) but the file has " +
                                       std::to_string(bytes.size()) + " bytes; is it truncated?");
   }
   const std::size_t first = data.tokens.size();
-  data.tokens.resize(first + count);
+  data.tokens.resize(first + static_cast<std::size_t>(count));
   std::copy(bytes.data() + header_bytes, bytes.data() + expected,
             reinterpret_cast<char*>(data.tokens.data() + first));
   for (std::int64_t i = 0; i < count; ++i) {
     if (data.tokens[first + i] >= vocab_size) {
-      throw Error(ErrorKind::kData,
-                  path + ": offset " + std::to_string(header_bytes + 2 * i) + ": token " +
-                      std::to_string(data.tokens[first + i]) + " is not below model.vocab_size (" +
-                      std::to_string(vocab_size) + ")");
+      const std::uint16_t token = data.tokens[first + i];
+      data.tokens.resize(first);  // `data` keeps only whole, valid shards
+      throw Error(ErrorKind::kData, source + ": offset " + std::to_string(header_bytes + 2 * i) +
+                                        ": token " + std::to_string(token) +
+                                        " is not below model.vocab_size (" +
+                                        std::to_string(vocab_size) + ")");
     }
   }
-  data.files.push_back(path);
+  data.files.push_back(source);
 }
 
-}  // namespace
+TokenData text_tokens(std::string_view bytes, const std::string& source) {
+  if (bytes.empty()) {
+    throw Error(ErrorKind::kData, source + ": the text file is empty; it needs at least one "
+                                           "sequence of model.seq_len + 1 bytes");
+  }
+  TokenData data;
+  data.tokens.assign(reinterpret_cast<const unsigned char*>(bytes.data()),
+                     reinterpret_cast<const unsigned char*>(bytes.data()) + bytes.size());
+  data.files.push_back(source);
+  return data;
+}
 
 TokenData load_token_shards(const std::string& pattern, std::int64_t vocab_size) {
   TokenData data;
-  for (const std::string& file : expand(pattern)) append_shard(file, vocab_size, data);
+  for (const std::string& file : expand(pattern)) {
+    append_token_shard(read_whole(file), file, vocab_size, data);
+  }
   if (data.tokens.empty()) {
     throw Error(ErrorKind::kData, "data.path: '" + pattern + "' holds no tokens");
   }
@@ -91,19 +115,14 @@ TokenData load_text_tokens(const std::string& path) {
   if (!std::filesystem::exists(path)) {
     throw Error(ErrorKind::kData, "data.path: text file '" + path + "' does not exist");
   }
-  const std::vector<char> bytes = read_whole(path);
-  if (bytes.empty()) {
-    throw Error(ErrorKind::kData, path + ": the text file is empty; it needs at least one sequence "
-                                         "of model.seq_len + 1 bytes");
-  }
-  TokenData data;
-  data.tokens.reserve(bytes.size());
-  for (char c : bytes) data.tokens.push_back(static_cast<unsigned char>(c));
-  data.files.push_back(path);
-  return data;
+  return text_tokens(read_whole(path), path);
 }
 
 void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens) {
+  if (tokens.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+    throw Error(ErrorKind::kData, path + ": " + std::to_string(tokens.size()) +
+                                      " tokens do not fit one shard (its header counts in int32)");
+  }
   std::int32_t header[kTokenShardHeaderInts] = {};
   header[0] = kTokenShardMagic;
   header[1] = kTokenShardVersion;

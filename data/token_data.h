@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace zest {
@@ -26,6 +27,13 @@ TokenData load_token_shards(const std::string& pattern, std::int64_t vocab_size)
 
 // A text file as byte tokens (0..255). An empty or missing file is a kData Error.
 TokenData load_text_tokens(const std::string& path);
+
+// The same two readers for bytes already in memory (the file readers call them; so do the
+// fuzzers, tests/fuzz/): `source` names the bytes in errors. append_token_shard adds one
+// shard's tokens and `source` to `data`.
+void append_token_shard(std::string_view bytes, const std::string& source,
+                        std::int64_t vocab_size, TokenData& data);
+TokenData text_tokens(std::string_view bytes, const std::string& source);
 
 // Writes `tokens` as one llm.c shard (used by tests and to prepare data). Throws kData on an
 // I/O failure; the file appears whole or not at all (written to a temporary, then renamed).

@@ -2,19 +2,22 @@
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "base/error.h"
+#include "kernels/adamw_body.h"
 #include "kernels/blocked_loop.h"
 #include "kernels/dispatch.h"
+#include "kernels/kernel_threads.h"
 
 namespace zest {
 namespace {
 
-// Per-call constants, computed once in double as PyTorch does on the host, then rounded.
-struct AdamCoefficients {
-  float grad_scale, l2, decay, beta1, one_minus_beta1, beta2, one_minus_beta2;
-  float step_size, inv_sqrt_bias_correction2, eps;
-};
+using cpu::AdamCoefficients;
+
+// Note: a piece for another thread is at least this long: 512Ki params move 14 MiB (about 1 ms
+// at these machines' ~18 GB/s), against tens of microseconds to start and join a thread.
+constexpr std::size_t kMinElementsPerThread = std::size_t{1} << 19;
 
 AdamCoefficients coefficients(const AdamWArgs& args) {
   const double lr = args.lr;
@@ -34,14 +37,35 @@ AdamCoefficients coefficients(const AdamWArgs& args) {
           args.eps};
 }
 
-void check_args(const AdamWArgs& args) {
+void check_args(const AdamWArgs& args, RoundedCopy copy) {
   if (args.step < 1) {
     throw Error(ErrorKind::kUsage, "adamw: step must be >= 1, got " + std::to_string(args.step));
+  }
+  if (copy.data != nullptr && copy.dtype != DType::kBFloat16 && copy.dtype != DType::kFloat16) {
+    throw Error(ErrorKind::kUsage,
+                std::string("adamw: the rounded copy must be bf16 or fp16, not ") +
+                    dtype_name(copy.dtype));
+  }
+}
+
+cpu::AdamWBodyFunction body_function(CpuBody body) {
+  if (!cpu_body_supported(body)) {
+    throw Error(ErrorKind::kUsage,
+                std::string("adamw: the ") + cpu_body_name(body) + " body cannot run here");
+  }
+  switch (body) {
+#if defined(ZEST_HAVE_X86_BODIES)
+    case CpuBody::kAvx2: return cpu::adamw_avx2;
+    case CpuBody::kAvx512: return cpu::adamw_avx512;
+#endif
+    default: return cpu::adamw_portable;
   }
 }
 
 // Note: the sqrt vectorizes only where this file is built with -fno-math-errno; otherwise GCC
-// keeps a scalar call path for errno and the loop stays scalar (still correct).
+// keeps a scalar call path for errno and the loop stays scalar (still correct). The file is built
+// with -ffp-contract=off, as are the SIMD bodies, so no build fuses a multiply-add here that the
+// others round twice.
 inline void update_block(float* __restrict p, const float* __restrict g, float* __restrict m,
                          float* __restrict v, std::size_t n, const AdamCoefficients& c) {
   for (std::size_t i = 0; i < n; ++i) {
@@ -55,27 +79,66 @@ inline void update_block(float* __restrict p, const float* __restrict g, float* 
   }
 }
 
+struct NoCopy {};
+
+// Rounds each block right after updating it, while it is still in L1: one pass over memory.
+template <typename Round>
+void update_and_round(float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
+                      std::size_t count, const AdamCoefficients& c, std::uint16_t* rounded,
+                      Round round) {
+  for_each_block(count, [&](std::size_t i, std::size_t n) {
+    update_block(params + i, grads + i, exp_avg + i, exp_avg_sq + i, n, c);
+    if constexpr (!std::is_same_v<Round, NoCopy>) {
+      for (std::size_t k = i; k < i + n; ++k) rounded[k] = round(params[k]);
+    }
+  });
+}
+
 }  // namespace
 
 namespace cpu {
 
-void adamw(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t count,
-           const AdamWArgs& args) {
-  check_args(args);
+void adamw_portable(float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
+                    std::size_t count, const AdamCoefficients& c, std::uint16_t* rounded,
+                    DType rounded_dtype) {
+  if (rounded == nullptr) {
+    update_and_round(params, grads, exp_avg, exp_avg_sq, count, c, rounded, NoCopy{});
+  } else if (rounded_dtype == DType::kBFloat16) {
+    update_and_round(params, grads, exp_avg, exp_avg_sq, count, c, rounded,
+                     [](float x) { return BFloat16::round_to_bits(x); });
+  } else {
+    update_and_round(params, grads, exp_avg, exp_avg_sq, count, c, rounded,
+                     [](float x) { return Float16::round_to_bits(x); });
+  }
+}
+
+void adamw(CpuBody body, float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
+           std::size_t count, const AdamWArgs& args, RoundedCopy copy) {
+  check_args(args, copy);
+  const AdamWBodyFunction run = body_function(body);
   const AdamCoefficients c = coefficients(args);
-  for_each_block(count, [&](std::size_t i, std::size_t n) {
-    update_block(params + i, grads + i, exp_avg + i, exp_avg_sq + i, n, c);
+  auto* rounded = static_cast<std::uint16_t*>(copy.data);
+  parallel_blocks(count, kMinElementsPerThread, [&](std::size_t i, std::size_t n) {
+    run(params + i, grads + i, exp_avg + i, exp_avg_sq + i, n, c,
+        rounded == nullptr ? nullptr : rounded + i, copy.dtype);
   });
+}
+
+void adamw(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t count,
+           const AdamWArgs& args, RoundedCopy copy) {
+  adamw(selected_cpu_body(), params, grads, exp_avg, exp_avg_sq, count, args, copy);
 }
 
 }  // namespace cpu
 
 void adamw(Stream& stream, float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
-           std::size_t count, const AdamWArgs& args) {
-  check_args(args);
+           std::size_t count, const AdamWArgs& args, RoundedCopy copy) {
+  check_args(args, copy);
+  const CpuBody body = selected_cpu_body();
   if (count == 0) return;
-  dispatch_kernel(stream, "adamw",
-                  [=] { cpu::adamw(params, grads, exp_avg, exp_avg_sq, count, args); });
+  dispatch_kernel(stream, "adamw", [=] {
+    cpu::adamw(body, params, grads, exp_avg, exp_avg_sq, count, args, copy);
+  });
 }
 
 }  // namespace zest

@@ -25,8 +25,11 @@ void Buffer::reset() {
   bytes_ = 0;
 }
 
-Allocator::Allocator(std::string device_name, std::size_t capacity)
-    : device_name_(std::move(device_name)), capacity_(capacity) {
+Allocator::Allocator(std::string device_name, std::size_t capacity, std::string advice)
+    : device_name_(std::move(device_name)), capacity_(capacity),
+      advice_(advice.empty() ? "lower the micro-batch size or raise the stage, or give the device "
+                               "more memory (world.device_memory)"
+                             : std::move(advice)) {
   usage_.capacity = capacity;
 }
 
@@ -106,8 +109,7 @@ void Allocator::throw_out_of_memory(std::size_t bytes, Category category,
     first = false;
     message += std::string(category_name(c)) + " " + format_bytes(usage_.current_of(c));
   }
-  message += "]; lower the micro-batch size or raise the stage, or give the device more memory"
-             " (world.device_memory)";
+  message += "]; " + advice_;
   throw OutOfMemory(message);
 }
 

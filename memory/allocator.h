@@ -65,8 +65,9 @@ class Buffer {
 
 class Allocator {
  public:
-  // `device_name` appears in messages ("cpu:2"); `capacity` in bytes.
-  Allocator(std::string device_name, std::size_t capacity);
+  // `device_name` appears in messages ("cpu:2"); `capacity` in bytes; `advice` ends an
+  // out-of-memory message (what the user can change; the device's advice when empty).
+  Allocator(std::string device_name, std::size_t capacity, std::string advice = "");
   virtual ~Allocator() = default;
 
   // Throws OutOfMemory (with the bytes asked, the category, the use by category and the
@@ -96,6 +97,7 @@ class Allocator {
 
   const std::string device_name_;
   const std::size_t capacity_;
+  const std::string advice_;
   mutable std::mutex mutex_;
   MemoryUsage usage_;
   std::optional<Category> fail_next_;  // guarded by mutex_

@@ -11,6 +11,7 @@ const char* category_name(Category category) {
     case Category::kBuckets: return "buckets";
     case Category::kActivations: return "activations";
     case Category::kWorkspace: return "workspace";
+    case Category::kOffload: return "offload";
   }
   return "unknown";
 }
@@ -18,7 +19,7 @@ const char* category_name(Category category) {
 const std::array<Category, kCategoryCount>& all_categories() {
   static const std::array<Category, kCategoryCount> categories = {
       Category::kParams, Category::kGrads,       Category::kOptimizer, Category::kGather,
-      Category::kBuckets, Category::kActivations, Category::kWorkspace};
+      Category::kBuckets, Category::kActivations, Category::kWorkspace, Category::kOffload};
   return categories;
 }
 

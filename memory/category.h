@@ -16,9 +16,10 @@ enum class Category {
   kBuckets,      // gradient reduction buckets
   kActivations,  // what forward keeps for backward
   kWorkspace,    // scratch that lives within one operation
+  kOffload,      // in host memory: an offloaded optimizer's master weights, moments, transfers
 };
 
-inline constexpr std::size_t kCategoryCount = 7;
+inline constexpr std::size_t kCategoryCount = 8;
 
 const char* category_name(Category category);
 // All categories in declaration order, for loops and reports.

@@ -1,7 +1,11 @@
 // The CPU device's memory: aligned host allocations behind the Allocator's capacity and
 // accounting, so that a "device" of 2 GiB can be emulated on a large host and its
-// out-of-memory is as real as a GPU's.
+// out-of-memory is as real as a GPU's. The CPU device's host arena (where an offloaded
+// optimizer lives) is a second one, with its own capacity.
 #pragma once
+
+#include <string>
+#include <utility>
 
 #include "memory/allocator.h"
 
@@ -9,8 +13,9 @@ namespace zest {
 
 class HostAllocator final : public Allocator {
  public:
-  explicit HostAllocator(std::string device_name, std::size_t capacity = kUnlimitedCapacity)
-      : Allocator(std::move(device_name), capacity) {}
+  explicit HostAllocator(std::string device_name, std::size_t capacity = kUnlimitedCapacity,
+                         std::string advice = "")
+      : Allocator(std::move(device_name), capacity, std::move(advice)) {}
 
  protected:
   void* raw_allocate(std::size_t bytes) override;

@@ -17,7 +17,11 @@ std::size_t checked_numel(const std::string& unit_name, const ParamShape& param)
                                          "' has a zero-size or negative dimension (shape " +
                                          shape_to_string(param.shape) + "); every dimension must be >= 1");
     }
-    numel *= static_cast<std::size_t>(dim);
+    if (__builtin_mul_overflow(numel, static_cast<std::size_t>(dim), &numel)) {
+      throw Error(ErrorKind::kUsage, "unit '" + unit_name + "': parameter '" + param.name +
+                                         "' (shape " + shape_to_string(param.shape) +
+                                         ") has more elements than fit in 64 bits");
+    }
   }
   return numel;
 }
@@ -41,15 +45,25 @@ ShardLayout ShardLayout::build(const std::string& unit_name, const std::vector<P
   layout.unit_name_ = unit_name;
   layout.world_size_ = world_size;
   layout.alignment_ = alignment;
+  const auto too_large = [&] {
+    return Error(ErrorKind::kUsage, "unit '" + unit_name + "': its flat buffer (" +
+                                        std::to_string(params.size()) + " parameters, world size " +
+                                        std::to_string(world_size) + ", alignment " +
+                                        std::to_string(alignment) + ") exceeds 64 bits");
+  };
   for (const ParamShape& param : params) {
     std::size_t numel = checked_numel(unit_name, param);
     layout.params_.push_back({param.name, param.shape, numel, layout.numel_});
-    layout.numel_ += numel;
+    if (__builtin_add_overflow(layout.numel_, numel, &layout.numel_)) throw too_large();
   }
   // Pad to a multiple of world_size × alignment: equal shards (what reduce-scatter and
   // all-gather need) whose starts are all aligned.
-  const std::size_t quantum = static_cast<std::size_t>(world_size) * alignment;
-  layout.flat_length_ = (layout.numel_ + quantum - 1) / quantum * quantum;
+  std::size_t quantum = 0;
+  if (__builtin_mul_overflow(static_cast<std::size_t>(world_size), alignment, &quantum) ||
+      __builtin_mul_overflow(layout.numel_ / quantum + (layout.numel_ % quantum != 0), quantum,
+                             &layout.flat_length_)) {
+    throw too_large();
+  }
   return layout;
 }
 

@@ -107,7 +107,7 @@ class GptHead final : public Unit {
     const std::int64_t V = config_.vocab_size;
     Stream& stream = context.stream();
 
-    // A forward without a backward (evaluation) leaves the last one's buffer behind.
+    // A forward whose backward never ran (evaluation, a failed step) may leave a buffer behind.
     if (!saved_.empty()) context.release(std::move(saved_));
     saved_ = context.allocate(static_cast<std::size_t>(N * C + 2 * N + N * V) * sizeof(float),
                               Category::kActivations);
@@ -121,6 +121,7 @@ class GptHead final : public Unit {
     matmul(stream, false, true, N, V, C, 1.0f, ln, context.borrowed_param(0, 0).as<const float>(),
            0.0f, logits);
     cross_entropy_forward(stream, logits, targets, N, V, context.loss());
+    if (!context.backward_follows()) context.release(std::move(saved_));
   }
 
   void backward(UnitContext& context) override {

@@ -87,7 +87,7 @@ void GptBlock::forward(UnitContext& context) {
   Device& device = context.device();
   auto param = [&context](Param p) { return context.param(p).as<const float>(); };
 
-  // A forward without a backward (evaluation) leaves the last one's buffer behind.
+  // A forward whose backward never ran (evaluation, a failed step) may leave a buffer behind.
   if (!saved_.empty()) context.release(std::move(saved_));
   const Saved at(shape);
   saved_ = context.allocate(at.total * sizeof(float), Category::kActivations);
@@ -124,6 +124,7 @@ void GptBlock::forward(UnitContext& context) {
   matmul(stream, false, true, N, C, 4 * C, 1.0f, s + at.g, param(kMlpProjWeight), 1.0f, out);
 
   context.release(std::move(workspace));
+  if (!context.backward_follows()) context.release(std::move(saved_));
 }
 
 void GptBlock::backward(UnitContext& context) {

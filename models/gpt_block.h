@@ -1,8 +1,8 @@
 // One pre-LN GPT-2 transformer block as a unit (models/gpt.h builds them):
 //   x1 = x + c_proj(attn(c_attn(ln_1(x)))),   out = x1 + mlp.c_proj(gelu(mlp.c_fc(ln_2(x1)))).
 // Weights are [out, in] as torch.nn.Linear (y = x Wᵀ + b). Forward keeps what backward reads in
-// one activations buffer that backward releases; a forward with no backward (evaluation)
-// releases the previous one first. Invariant: input and output are float32 [B, T, n_embd].
+// one activations buffer that backward releases (forward releases it itself when no backward
+// follows: evaluation). Invariant: input and output are float32 [B, T, n_embd].
 #pragma once
 
 #include <cstdint>

@@ -92,7 +92,7 @@ void LinearLayer::forward(UnitContext& context) {
   const std::int64_t rows = checked_rows(input);
   const std::int32_t* targets = last_ ? checked_targets(context.batch(), rows) : nullptr;
   Stream& stream = context.stream();
-  // A forward without a backward (evaluation) leaves the last one's buffer behind.
+  // A forward whose backward never ran (evaluation, a failed step) may leave a buffer behind.
   if (!saved_.empty()) context.release(std::move(saved_));
   // Note: everything is allocated before any work is enqueued, so an out-of-memory leaves no
   // work on the stream that writes into a buffer the unwinding frees.
@@ -111,6 +111,7 @@ void LinearLayer::forward(UnitContext& context) {
   } else {
     gelu_forward(stream, z, y, elements);
   }
+  if (!context.backward_follows()) context.release(std::move(saved_));
 }
 
 void LinearLayer::enqueue_grad_of_z(UnitContext& context, std::int64_t rows, float* z) const {

@@ -26,6 +26,19 @@ AdamBase::AdamBase(OptimizerOptions options, std::string canonical_name, bool de
 void AdamBase::update(Stream& stream, float* params, const float* grads,
                       const std::vector<float*>& state, std::size_t count,
                       const UpdateArgs& args) const {
+  run(stream, params, grads, state, count, args, nullptr, DType::kFloat32);
+}
+
+void AdamBase::update_and_round(Stream& stream, float* params, const float* grads,
+                                const std::vector<float*>& state, std::size_t count,
+                                const UpdateArgs& args, void* rounded,
+                                DType rounded_dtype) const {
+  run(stream, params, grads, state, count, args, rounded, rounded_dtype);
+}
+
+void AdamBase::run(Stream& stream, float* params, const float* grads,
+                   const std::vector<float*>& state, std::size_t count, const UpdateArgs& args,
+                   void* rounded, DType rounded_dtype) const {
   check_state(name(), state, state_count());
   AdamWArgs kernel_args;
   kernel_args.lr = args.lr;
@@ -36,7 +49,8 @@ void AdamBase::update(Stream& stream, float* params, const float* grads,
   kernel_args.step = args.step;
   kernel_args.grad_scale = args.grad_scale;
   kernel_args.decoupled = decoupled_;
-  adamw(stream, params, grads, state[0], state[1], count, kernel_args);
+  adamw(stream, params, grads, state[0], state[1], count, kernel_args,
+        RoundedCopy{rounded, rounded_dtype});
 }
 
 }  // namespace zest

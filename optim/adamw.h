@@ -19,11 +19,19 @@ class AdamBase : public Optimizer {
   std::size_t state_count() const override { return 2; }
   void update(Stream& stream, float* params, const float* grads, const std::vector<float*>& state,
               std::size_t count, const UpdateArgs& args) const override;
+  // Writes the 2-byte copy in the kernel's own pass over the parameters.
+  void update_and_round(Stream& stream, float* params, const float* grads,
+                        const std::vector<float*>& state, std::size_t count,
+                        const UpdateArgs& args, void* rounded, DType rounded_dtype) const override;
 
  protected:
   AdamBase(OptimizerOptions options, std::string canonical_name, bool decoupled);
 
  private:
+  // rounded == nullptr: no copy.
+  void run(Stream& stream, float* params, const float* grads, const std::vector<float*>& state,
+           std::size_t count, const UpdateArgs& args, void* rounded, DType rounded_dtype) const;
+
   OptimizerOptions options_;
   bool decoupled_;
 };

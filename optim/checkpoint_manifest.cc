@@ -2,10 +2,12 @@
 
 #include <filesystem>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "base/json_depth.h"
 #include "optim/checkpoint_files.h"
 
 // Note: the build does not yet pass the project version to the sources; until it does
@@ -44,6 +46,11 @@ class Fields {
                        std::int64_t max = std::numeric_limits<std::int64_t>::max()) const {
     const json& v = at(key);
     if (!v.is_number_integer()) fail_key(key, "must be an integer");
+    // An unsigned above int64's range would wrap to a negative number in get<std::int64_t>().
+    constexpr auto kLargest = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > kLargest) {
+      fail_key(key, fmt::format("is {}, outside [{}, {}]", v.get<std::uint64_t>(), min, max));
+    }
     const auto n = v.get<std::int64_t>();
     if (n < min || n > max) fail_key(key, fmt::format("is {}, outside [{}, {}]", n, min, max));
     return n;
@@ -85,6 +92,13 @@ class Fields {
   std::string source_;
   std::string path_;
 };
+
+// a × b, or nothing when the product does not fit 64 bits.
+std::optional<std::uint64_t> product(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t result = 0;
+  if (__builtin_mul_overflow(a, b, &result)) return std::nullopt;
+  return result;
+}
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
@@ -200,7 +214,13 @@ CheckpointManifest manifest_from_json(const json& value, const std::string& sour
   m.counters.steps_taken = counters.integer("steps_taken");
   m.counters.optimizer_steps = counters.integer("optimizer_steps");
   const Fields scaler(counters.object("loss_scaler"), source, "counters.loss_scaler");
-  m.counters.loss_scaler.scale = static_cast<float>(scaler.number("scale"));
+  // Note: a double outside float's range would become inf here, and inf is written back as
+  // JSON null, so a manifest rewritten from this one (zest-ckpt reshard) would not load.
+  const double scale = scaler.number("scale");
+  if (!(scale >= std::numeric_limits<float>::min() && scale <= std::numeric_limits<float>::max())) {
+    scaler.fail_key("scale", fmt::format("is {}, not a positive float", scale));
+  }
+  m.counters.loss_scaler.scale = static_cast<float>(scale);
   m.counters.loss_scaler.hysteresis_left = static_cast<int>(scaler.integer(
       "hysteresis_left", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
   m.counters.loss_scaler.iteration = scaler.integer("iteration");
@@ -217,7 +237,18 @@ CheckpointManifest manifest_from_json(const json& value, const std::string& sour
   }
   if (m.find_tensor("params") != 0) top.fail_key("tensors", "must start with 'params'");
 
+  // Note: every size is checked in arithmetic that cannot wrap, and each unit's layout must be
+  // the one ShardLayout makes (numel padded to a multiple of world_size × shard_alignment), so
+  // nothing computed from an accepted manifest later (block offsets, rank file sizes, a
+  // reshard's layouts) can overflow, and a manifest cannot claim sizes its files do not have.
+  const std::optional<std::uint64_t> quantum =
+      product(static_cast<std::uint64_t>(m.world_size), m.shard_alignment);
+  if (!quantum) {
+    top.fail_key("shard_alignment", fmt::format("is {}: times world_size {} it exceeds 64 bits",
+                                                m.shard_alignment, m.world_size));
+  }
   const json& units = top.array("units");
+  std::uint64_t rank_bytes = 0;
   for (std::size_t u = 0; u < units.size(); ++u) {
     const std::string path = fmt::format("units[{}]", u);
     const Fields f(units[u], source, path);
@@ -226,11 +257,27 @@ CheckpointManifest manifest_from_json(const json& value, const std::string& sour
     unit.numel = static_cast<std::size_t>(f.integer("numel", 1));
     unit.flat_length = static_cast<std::size_t>(f.integer("flat_length", 1));
     unit.shard_length = static_cast<std::size_t>(f.integer("shard_length", 1));
-    if (unit.flat_length != unit.shard_length * static_cast<std::size_t>(m.world_size) ||
-        unit.flat_length < unit.numel) {
-      f.fail("has flat_length " + std::to_string(unit.flat_length) +
-             ", which is not world_size × "
-             "shard_length >= numel");
+    const std::optional<std::uint64_t> padded =
+        product(unit.numel / *quantum + (unit.numel % *quantum != 0), *quantum);
+    if (!padded || unit.flat_length != *padded) {
+      f.fail_key("flat_length",
+                 fmt::format("is {}; numel {} padded to a multiple of world_size × "
+                             "shard_alignment ({}) is {}",
+                             unit.flat_length, unit.numel, *quantum,
+                             padded ? std::to_string(*padded) : "past 64 bits"));
+    }
+    const std::size_t shard = unit.flat_length / static_cast<std::size_t>(m.world_size);
+    if (unit.shard_length != shard) {
+      f.fail_key("shard_length",
+                 fmt::format("is {}, not flat_length / world_size ({})", unit.shard_length, shard));
+    }
+    for (const CheckpointTensor& tensor : m.tensors) {
+      const std::optional<std::uint64_t> block = product(unit.shard_length,
+                                                         dtype_size(tensor.dtype));
+      if (!block || *block > std::numeric_limits<std::int64_t>::max() - rank_bytes) {
+        f.fail("makes rank files larger than 2^63 bytes");
+      }
+      rank_bytes += *block;
     }
     const json& params = f.array("params");
     std::size_t next = 0;
@@ -245,10 +292,19 @@ CheckpointManifest manifest_from_json(const json& value, const std::string& sour
           pf.fail_key("shape", "must hold positive integers");
         }
         param.shape.push_back(d.get<std::int64_t>());
-        param.numel *= static_cast<std::size_t>(param.shape.back());
+        const std::optional<std::uint64_t> numel =
+            product(param.numel, static_cast<std::uint64_t>(param.shape.back()));
+        if (!numel || *numel > unit.numel) {
+          pf.fail_key("shape", fmt::format("has more elements than the unit's numel ({})",
+                                           unit.numel));
+        }
+        param.numel = *numel;
       }
       param.offset = static_cast<std::size_t>(pf.integer("offset"));
       if (param.offset != next) pf.fail_key("offset", "does not follow the previous parameter");
+      if (param.numel > unit.numel - next) {
+        f.fail_key("numel", "is less than the sum of its parameters' sizes");
+      }
       next = param.offset + param.numel;
       unit.params.push_back(std::move(param));
     }
@@ -285,6 +341,11 @@ CheckpointManifest manifest_from_json(const json& value, const std::string& sour
 CheckpointManifest read_manifest(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "manifest.json").string();
   const std::string text = read_text_file(path);
+  if (json_nesting_depth(text) > kMaxJsonDepth) {
+    throw Error(ErrorKind::kCheckpoint, fmt::format("{}: nests deeper than {} levels (a manifest "
+                                                    "nests about 5): not a zest manifest",
+                                                    path, kMaxJsonDepth));
+  }
   json value;
   try {
     value = json::parse(text);

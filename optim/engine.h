@@ -24,6 +24,19 @@
 
 namespace zest {
 
+// zero_optimization.offload_optimizer (DeepSpeed's key): where the optimizer's fp32 state lives.
+// With kCpu, each rank's master weights and moments live in host memory (category `offload` of
+// Device::host_allocator), its gradient shard is copied there in backward, the optimizer runs on
+// the host, and the updated parameter shard is copied back. Stages 1-3 only.
+enum class OffloadDevice { kNone, kCpu };
+
+struct OffloadOptions {
+  OffloadDevice device = OffloadDevice::kNone;
+  // Page-locked host buffers (CUDA). Recorded; the CPU device's host memory is ordinary memory.
+  bool pin_memory = false;
+  bool enabled() const { return device != OffloadDevice::kNone; }
+};
+
 struct EngineOptions {
   int stage = 0;                    // zero_optimization.stage
   std::uint64_t seed = 1234;        // parameter initialization
@@ -54,6 +67,7 @@ struct EngineOptions {
   // in fp32.
   DType communication_dtype = DType::kFloat32;
   LossScaleOptions loss_scale;  // fp16 only
+  OffloadOptions offload_optimizer;
   FaultInjection fault;         // debug: none unless a test or debug.fault asks
 };
 
@@ -68,11 +82,14 @@ struct StepStats {
 
 // Model-state bytes per rank predicted from DESIGN.md's table for this stage and dtype, in the
 // same categories the allocator measures (padding included, since it is real memory). The fp32
-// master weights of 2-byte training count as `optimizer`, as the table's K = 12 does.
+// master weights of 2-byte training count as `optimizer`, as the table's K = 12 does. With the
+// optimizer offloaded, `optimizer` is 0 and `offload` holds what the host arena keeps instead:
+// the fp32 master shard (in fp32 too), the moments and the transfer shard (compute dtype).
 struct MemoryPrediction {
   std::size_t params = 0;
   std::size_t grads = 0;
   std::size_t optimizer = 0;
+  std::size_t offload = 0;  // host memory, not the device's: not in total()
   std::size_t total() const { return params + grads + optimizer; }
 };
 

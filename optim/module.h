@@ -74,6 +74,10 @@ class UnitContext {
   virtual Tensor make_output(const std::vector<std::int64_t>& shape, DType dtype) = 0;
   // Forward, last unit only: a device scalar (float) the unit writes the micro-batch's mean loss to.
   virtual float* loss() = 0;
+  // Forward: false when no backward will follow (evaluation). A unit then releases what it
+  // would keep for backward as soon as its forward is enqueued, so evaluating never holds a
+  // second copy of the activations.
+  virtual bool backward_follows() { return true; }
 
   // Backward: the gradient of this unit's output (empty for the last unit, whose backward starts
   // from its loss scaled by loss_scale()).

@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "base/error.h"
+#include "kernels/convert.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
 
@@ -31,6 +32,13 @@ std::string canonical_type(const std::string& type) {
 }
 
 }  // namespace
+
+void Optimizer::update_and_round(Stream& stream, float* params, const float* grads,
+                                 const std::vector<float*>& state, std::size_t count,
+                                 const UpdateArgs& args, void* rounded, DType rounded_dtype) const {
+  update(stream, params, grads, state, count, args);
+  convert(stream, params, DType::kFloat32, rounded, rounded_dtype, count);
+}
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options) {
   const std::string type = canonical_type(options.type);

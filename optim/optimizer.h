@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/dtype.h"
 #include "runtime/stream.h"
 
 namespace zest {
@@ -43,6 +44,13 @@ class Optimizer {
   virtual void update(Stream& stream, float* params, const float* grads,
                       const std::vector<float*>& state, std::size_t count,
                       const UpdateArgs& args) const = 0;
+  // Enqueues the update of fp32 master weights params[0, count), then writes them rounded to
+  // nearest even into `rounded` (count elements of the 2-byte `rounded_dtype`): the parameters
+  // of mixed precision, exactly as convert() would. This default converts in a second pass; an
+  // optimizer whose kernel writes the copy in its own pass overrides it.
+  virtual void update_and_round(Stream& stream, float* params, const float* grads,
+                                const std::vector<float*>& state, std::size_t count,
+                                const UpdateArgs& args, void* rounded, DType rounded_dtype) const;
 };
 
 // Throws a kConfig Error naming "optimizer.type" for an unknown type and the offending key under

@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "kernels/convert.h"
+#include "optim/memory_plan.h"
 #include "optim/parameter_init.h"
 
 namespace zest {
@@ -48,6 +49,7 @@ class ZeroTrainer::Context final : public UnitContext {
     return make(mine.output, mine.output_view, shape, dtype);
   }
   float* loss() override { return trainer_.loss_buffer_.as<float>(); }
+  bool backward_follows() override { return !trainer_.evaluating_; }
 
   Tensor grad_output() override {
     if (unit_.index + 1 == static_cast<int>(trainer_.units_.size())) return {};
@@ -102,6 +104,12 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
   if (options_.loss_scale.enabled && options_.compute_dtype != DType::kFloat16) {
     throw Error(ErrorKind::kConfig, "fp16: loss scaling applies to fp16 training only");
   }
+  if (offloaded() && options_.stage == 0) {
+    throw Error(ErrorKind::kConfig,
+                "zero_optimization.offload_optimizer.device: \"cpu\" needs "
+                "zero_optimization.stage 1, 2 or 3 (got 0): only a sharded optimizer state is "
+                "offloaded; raise the stage or set \"none\"");
+  }
   std::vector<Unit*> units = module.units();
   if (units.empty()) throw Error(ErrorKind::kUsage, "the module has no units");
   for (std::size_t i = 0; i < units.size(); ++i) {
@@ -124,8 +132,16 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
   serialize_ = context.device.create_event();
   for (std::size_t i = 0; i < units_.size(); ++i) unit_gathered_.push_back(context.device.create_event());
   awaiting_gather_.assign(units_.size(), false);
+  if (offloaded()) {
+    for (std::size_t i = 0; i < units_.size(); ++i) {
+      gradients_on_host_.push_back(context.device.create_event());
+      host_updated_.push_back(context.device.create_event());
+    }
+    host_stream_ = context.device.create_stream("rank " + std::to_string(context.rank) + " host");
+  }
   try {
-    allocate_state();
+    allocate_model_state();
+    if (offloaded()) allocate_offload_state();
     initialize_parameters();
     context_.synchronize();
   } catch (...) {
@@ -144,6 +160,7 @@ ZeroTrainer::~ZeroTrainer() {
   // Enqueued work may still use the buffers this object owns.
   try {
     context_.synchronize();
+    if (host_stream_) host_stream_->synchronize();
   } catch (...) {
     // Whoever synchronizes next reports the failure; a destructor must not throw.
   }
@@ -161,8 +178,12 @@ void ZeroTrainer::allocate_state() {
     const std::size_t optimizer_length = (stage == 0 ? full : shard) * sizeof(float);
     unit.params = allocator.allocate((stage == 3 ? shard : full) * element_size(), Category::kParams);
     unit.grads = allocator.allocate((stage >= 2 ? shard : full) * element_size(), Category::kGrads);
-    if (two_byte) unit.master = allocator.allocate(optimizer_length, Category::kOptimizer);
-    for (std::size_t s = 0; s < optimizer_->state_count(); ++s) {
+    // Offloaded, the master and the states live in the host arena (allocate_offload_state).
+    const std::size_t device_states = offloaded() ? 0 : optimizer_->state_count();
+    if (two_byte && !offloaded()) {
+      unit.master = allocator.allocate(optimizer_length, Category::kOptimizer);
+    }
+    for (std::size_t s = 0; s < device_states; ++s) {
       unit.optimizer_state.push_back(allocator.allocate(optimizer_length, Category::kOptimizer));
       context_.device.fill_zero(context_.compute, unit.optimizer_state.back().data(),
                                 unit.optimizer_state.back().bytes());
@@ -182,6 +203,18 @@ void ZeroTrainer::allocate_state() {
                                          slots);
   }
   loss_buffer_ = allocator.allocate(sizeof(float), Category::kWorkspace);
+}
+
+void ZeroTrainer::allocate_model_state() {
+  try {
+    allocate_state();
+  } catch (const OutOfMemory& error) {
+    // The allocator knows the bytes it was asked for; the engine knows what the whole model
+    // state needs and what would fit, which is what the user must change.
+    throw OutOfMemory(std::string(error.what()) + "; " +
+                      model_state_advice(model_state_shape(), options_.stage, context_.world_size,
+                                         context_.allocator().capacity()));
+  }
 }
 
 std::size_t ZeroTrainer::capped_slots(std::size_t slots, std::size_t largest_unit,
@@ -236,6 +269,10 @@ void* ZeroTrainer::acquire_params(FlatUnit& unit) {
   // Gathers run on the prefetch stream, so in backward they do not queue behind the
   // reduce-scatters on the comm stream.
   if (!options_.overlap_comm) wait_for_compute(context_.prefetch);
+  if (awaiting_gather_[unit.index]) {  // offload: the step's copy of this unit's shard back
+    context_.prefetch.wait(*unit_gathered_[unit.index]);
+    awaiting_gather_[unit.index] = false;
+  }
   void* params = ring_->acquire(unit, context_.prefetch, context_.compute, context_.communicator);
   return params;
 }
@@ -365,7 +402,14 @@ float ZeroTrainer::evaluate(const Batch& batch) {
   if (micro_batches_ != 0) {
     throw Error(ErrorKind::kUsage, "evaluate() between micro-batches; evaluate between steps");
   }
-  run_forward(batch);
+  evaluating_ = true;
+  try {
+    run_forward(batch);
+  } catch (...) {
+    evaluating_ = false;
+    throw;
+  }
+  evaluating_ = false;
   // Nothing waits for a backward: the outputs go as soon as the forward is done with them.
   for (Activations& unit : activations_) release_on(context_.compute, std::move(unit.output));
   context_.compute.synchronize();
@@ -470,6 +514,10 @@ void ZeroTrainer::reduce_gradients(FlatUnit& unit) {
     comm.record(*bucket_released_[unit.index]);
     buckets_in_flight_.push_back(unit.index);
   }
+  // The step's gradient shard is final after the last micro-batch's reduction.
+  if (offloaded() && micro_batches_ == options_.gradient_accumulation_steps) {
+    copy_gradients_to_host(unit);
+  }
 }
 
 std::vector<std::string> ZeroTrainer::parameter_names() const {
@@ -505,19 +553,31 @@ std::vector<float> ZeroTrainer::full_parameter(const std::string& name) {
   throw Error(ErrorKind::kUsage, "no parameter named '" + name + "'");
 }
 
-MemoryPrediction ZeroTrainer::predicted_memory() const {
-  // DESIGN.md's table: params and grads in the compute dtype, the optimizer's fp32 states (plus
-  // the fp32 master with 2-byte compute), each over the full flat buffer or the shard.
-  MemoryPrediction prediction;
-  const int stage = options_.stage;
-  const std::size_t states =
-      optimizer_->state_count() + (options_.compute_dtype == DType::kFloat32 ? 0 : 1);
+ModelStateShape ZeroTrainer::model_state_shape() const {
+  ModelStateShape shape;
+  shape.compute_dtype = options_.compute_dtype;
+  shape.optimizer_states = optimizer_->state_count();
+  shape.alignment = options_.shard_alignment;
   for (const FlatUnit& unit : units_) {
-    const std::size_t full = unit.layout.flat_length();
-    const std::size_t shard = unit.layout.shard_length();
-    prediction.params += (stage == 3 ? shard : full) * element_size();
-    prediction.grads += (stage >= 2 ? shard : full) * element_size();
-    prediction.optimizer += (stage == 0 ? full : shard) * sizeof(float) * states;
+    UnitShapes shapes{unit.layout.unit_name(), {}};
+    for (const ParamSlot& slot : unit.layout.params()) shapes.params.push_back({slot.name, slot.shape});
+    shape.units.push_back(std::move(shapes));
+  }
+  return shape;
+}
+
+MemoryPrediction ZeroTrainer::predicted_memory() const {
+  MemoryPrediction prediction =
+      predict_model_state(model_state_shape(), options_.stage, context_.world_size);
+  if (offloaded()) {
+    // The host arena holds the fp32 master shard (in fp32 compute too: the host's copy of the
+    // parameters), the states and the transfer shard; the device no optimizer state.
+    prediction.optimizer = 0;
+    const std::size_t per_element =
+        sizeof(float) * (1 + optimizer_->state_count()) + element_size();
+    for (const FlatUnit& unit : units_) {
+      prediction.offload += unit.layout.shard_length() * per_element;
+    }
   }
   return prediction;
 }

@@ -2,7 +2,8 @@
 // and backward at the configured stage, and runs the sharded optimizer step. Built by
 // Engine::shard(); see optim/engine.h for the contract and optim/flat_unit.h for which buffers
 // each stage keeps. The class is split by phase: zero_trainer.cc (state, forward, backward,
-// gradient reduction) and zero_trainer_step.cc (norm, loss scaling, optimizer, gather).
+// gradient reduction), zero_trainer_step.cc (norm, loss scaling, optimizer, gather) and
+// zero_trainer_offload.cc (the optimizer in host memory: offload_optimizer).
 #pragma once
 
 #include <deque>
@@ -13,6 +14,7 @@
 #include "optim/flat_unit.h"
 #include "optim/gather_ring.h"
 #include "optim/loss_scaler.h"
+#include "optim/memory_plan.h"
 
 namespace zest {
 
@@ -29,6 +31,8 @@ class ZeroTrainer final : public Trainer {
   std::vector<std::string> parameter_names() const override;
   const std::vector<ShardLayout>& layouts() const override { return layouts_; }
   MemoryPrediction predicted_memory() const override;
+  // The units' parameter shapes, for optim/memory_plan.h.
+  ModelStateShape model_state_shape() const;
   int stage() const override { return options_.stage; }
   std::int64_t steps_taken() const override { return steps_taken_; }
   const EngineOptions& options() const override { return options_; }
@@ -64,6 +68,8 @@ class ZeroTrainer final : public Trainer {
   };
 
   void allocate_state();
+  // allocate_state(), with an out-of-memory that says what the model state needs and what fits.
+  void allocate_model_state();
   // The ring size under stage3_max_live_parameters.
   std::size_t capped_slots(std::size_t slots, std::size_t largest_unit,
                            std::size_t most_borrowed) const;
@@ -110,6 +116,19 @@ class ZeroTrainer final : public Trainer {
   void zero_gradients();
   void gather_updated_parameters();
 
+  // zero_trainer_offload.cc: zero_optimization.offload_optimizer.
+  bool offloaded() const { return options_.offload_optimizer.enabled(); }
+  // The master shard, the optimizer states and the transfer shard, in the host arena.
+  void allocate_offload_state();
+  // After the last micro-batch's reduction of `unit` (comm stream): its gradient shard to the
+  // host.
+  void copy_gradients_to_host(FlatUnit& unit);
+  // The optimizer on the host stream over `unit`'s host shards, then (comm stream) the updated
+  // parameter shard back to the device and, at stages 1-2, its all-gather.
+  void update_unit_on_host(FlatUnit& unit, const UpdateArgs& args);
+  // After a checkpoint load: the host's fp32 copy of the parameters from the loaded shard.
+  void offload_state_loaded();
+
   RankContext& context_;
   EngineOptions options_;
   std::unique_ptr<Optimizer> optimizer_;
@@ -126,17 +145,25 @@ class ZeroTrainer final : public Trainer {
   std::unique_ptr<Event> optimizer_done_;
   std::unique_ptr<Event> serialize_;  // overlap_comm false: orders compute and communication
   // Stages 1-2: per unit, the all-gather of its updated parameters; the next forward waits for
-  // it when it reaches the unit.
+  // it when it reaches the unit. With the optimizer offloaded, also at stage 3: the updated
+  // shard's copy back to the device, which the unit's next gather (prefetch stream) waits for.
   std::vector<std::unique_ptr<Event>> unit_gathered_;
   std::vector<bool> awaiting_gather_;
   // Per unit: this rank's own gradient held a NaN or inf before it was reduced (checked in
   // compute-stream order before each reduction, read after the streams synchronize), so a
   // divergence can be traced to the rank and unit where it arose.
   std::vector<std::uint8_t> local_non_finite_;
+  bool evaluating_ = false;  // inside evaluate(): units keep nothing for a backward
   int micro_batches_ = 0;  // since the last step
   double loss_sum_ = 0.0;  // this rank's micro-batch losses since the last step
   std::int64_t steps_taken_ = 0;      // step() calls, skipped ones included
   std::int64_t optimizer_steps_ = 0;  // updates applied (Adam's bias correction counts these)
+  // Offload: per unit, the gradient shard has reached the host / the host has updated the unit;
+  // and the stream the optimizer runs on over host memory. The stream is the last member: it is
+  // drained before the events and buffers its work uses are destroyed.
+  std::vector<std::unique_ptr<Event>> gradients_on_host_;
+  std::vector<std::unique_ptr<Event>> host_updated_;
+  std::unique_ptr<Stream> host_stream_;
 };
 
 }  // namespace zest

@@ -1,6 +1,7 @@
 // Checkpoint access to the ZeRO engine's state: every rank exposes the shard of each state
 // tensor it owns in the sharded layout, whatever the stage, so a checkpoint's files have the
-// same shape at every stage and can be resharded by flat-coordinate arithmetic alone.
+// same shape at every stage and can be resharded by flat-coordinate arithmetic alone. With the
+// optimizer offloaded the views of master and states are into host memory; the files are the same.
 #include "base/error.h"
 #include "optim/zero_trainer.h"
 
@@ -9,6 +10,7 @@ namespace zest {
 std::vector<StateShard> ZeroTrainer::state_shards(std::size_t index) {
   FlatUnit& unit = units_.at(index);
   context_.synchronize();
+  if (host_stream_) host_stream_->synchronize();
   const ElementRange shard = unit.layout.shard_range(context_.rank);
   const int stage = options_.stage;
   // Buffers that hold the full flat unit are viewed from the shard's start; shard buffers from 0.
@@ -18,7 +20,9 @@ std::vector<StateShard> ZeroTrainer::state_shards(std::size_t index) {
   std::vector<StateShard> shards;
   shards.push_back({"params", options_.compute_dtype,
                     shard_of(unit.params, stage < 3, options_.compute_dtype), shard.begin, shard.end});
-  if (!unit.master.empty()) {
+  // Note: an offloaded fp32 run keeps a host master too, but it equals the parameters between
+  // steps, so its checkpoint holds what a run without offload holds (and either loads it).
+  if (options_.compute_dtype != DType::kFloat32) {
     shards.push_back({"master", DType::kFloat32, shard_of(unit.master, stage == 0, DType::kFloat32),
                       shard.begin, shard.end});
   }
@@ -47,6 +51,7 @@ void ZeroTrainer::state_loaded() {
     }
   }
   if (ring_) ring_->clear();
+  if (offloaded()) offload_state_loaded();
   context_.synchronize();
 }
 

@@ -42,10 +42,13 @@ StepStats ZeroTrainer::step(float lr) {
   // every rank holds the same full gradients, so each contributes a world-th of the norm.
   const int world = context_.world_size;
   const LocalGradientState local = inspect_local_gradients();
+  bool non_finite = local.non_finite;
+  for (std::uint8_t flag : local_non_finite_) non_finite = non_finite || flag != 0;
   float totals[3] = {
       static_cast<float>(loss_sum_ / options_.gradient_accumulation_steps / world),
       static_cast<float>(options_.stage == 0 ? local.square_sum / world : local.square_sum),
-      local.non_finite ? 1.0f : 0.0f};
+      non_finite ? 1.0f : 0.0f};
+  context_.communicator.label_next("step loss, norm, overflow");
   context_.communicator.all_reduce(context_.comm, totals, totals, 3, DType::kFloat32,
                                    Reduction::kSum);
   context_.comm.synchronize();
@@ -58,6 +61,8 @@ StepStats ZeroTrainer::step(float lr) {
   loss_sum_ = 0.0;
   stats.step = ++steps_taken_;
   const bool overflow = totals[2] > 0.0f || !std::isfinite(totals[1]);
+  if (overflow && !options_.loss_scale.enabled) raise_divergence(stats.step);
+  local_non_finite_.assign(units_.size(), 0);
   if (options_.loss_scale.enabled && overflow) {
     // Every rank saw the same flag, so every rank skips: nothing is updated or gathered.
     stats.skipped = true;
@@ -90,6 +95,7 @@ void ZeroTrainer::apply_optimizer(float lr, float grad_scale) {
 }
 
 void ZeroTrainer::update_unit(FlatUnit& unit, const UpdateArgs& shared_args) {
+  if (offloaded()) return update_unit_on_host(unit, shared_args);
   Stream& compute = context_.compute;
   const DType held = options_.compute_dtype;
   const bool two_byte = held != DType::kFloat32;
@@ -118,12 +124,13 @@ void ZeroTrainer::update_unit(FlatUnit& unit, const UpdateArgs& shared_args) {
                          state, range.count, args);
       continue;
     }
-    // 2-byte compute: update the fp32 master, then round it to the compute dtype.
+    // 2-byte compute: update the fp32 master and round it to the compute dtype (in the same
+    // pass where the optimizer can).
     float* master = unit.master.as<float>() + (range.flat_offset - state_base);
     float* wide_grads = widened.as<float>() + (range.flat_offset - state_base);
     convert(compute, grads, held, wide_grads, DType::kFloat32, range.count);
-    optimizer_->update(compute, master, wide_grads, state, range.count, args);
-    convert(compute, master, DType::kFloat32, params, held, range.count);
+    optimizer_->update_and_round(compute, master, wide_grads, state, range.count, args, params,
+                                 held);
   }
   release_on(compute, std::move(widened));
 }
@@ -140,10 +147,12 @@ void ZeroTrainer::gather_updated_parameters() {
   context_.compute.record(*optimizer_done_);
   context_.comm.wait(*optimizer_done_);
   context_.prefetch.wait(*optimizer_done_);
-  if (options_.stage == 1 || options_.stage == 2) {
+  // Offloaded, each unit went back to the device (and was gathered) as the host updated it.
+  if (!offloaded() && (options_.stage == 1 || options_.stage == 2)) {
     for (FlatUnit& unit : units_) {
       const std::size_t shard = unit.layout.shard_length();
       char* params = unit.params.as<char>();
+      context_.communicator.label_next(("gather updated " + unit.layout.unit_name()).c_str());
       context_.communicator.all_gather(context_.comm, params + context_.rank * shard * element_size(),
                                        params, shard, options_.compute_dtype);
       // The next forward waits for this unit's gather only, when it reaches the unit, so the

@@ -19,11 +19,14 @@ class Device {
   virtual DeviceKind kind() const = 0;
   virtual const std::string& name() const = 0;  // "cpu:0", "cuda:3"
   virtual Allocator& allocator() = 0;
+  // Host memory the device copies to and from in stream order (page-locked on CUDA): where an
+  // offloaded optimizer's state lives. Its own capacity and accounting, apart from allocator().
+  virtual Allocator& host_allocator() = 0;
 
   virtual std::unique_ptr<Stream> create_stream(const std::string& name) = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
 
-  // Stream-ordered copy of device memory to device memory.
+  // Stream-ordered copy between device memory and host_allocator() memory, either way.
   virtual void copy(Stream& stream, void* destination, const void* source, std::size_t bytes) = 0;
   // Stream-ordered zero fill.
   virtual void fill_zero(Stream& stream, void* destination, std::size_t bytes) = 0;

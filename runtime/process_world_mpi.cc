@@ -54,7 +54,7 @@ void run_process_rank(const WorldOptions& options, const DetectedWorld& world,
   const int rank = world.rank;
   try {
     MpiCommunicator communicator(options.timeout);
-    cpu::CpuDevice device(rank, options.device_memory);
+    cpu::CpuDevice device(rank, options.device_memory, options.host_memory);
     const std::string prefix = "rank " + std::to_string(rank) + " ";
     auto compute = device.create_stream(prefix + "compute");
     auto comm = device.create_stream(prefix + "comm");

@@ -117,7 +117,7 @@ void run_rank(int rank, const WorldOptions& options, LocalCommunicator& communic
               const std::function<void(RankContext&)>& work, FirstFailure& failures) {
   LocalGroup& group = communicator.group();
   try {
-    cpu::CpuDevice device(rank, options.device_memory);
+    cpu::CpuDevice device(rank, options.device_memory, options.host_memory);
     const std::string prefix = "rank " + std::to_string(rank) + " ";
     // Note: streams are destroyed (drained) before the device, and only after a failure has
     // poisoned the group, so queued collectives fail fast instead of waiting out the timeout.

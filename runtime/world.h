@@ -29,6 +29,8 @@ struct WorldOptions {
   std::string backend = "local";  // "local", "mpi" or "auto" (world_detection.h)
   DeviceKind device = DeviceKind::kCpu;
   std::size_t device_memory = kUnlimitedCapacity;  // per rank, bytes
+  // Per rank, bytes: the host memory an offloaded optimizer lives in (Device::host_allocator).
+  std::size_t host_memory = kUnlimitedCapacity;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   // Debug: every collective sleeps this long before it starts, to widen race windows in tests
   // (config debug.collective_delay_ms, or env ZEST_DEBUG_COLLECTIVE_DELAY_MS when this is 0).

@@ -83,6 +83,51 @@ TEST_F(TokenDataTest, TokenAtOrAboveVocabularyIsAClearError) {
       << message;
 }
 
+// A shard whose header has `count` in place of the real token count.
+std::string shard_bytes(std::int32_t count, const std::vector<std::uint16_t>& tokens) {
+  std::int32_t header[kTokenShardHeaderInts] = {};
+  header[0] = kTokenShardMagic;
+  header[1] = kTokenShardVersion;
+  header[2] = count;
+  std::string bytes(reinterpret_cast<const char*>(header), sizeof header);
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+  return bytes;
+}
+
+// Note: the count is an int32 in llm.c's header, so the largest promise a shard can make is
+// 2^31 - 1 tokens (4 GiB); it is compared with the file's size before anything is allocated.
+TEST_F(TokenDataTest, HeaderPromisingBillionsOfTokensIsRefusedBeforeAllocating) {
+  std::ofstream(path("huge.bin"), std::ios::binary) << shard_bytes(2147483647, {1, 2});
+  const std::string message = error_of([&] { load_token_shards(path("huge.bin"), 10); });
+  EXPECT_NE(message.find("promises 2147483647 tokens (4294968318 bytes in all) but the file has "
+                         "1028 bytes"),
+            std::string::npos)
+      << message;
+}
+
+TEST_F(TokenDataTest, NegativeTokenCountIsAClearError) {
+  std::ofstream(path("negative.bin"), std::ios::binary) << shard_bytes(-1, {1});
+  const std::string message = error_of([&] { load_token_shards(path("negative.bin"), 10); });
+  EXPECT_NE(message.find("offset 8: the header's token count -1 is negative"), std::string::npos)
+      << message;
+}
+
+TEST_F(TokenDataTest, InMemoryReadersNameTheirSource) {
+  TokenData data;
+  append_token_shard(shard_bytes(2, {3, 4}), "memory.bin", 10, data);
+  EXPECT_EQ(data.tokens, (std::vector<std::uint16_t>{3, 4}));
+  EXPECT_EQ(data.files, (std::vector<std::string>{"memory.bin"}));
+  // A refused shard adds nothing.
+  EXPECT_NE(error_of([&] { append_token_shard(shard_bytes(1, {11}), "bad.bin", 10, data); })
+                .find("bad.bin: offset 1024: token 11"),
+            std::string::npos);
+  EXPECT_EQ(data.tokens.size(), 2u);
+  EXPECT_EQ(text_tokens("ab", "memory.txt").tokens, (std::vector<std::uint16_t>{'a', 'b'}));
+  EXPECT_NE(error_of([&] { text_tokens("", "memory.txt"); })
+                .find("memory.txt: the text file is empty"),
+            std::string::npos);
+}
+
 TEST_F(TokenDataTest, NoMatchingFileIsAClearError) {
   EXPECT_NE(error_of([&] { load_token_shards(path("none_*.bin"), 10); }).find("no file matches"),
             std::string::npos);

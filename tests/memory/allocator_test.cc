@@ -324,5 +324,26 @@ TEST(FormatBytes, UsesBinaryUnits) {
   EXPECT_EQ(format_bytes(std::size_t{2} << 30), "2.00 GiB");
 }
 
+TEST(Allocator, AnOutOfMemoryEndsWithTheAllocatorsAdvice) {
+  HostAllocator device("cpu:0", kKiB);
+  HostAllocator host("cpu:0 host", kKiB, "give the host arena more memory (world.host_memory)");
+  try {
+    device.allocate(2 * kKiB, Category::kParams);
+    FAIL() << "expected OutOfMemory";
+  } catch (const OutOfMemory& error) {
+    EXPECT_THAT(error.what(), HasSubstr("]; lower the micro-batch size or raise the stage, or give "
+                                        "the device more memory (world.device_memory)"));
+  }
+  try {
+    host.allocate(2 * kKiB, Category::kOffload);
+    FAIL() << "expected OutOfMemory";
+  } catch (const OutOfMemory& error) {
+    EXPECT_THAT(error.what(), HasSubstr("out of memory on cpu:0 host: asked 2.00 KiB"));
+    EXPECT_THAT(error.what(), HasSubstr("for 'offload'"));
+    EXPECT_THAT(error.what(),
+                HasSubstr("]; give the host arena more memory (world.host_memory)"));
+  }
+}
+
 }  // namespace
 }  // namespace zest

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -322,6 +323,27 @@ TEST(ShardLayout, ZeroAlignmentIsAnErrorNamingTheUnit) {
   EXPECT_EQ(error.kind(), ErrorKind::kUsage);
   EXPECT_THAT(error.what(), HasSubstr("mlp"));
   EXPECT_THAT(error.what(), HasSubstr("alignment"));
+}
+
+// Sizes are computed in arithmetic that cannot wrap: a layout past 64 bits is an error, never a
+// wrapped length (or, for world size × alignment wrapping to 0, a division by zero).
+TEST(ShardLayout, SizesPast64BitsAreAnErrorNotAWrap) {
+  const std::int64_t k2To32 = std::int64_t{1} << 32;
+  EXPECT_THAT(build_error("u", {{"w", {k2To32, k2To32}}}, 1).what(),
+              HasSubstr("parameter 'w' (shape [4294967296, 4294967296]) has more elements than "
+                        "fit in 64 bits"));
+  const std::int64_t k2To62 = std::int64_t{1} << 62;
+  EXPECT_THAT(build_error("u", {{"a", {k2To62}}, {"b", {k2To62}}, {"c", {k2To62}},
+                                {"d", {k2To62}}},
+                          1, 1)
+                  .what(),
+              HasSubstr("exceeds 64 bits"));
+  EXPECT_THAT(build_error("u", {{"w", {8}}}, 4, std::size_t{1} << 62).what(),
+              HasSubstr("world size 4, alignment 4611686018427387904) exceeds 64 bits"));
+  // 2^64 - 2 elements fit; padded to a multiple of 4 they do not.
+  const std::int64_t largest = std::numeric_limits<std::int64_t>::max();
+  EXPECT_THAT(build_error("u", {{"a", {largest}}, {"b", {largest}}}, 4, 1).what(),
+              HasSubstr("exceeds 64 bits"));
 }
 
 TEST(ShardLayout, RankOutsideTheWorldIsAnError) {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <limits>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include "base/error.h"
 #include "optim/checkpoint_files.h"
 #include "optim/checkpoint_manifest.h"
+#include "optim/checkpoint_reshard.h"
 #include "tests/optim/checkpoint_test_support.h"
 
 namespace zest {
@@ -136,6 +138,100 @@ TEST_F(CheckpointBadInput, AnotherOptimizerIsRefused) {
   spec.resume = root();
   const Error error = error_of([&] { train_mlp(spec); });
   EXPECT_THAT(error.what(), HasSubstr("saved with another optimizer"));
+}
+
+// Size fields are checked in arithmetic that cannot wrap before anything is sized from them: a
+// manifest claiming giant sizes is a clear kCheckpoint error naming the key, never a wrapped
+// size, a division by zero (reshard) or a bad_alloc. Unit 0 is layer0: weight [31, 13] and bias
+// [31], 434 elements padded to 448 (world 2 × alignment 32 = 64).
+class CheckpointManifestSizes : public CheckpointBadInput {
+ protected:
+  // Edits the saved manifest and returns the error read_manifest throws for it.
+  Error edited_manifest_error(const std::function<void(nlohmann::json&)>& edit) const {
+    const std::string path = step_dir() + "/manifest.json";
+    auto manifest = nlohmann::json::parse(testing::read_whole_file(path));
+    edit(manifest);
+    testing::write_whole_file(path, manifest.dump());
+    const Error error = error_of([&] { read_manifest(step_dir()); });
+    EXPECT_EQ(error.kind(), ErrorKind::kCheckpoint) << error.what();
+    return error;
+  }
+};
+
+constexpr std::uint64_t k2To61 = std::uint64_t{1} << 61;
+constexpr std::uint64_t k2To62 = std::uint64_t{1} << 62;
+
+TEST_F(CheckpointManifestSizes, GiantUnitLengthsAreRefused) {
+  EXPECT_THAT(edited_manifest_error([](nlohmann::json& m) {
+                m["units"][0]["flat_length"] = k2To62;
+                m["units"][0]["shard_length"] = k2To61;
+              }).what(),
+              HasSubstr("units[0].flat_length is 4611686018427387904; numel 434 padded to a "
+                        "multiple of world_size × shard_alignment (64) is 448"));
+  // Consistent but giant: 2^61 elements per rank of three fp32 tensors.
+  EXPECT_THAT(edited_manifest_error([](nlohmann::json& m) {
+                m["units"][0]["numel"] = k2To62;
+                m["units"][0]["flat_length"] = k2To62;
+                m["units"][0]["shard_length"] = k2To61;
+                m["units"][0]["params"] = {
+                    {{"name", "weight"}, {"shape", {1u << 31, 1u << 31}}, {"offset", 0}}};
+              }).what(),
+              HasSubstr("units[0] makes rank files larger than 2^63 bytes"));
+}
+
+TEST_F(CheckpointManifestSizes, AShapeWhoseProductWrapsIsRefused) {
+  // 2^32 × 2^32 wraps to 0 in 64 bits: with the bias moved to offset 0 and grown to the unit's
+  // numel, the offsets would add up.
+  EXPECT_THAT(edited_manifest_error([](nlohmann::json& m) {
+                m["units"][0]["params"][0]["shape"] = {std::uint64_t{1} << 32,
+                                                       std::uint64_t{1} << 32};
+                m["units"][0]["params"][1]["shape"] = {434};
+                m["units"][0]["params"][1]["offset"] = 0;
+              }).what(),
+              HasSubstr("units[0].params[0].shape has more elements than the unit's numel (434)"));
+}
+
+TEST_F(CheckpointManifestSizes, AGiantShardAlignmentIsRefusedBeforeResharding) {
+  EXPECT_THAT(edited_manifest_error([](nlohmann::json& m) {
+                m["shard_alignment"] = std::numeric_limits<std::int64_t>::max();
+              }).what(),
+              HasSubstr("units[0].flat_length is 448; numel 434 padded to a multiple of "
+                        "world_size × shard_alignment (18446744073709551614) is "
+                        "18446744073709551614"));
+  // 2^62 fits with world 2 but not with 4 ranks: resharding to 4 divided by zero before.
+  edited_manifest_error([](nlohmann::json& m) { m["shard_alignment"] = k2To62; });
+  const Error error =
+      error_of([&] { reshard_checkpoint(step_dir(), scratch_.path("resharded"), 4); });
+  EXPECT_EQ(error.kind(), ErrorKind::kCheckpoint);
+  EXPECT_THAT(error.what(), HasSubstr("units[0].flat_length is 448"));
+}
+
+TEST_F(CheckpointManifestSizes, ANumberPastInt64IsNamedAsWritten) {
+  EXPECT_THAT(edited_manifest_error([](nlohmann::json& m) {
+                m["step"] = std::numeric_limits<std::uint64_t>::max();
+              }).what(),
+              HasSubstr("step is 18446744073709551615, outside [0, 9223372036854775807]"));
+}
+
+// Found by tests/fuzz/manifest_fuzzer.cc (tests/fuzz/regressions/manifest/): a loss scale past
+// float's range was read as inf, which a rewritten manifest (zest-ckpt reshard) stores as null.
+TEST_F(CheckpointManifestSizes, ALossScalePastFloatIsRefused) {
+  EXPECT_THAT(edited_manifest_error([](nlohmann::json& m) {
+                m["counters"]["loss_scaler"]["scale"] = 1e39;
+              }).what(),
+              HasSubstr("counters.loss_scaler.scale is 1e+39, not a positive float"));
+}
+
+TEST_F(CheckpointManifestSizes, ADeeplyNestedManifestIsRefused) {
+  // Parsing takes any depth; copying the value (the manifest keeps `config` and `extra`)
+  // recursed once per level and overflowed the stack.
+  const std::size_t levels = 200'000;
+  testing::write_whole_file(step_dir() + "/manifest.json",
+                            R"({"extra": )" + std::string(levels, '[') +
+                                std::string(levels, ']') + "}");
+  const Error error = load_error();
+  EXPECT_EQ(error.kind(), ErrorKind::kCheckpoint);
+  EXPECT_THAT(error.what(), HasSubstr("manifest.json: nests deeper than 512 levels"));
 }
 
 // A full disk at any point of a save: every rank throws, the error names the file and the OS

@@ -45,6 +45,8 @@ struct TrainSpec {
   // Runs on every rank after loading (or at the start) and at the end, with the trainer.
   std::function<void(RankContext&, Trainer&)> at_start;
   std::function<void(RankContext&, Trainer&)> at_end;
+  // Adjusts the engine's options beyond the fields above (offload_optimizer, ...).
+  std::function<void(EngineOptions&)> configure_engine;
 };
 
 struct TrainResult {
@@ -74,6 +76,7 @@ inline TrainResult train_mlp(const TrainSpec& spec) {
     options.stage = spec.stage;
     options.compute_dtype = spec.compute_dtype;
     options.loss_scale = spec.loss_scale;
+    if (spec.configure_engine) spec.configure_engine(options);
     Engine engine(context, options);
     OptimizerOptions optimizer;
     optimizer.type = spec.optimizer;

@@ -24,6 +24,7 @@ struct RunResult {
   std::vector<StepStats> stats;
   std::map<std::string, std::vector<float>> params;
   std::vector<MemoryUsage> usage;  // per rank, at the end
+  std::vector<MemoryUsage> host_usage;  // per rank, at the end: the device's host arena
   std::vector<MemoryPrediction> predicted;
   std::vector<MemoryUsage> between_steps;  // per rank, after the last step
   std::vector<std::size_t> gathered_between_steps;
@@ -84,6 +85,7 @@ inline RunResult run_mlp(const RunSpec& spec) {
   result.grad_norms.resize(spec.steps);
   result.stats.resize(spec.steps);
   result.usage.resize(spec.world);
+  result.host_usage.resize(spec.world);
   result.predicted.resize(spec.world);
   result.between_steps.resize(spec.world);
   result.gathered_between_steps.resize(spec.world);
@@ -146,6 +148,7 @@ inline RunResult run_mlp(const RunSpec& spec) {
       if (context.rank == 0) result.params[name] = std::move(value);
     }
     result.usage[context.rank] = context.allocator().usage();
+    result.host_usage[context.rank] = context.device.host_allocator().usage();
     result.predicted[context.rank] = trainer->predicted_memory();
   });
   return result;

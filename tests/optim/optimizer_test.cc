@@ -1,15 +1,17 @@
 // make_optimizer and the optimizer classes: types and their canonical names, state counts,
-// config validation messages (JSON paths), and that update() runs the kernels with the
-// per-range weight decay switch.
+// config validation messages (JSON paths), that update() runs the kernels with the per-range
+// weight decay switch, and that update_and_round() writes what convert() of the update would.
 #include "optim/optimizer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "base/error.h"
 #include "kernels/adamw.h"
+#include "kernels/convert.h"
 #include "kernels/sgd.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
@@ -180,6 +182,45 @@ TEST(OptimizerUpdate, SgdRunsTheKernelWithAndWithoutMomentum) {
     stream->synchronize();
     EXPECT_EQ(p, kp) << "momentum=" << momentum;
     EXPECT_EQ(buf, kbuf);
+  }
+}
+
+// Mixed precision's step: Adam/AdamW write the 2-byte copy in the kernel's pass, SGD by the
+// default (update, then convert); either way it must be convert() of the updated fp32 master.
+TEST(OptimizerUpdate, UpdateAndRoundWritesConvertOfTheUpdatedMaster) {
+  cpu::CpuDevice device(0);
+  auto stream = device.create_stream("compute");
+  for (const char* type : {"AdamW", "Adam", "SGD"}) {
+    for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+      SCOPED_TRACE(testing::Message() << type << " " << dtype_name(dtype));
+      OptimizerOptions options = with_type(type);
+      options.weight_decay = 0.1f;
+      options.momentum = 0.9f;
+      auto optimizer = make_optimizer(options);
+      const std::size_t n = 77;
+      std::vector<float> p(n), g(n), fused_p(n), m(n), v(n), fused_m(n), fused_v(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        p[i] = fused_p[i] = 1.0f + 0.01f * static_cast<float>(i);
+        g[i] = 0.3f - 0.005f * static_cast<float>(i);
+      }
+      std::vector<float*> state = {m.data(), v.data()};
+      std::vector<float*> fused_state = {fused_m.data(), fused_v.data()};
+      state.resize(optimizer->state_count());
+      fused_state.resize(optimizer->state_count());
+      std::vector<std::uint16_t> rounded(n), converted(n);
+      UpdateArgs args;
+      args.lr = 0.01f;
+      for (std::int64_t step = 1; step <= 2; ++step) {
+        args.step = step;
+        optimizer->update(*stream, p.data(), g.data(), state, n, args);
+        optimizer->update_and_round(*stream, fused_p.data(), g.data(), fused_state, n, args,
+                                    rounded.data(), dtype);
+      }
+      stream->synchronize();
+      cpu::convert(p.data(), DType::kFloat32, converted.data(), dtype, n);
+      EXPECT_EQ(fused_p, p);
+      EXPECT_EQ(rounded, converted);
+    }
   }
 }
 

@@ -160,7 +160,25 @@ INSTANTIATE_TEST_SUITE_P(
                   "unknown key 'x'"},
         Malformed{"MetadataNotStrings",
                   [] { return file_of(R"({"__metadata__":{"step":3}})", ""); },
-                  "__metadata__.step is not a string"}),
+                  "__metadata__.step is not a string"},
+        // Sizes from the file are checked against the file before anything is allocated.
+        Malformed{"HeaderLengthOf2To62",
+                  [] { return std::string("\0\0\0\0\0\0\0\x40{}      ", 16); },
+                  "header length 4611686018427387904 does not fit the file (16 bytes)"},
+        Malformed{"ShapeOf2To64Elements",
+                  [] {
+                    return file_of(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],)"
+                                   R"("data_offsets":[0,0]}})",
+                                   "");
+                  },
+                  "tensor 'a' is too large"},
+        Malformed{"OffsetsOf2To62Bytes",
+                  [] {
+                    return file_of(R"({"a":{"dtype":"F32","shape":[1152921504606846976],)"
+                                   R"("data_offsets":[0,4611686018427387904]}})",
+                                   std::string(8, '\0'));
+                  },
+                  "the tensors end at byte 4611686018427387904 of the data, which holds 8"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

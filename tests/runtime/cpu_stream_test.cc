@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -360,6 +361,26 @@ TEST(CpuDevice, EventsFromTheDeviceOrderItsStreams) {
   b->synchronize();
   EXPECT_EQ(seen, 7);
   a->synchronize();
+}
+
+// The host arena (where an offloaded optimizer lives) has its own capacity and accounting, and
+// copies between it and the device's memory are stream-ordered like any other.
+TEST(CpuDevice, TheHostArenaIsASeparateAllocator) {
+  CpuDevice device(2, 4096, 1024);
+  EXPECT_EQ(device.allocator().capacity(), 4096u);
+  EXPECT_EQ(device.host_allocator().capacity(), 1024u);
+  EXPECT_EQ(device.host_allocator().device_name(), "cpu:2 host");
+  Buffer on_device = device.allocator().allocate(1024, Category::kParams);
+  Buffer on_host = device.host_allocator().allocate(1024, Category::kOffload);
+  EXPECT_EQ(device.allocator().usage().total_current, 1024u);
+  EXPECT_EQ(device.host_allocator().usage().current_of(Category::kOffload), 1024u);
+  EXPECT_EQ(device.allocator().usage().current_of(Category::kOffload), 0u);
+  auto stream = device.create_stream("copy");
+  std::memset(on_device.data(), 0x5a, 1024);
+  device.copy(*stream, on_host.data(), on_device.data(), 1024);
+  stream->synchronize();
+  EXPECT_EQ(std::memcmp(on_host.data(), on_device.data(), 1024), 0);
+  EXPECT_THROW(device.host_allocator().allocate(1, Category::kOffload), OutOfMemory);
 }
 
 }  // namespace

@@ -53,8 +53,8 @@ const BadConfig kBadConfigs[] = {
     {"OldNameOfStepsPerPrint", false, {"log_interval=5"},
      "log_interval: unknown key; did you mean 'steps_per_print'?"},
     {"UnknownKeyFarFromAny", false, {"world.flavour=\"x\""},
-     "world.flavour: unknown key; allowed here: backend, ranks, device, device_memory or "
-     "timeout_s"},
+     "world.flavour: unknown key; allowed here: backend, ranks, device, device_memory, "
+     "host_memory or timeout_s"},
     {"GptKeyOnTheMlp", false, {"model.n_layer=2"},
      "model.n_layer: unknown key; allowed here: type, sizes or init_from"},
     {"TypoInGptKey", true, {"model.n_embed=32"},
@@ -145,6 +145,20 @@ const BadConfig kBadConfigs[] = {
     {"NonContiguousGradients", false, {"zero_optimization.contiguous_gradients=false"},
      "zero_optimization.contiguous_gradients: false is not supported yet: zest's gradients always "
      "live in one contiguous buffer per unit; remove the key or set it to true"},
+    {"OffloadToNvme", false, {"zero_optimization.offload_optimizer.device=nvme"},
+     "zero_optimization.offload_optimizer.device: \"nvme\" is not supported yet; use \"cpu\" "
+     "(host memory) or \"none\""},
+    {"OffloadAtStageZero", false,
+     {"zero_optimization.stage=0", "zero_optimization.offload_optimizer.device=cpu"},
+     "zero_optimization.offload_optimizer.device: \"cpu\" needs zero_optimization.stage 1, 2 or "
+     "3 (got 0): only a sharded optimizer state is offloaded; raise the stage or set \"none\""},
+    {"OffloadToAnUnknownDevice", false, {"zero_optimization.offload_optimizer.device=gpu"},
+     "zero_optimization.offload_optimizer.device: must be cpu, nvme or none, got \"gpu\""},
+    {"OffloadNvmePath", false, {"zero_optimization.offload_optimizer.nvme_path=\"/nvme\""},
+     "zero_optimization.offload_optimizer.nvme_path: unknown key; allowed here: device or "
+     "pin_memory"},
+    {"OffloadOptimizerAtTheTop", false, {"offload_optimizer={}"},
+     "offload_optimizer: unknown key; did you mean 'zero_optimization.offload_optimizer'?"},
     {"LastBatchIteration", false,
      {"scheduler={\"type\": \"WarmupLR\", \"params\": {\"last_batch_iteration\": 5}}"},
      "scheduler.params.last_batch_iteration: is not supported yet (a resumed run restores its "

@@ -173,6 +173,25 @@ TEST(TrainConfig, ReadsDeepSpeedOverlapKeys) {
   EXPECT_EQ(serialized.json["zero_optimization"]["contiguous_gradients"], true);
 }
 
+TEST(TrainConfig, ReadsDeepSpeedOffloadOptimizerAndTheHostArena) {
+  json config = base_config();
+  const TrainConfig plain = parse_train_config(config);
+  EXPECT_FALSE(plain.engine.offload_optimizer.enabled());
+  EXPECT_EQ(plain.json["zero_optimization"]["offload_optimizer"],
+            json::parse(R"({"device": "none", "pin_memory": false})"));
+  EXPECT_EQ(plain.world.host_memory, kUnlimitedCapacity);
+  EXPECT_EQ(plain.json["world"]["host_memory"], "unlimited");
+
+  config["zero_optimization"] = json::parse(R"({"stage": 2,
+      "offload_optimizer": {"device": "cpu", "pin_memory": true}})");
+  config["world"]["host_memory"] = "2GiB";
+  const TrainConfig offloaded = parse_train_config(config);
+  EXPECT_EQ(offloaded.engine.offload_optimizer.device, OffloadDevice::kCpu);
+  // Recorded, though the CPU device's host memory is ordinary memory either way.
+  EXPECT_TRUE(offloaded.engine.offload_optimizer.pin_memory);
+  EXPECT_EQ(offloaded.world.host_memory, std::size_t{2} << 30);
+}
+
 TEST(TrainConfig, GptOnTextFillsItsDefaults) {
   json config = base_config();
   config["model"] = json::parse(R"({"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 16,
@@ -366,7 +385,8 @@ TEST(TrainConfig, UnknownKeySuggestsTheClosestKnownKey) {
   config["world"]["flavour"] = "x";
   EXPECT_THAT(config_error(config),
               AllOf(HasSubstr("world.flavour: unknown key"),
-                    HasSubstr("allowed here: backend, ranks, device, device_memory or timeout_s")));
+                    HasSubstr("allowed here: backend, ranks, device, device_memory, "
+                              "host_memory or timeout_s")));
 }
 
 TEST(TrainConfig, WrongTypeNamesWhatIsAllowed) {

@@ -428,4 +428,50 @@ TEST_F(ZestTrain, BadDataIsAnInputError) {
                      "absent_*.bin");
 }
 
+// zero_optimization.offload_optimizer (DeepSpeed's key): the run trains with the same losses as
+// without it, the device holds no optimizer state, and the summary reports the host arena's
+// `offload` peak beside its prediction. Stage 0 and nvme are refused as input errors.
+TEST_F(ZestTrain, OffloadOptimizerTrainsAndReportsTheHostArena) {
+  const std::string offload =
+      "zero_optimization.offload_optimizer={\"device\": \"cpu\", \"pin_memory\": true}";
+  auto losses = [](const std::vector<json>& records) {
+    std::vector<std::string> values;
+    for (const json& record : records) values.push_back(record["loss"].dump());
+    return values;
+  };
+  const std::vector<std::string> plain = losses(tiny_gpt_steps(3, {}));
+  ASSERT_EQ(plain.size(), 3u);
+  EXPECT_EQ(losses(tiny_gpt_steps(3, {"--set", offload, "--set", "world.host_memory=64MiB"})),
+            plain);
+
+  std::vector<std::string> args = {"--config", kGptConfig, "--set", "steps=2", "--set", offload,
+                                   "--metrics", path("offload.jsonl")};
+  args.insert(args.end(), kTinyGpt.begin(), kTinyGpt.end());
+  const Result result = run(args);
+  ASSERT_EQ(result.status, 0) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("optimizer offloaded to cpu"));
+  const std::vector<std::string> lines = lines_of(read_file(path("offload.jsonl")));
+  ASSERT_FALSE(lines.empty());
+  const json summary = json::parse(lines.back());
+  ASSERT_EQ(summary["peak_bytes"].size(), 4u);
+  for (std::size_t rank = 0; rank < 4; ++rank) {
+    const json& peak = summary["peak_bytes"][rank];
+    const json& predicted = summary["predicted_model_state_bytes"][rank];
+    ASSERT_TRUE(peak.contains("offload")) << peak.dump();
+    EXPECT_GT(peak["offload"].get<std::size_t>(), 0u);
+    EXPECT_EQ(peak["offload"], predicted["offload"]);
+    EXPECT_EQ(peak["optimizer"], 0);
+    EXPECT_EQ(predicted["optimizer"], 0);
+  }
+
+  std::filesystem::remove(path("metrics.jsonl"));  // tiny_gpt_steps' file
+  expect_input_error({"--config", kGptConfig, "--set", offload, "--set",
+                      "zero_optimization.stage=0"},
+                     "zero_optimization.offload_optimizer.device: \"cpu\" needs "
+                     "zero_optimization.stage 1, 2 or 3 (got 0)");
+  expect_input_error({"--config", kGptConfig, "--set",
+                      "zero_optimization.offload_optimizer.device=nvme"},
+                     "zero_optimization.offload_optimizer.device: \"nvme\" is not supported yet");
+}
+
 }  // namespace

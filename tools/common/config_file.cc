@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/json_depth.h"
 #include "tools/common/config_reading.h"
 #include "tools/common/train_config.h"
 
@@ -42,6 +43,10 @@ void apply_override(json& config, const std::string& assignment) {
     }
   }
 
+  if (json_nesting_depth(text) > kMaxJsonDepth) {
+    throw Error(ErrorKind::kUsage, "--set '" + key + "=...': the value nests deeper than " +
+                                       std::to_string(kMaxJsonDepth) + " levels");
+  }
   json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) value = text;
 
@@ -81,6 +86,10 @@ json read_json_file(const std::string& path) {
                 "config file '" + path + "': cannot read (" + errno_text() + ")");
   }
   const std::string text = contents.str();
+  if (json_nesting_depth(text) > kMaxJsonDepth) {
+    throw Error(ErrorKind::kConfig, "config file '" + path + "': nests deeper than " +
+                                        std::to_string(kMaxJsonDepth) + " levels");
+  }
   try {
     return json::parse(text);
   } catch (const json::parse_error& parse_error) {

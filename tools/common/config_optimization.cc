@@ -145,11 +145,44 @@ void parse_scheduler(Block& root, TrainConfig& out) {
   LrSchedule check(options, out.optimizer.lr);  // validates, naming scheduler.params.<key>
 }
 
+namespace {
+
+// DeepSpeed's zero_optimization.offload_optimizer: {"device": "cpu" | "none", "pin_memory": bool}.
+void parse_offload_optimizer(Block& zero, TrainConfig& out) {
+  Block block(zero.object_or_empty("offload_optimizer"), zero.path("offload_optimizer"),
+              {"device", "pin_memory"});
+  OffloadOptions& offload = out.engine.offload_optimizer;
+  const std::string device = read_string(block.get_or("device", "none"), block.path("device"));
+  if (device == "none") {
+    offload.device = OffloadDevice::kNone;
+  } else if (device == "cpu") {
+    offload.device = OffloadDevice::kCpu;
+  } else if (device == "nvme") {
+    config_error(block.path("device"),
+                 "\"nvme\" is not supported yet; use \"cpu\" (host memory) or \"none\"");
+  } else {
+    config_error(block.path("device"), "must be cpu, nvme or none, got \"" + device + "\"");
+  }
+  // Note: pin_memory asks for page-locked host buffers, which only a CUDA device can use (for
+  // asynchronous copies). On the CPU device the host arena is ordinary memory and its copies are
+  // memcpys in stream order, so the key is accepted, recorded, and changes nothing there.
+  offload.pin_memory =
+      read_bool(block.get_or("pin_memory", false), block.path("pin_memory"));
+  if (offload.enabled() && out.engine.stage == 0) {
+    // As DeepSpeed: only sharded optimizer state is offloaded (ZeRO-Offload builds on stage 1+).
+    config_error(block.path("device"),
+                 "\"" + device + "\" needs zero_optimization.stage 1, 2 or 3 (got 0): only a "
+                 "sharded optimizer state is offloaded; raise the stage or set \"none\"");
+  }
+}
+
+}  // namespace
+
 void parse_zero(Block& root, TrainConfig& out) {
   Block block(root.object_or_empty("zero_optimization"), "zero_optimization",
               {"stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
                "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
-               "contiguous_gradients"});
+               "contiguous_gradients", "offload_optimizer"});
   const json& stage = block.get_or("stage", 0);
   const std::int64_t value = read_integer(stage, block.path("stage"));
   if (value < 0 || value > 3) {
@@ -189,6 +222,7 @@ void parse_zero(Block& root, TrainConfig& out) {
                      "): stages 1-2 all-gather each unit's updated parameters in place, with no "
                      "bucket to size; remove the key");
   }
+  parse_offload_optimizer(block, out);
 }
 
 // DeepSpeed's `bf16` and `fp16` blocks (and `communication_data_type`): the dtype parameters and

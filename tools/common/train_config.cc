@@ -25,7 +25,7 @@ using namespace config_reading;
 
 void parse_world(Block& root, TrainConfig& out) {
   Block block(root.object_or_empty("world"), "world",
-              {"backend", "ranks", "device", "device_memory", "timeout_s"});
+              {"backend", "ranks", "device", "device_memory", "host_memory", "timeout_s"});
 
   out.world.backend = read_string(block.get_or("backend", "local"), block.path("backend"));
   const std::vector<std::string> backends = {"local", "nccl", "mpi", "auto"};
@@ -50,25 +50,31 @@ void parse_world(Block& root, TrainConfig& out) {
     config_error(block.path("device"), "must be cpu or cuda, got \"" + device + "\"");
   }
 
-  const json& memory = block.get_or("device_memory", "unlimited");
-  const std::string memory_path = block.path("device_memory");
-  const std::string memory_forms =
-      std::string("must be \"unlimited\" or ") + kByteSizeForms + ", got ";
-  if (memory.is_string()) {
-    const std::string text = memory.get<std::string>();
-    if (text == "unlimited") {
-      out.world.device_memory = kUnlimitedCapacity;
-    } else if (auto bytes = parse_byte_size(text); bytes && *bytes > 0) {
-      out.world.device_memory = *bytes;
+  // device_memory: each rank's device; host_memory: each rank's host arena, where an offloaded
+  // optimizer lives (zero_optimization.offload_optimizer).
+  for (const char* key : {"device_memory", "host_memory"}) {
+    const json& memory = block.get_or(key, "unlimited");
+    const std::string memory_path = block.path(key);
+    const std::string memory_forms =
+        std::string("must be \"unlimited\" or ") + kByteSizeForms + ", got ";
+    std::size_t& capacity =
+        std::string(key) == "device_memory" ? out.world.device_memory : out.world.host_memory;
+    if (memory.is_string()) {
+      const std::string text = memory.get<std::string>();
+      if (text == "unlimited") {
+        capacity = kUnlimitedCapacity;
+      } else if (auto bytes = parse_byte_size(text); bytes && *bytes > 0) {
+        capacity = *bytes;
+      } else {
+        config_error(memory_path, memory_forms + "\"" + text + "\"");
+      }
+    } else if (memory.is_number()) {
+      const std::int64_t bytes = read_integer(memory, memory_path);
+      if (bytes < 1) config_error(memory_path, memory_forms + std::to_string(bytes));
+      capacity = static_cast<std::size_t>(bytes);
     } else {
-      config_error(memory_path, memory_forms + "\"" + text + "\"");
+      config_error(memory_path, memory_forms + describe(memory));
     }
-  } else if (memory.is_number()) {
-    const std::int64_t bytes = read_integer(memory, memory_path);
-    if (bytes < 1) config_error(memory_path, memory_forms + std::to_string(bytes));
-    out.world.device_memory = static_cast<std::size_t>(bytes);
-  } else {
-    config_error(memory_path, memory_forms + describe(memory));
   }
 
   const double timeout = read_number(block.get_or("timeout_s", 300), block.path("timeout_s"));
@@ -225,6 +231,8 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
               {"backend", "world.backend"},
               {"device", "world.device"},
               {"device_memory", "world.device_memory"},
+              {"host_memory", "world.host_memory"},
+              {"offload_optimizer", "zero_optimization.offload_optimizer"},
               {"sizes", "model.sizes"},
               {"lr", "optimizer.params.lr"},
               {"betas", "optimizer.params.betas"},

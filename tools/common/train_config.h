@@ -73,7 +73,8 @@ struct TrainConfig {
 
   WorldOptions world;
   // stage, seed, gradient_clipping, gradient_accumulation_steps, the overlap keys it implements,
-  // and the dtypes and loss scaling of the bf16 / fp16 / communication_data_type keys
+  // zero_optimization.offload_optimizer, and the dtypes and loss scaling of the bf16 / fp16 /
+  // communication_data_type keys
   EngineOptions engine;
   OptimizerOptions optimizer;
   LrScheduleOptions scheduler;  // `scheduler`: DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR

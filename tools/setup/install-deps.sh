@@ -4,11 +4,14 @@
 # `apt-get update`. Uses sudo only when not root. On a system without dpkg it prints the list.
 set -euo pipefail
 
+# clang and libclang-rt-dev (libFuzzer and clang's sanitizer runtimes) build `make fuzz`; llvm
+# brings llvm-symbolizer, which turns sanitizer reports' addresses into file:line.
 packages=(
   cmake ninja-build g++
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libopenmpi-dev openmpi-bin libopenblas-dev
   libcli11-dev libfmt-dev libxxhash-dev
+  clang libclang-rt-dev llvm
 )
 
 if ! command -v dpkg >/dev/null 2>&1; then

@@ -50,6 +50,7 @@ std::string describe_run(const TrainConfig& config, std::size_t parameter_count)
   if (config.engine.gradient_clipping > 0) {
     line += fmt::format(", clip {}", config.engine.gradient_clipping);
   }
+  if (config.engine.offload_optimizer.enabled()) line += ", optimizer offloaded to cpu";
   if (config.data.type != "synthetic") line += ", data " + config.data.path;
   return line;
 }
@@ -62,6 +63,7 @@ std::array<std::uint64_t, kMemoryWords> pack_memory(const MemoryUsage& usage,
   words[kCategoryCount + 1] = predicted.params;
   words[kCategoryCount + 2] = predicted.grads;
   words[kCategoryCount + 3] = predicted.optimizer;
+  words[kCategoryCount + 4] = predicted.offload;
   return words;
 }
 
@@ -71,6 +73,17 @@ void unpack_memory(const std::uint64_t* words, MemoryUsage& usage, MemoryPredict
   predicted.params = words[kCategoryCount + 1];
   predicted.grads = words[kCategoryCount + 2];
   predicted.optimizer = words[kCategoryCount + 3];
+  predicted.offload = words[kCategoryCount + 4];
+}
+
+MemoryUsage rank_memory_usage(Device& device) {
+  MemoryUsage usage = device.allocator().usage();
+  // Nothing on the device is charged to `offload`; the host arena's offloaded optimizer is.
+  const MemoryUsage host = device.host_allocator().usage();
+  const auto offload = static_cast<std::size_t>(Category::kOffload);
+  usage.current[offload] = host.current[offload];
+  usage.peak[offload] = host.peak[offload];
+  return usage;
 }
 
 void print_memory_table(const std::vector<MemoryUsage>& usage,
@@ -79,9 +92,11 @@ void print_memory_table(const std::vector<MemoryUsage>& usage,
   for (Category category : all_categories()) {
     header += fmt::format(" {:>11}", category_name(category));
   }
-  header += fmt::format(" {:>11} | {:>11} {:>11} {:>11} {:>11}", "total", "params", "grads",
-                        "optimizer", "total");
-  Console::say("peak bytes per rank (measured by the allocator | predicted model state)");
+  header += fmt::format(" {:>11} | {:>11} {:>11} {:>11} {:>11} {:>11}", "total", "params",
+                        "grads", "optimizer", "total", "offload");
+  // Note: `offload` is host memory (the host arena), so neither total counts it.
+  Console::say("peak bytes per rank (measured by the allocator | predicted model state; "
+               "offload is host memory, outside the totals)");
   Console::say(header);
   for (std::size_t rank = 0; rank < usage.size(); ++rank) {
     std::string line = fmt::format("{:>4}", rank);
@@ -89,9 +104,10 @@ void print_memory_table(const std::vector<MemoryUsage>& usage,
       line += fmt::format(" {:>11}", format_bytes(usage[rank].peak_of(category)));
     }
     const MemoryPrediction& p = predicted[rank];
-    line += fmt::format(" {:>11} | {:>11} {:>11} {:>11} {:>11}", format_bytes(usage[rank].total_peak),
-                        format_bytes(p.params), format_bytes(p.grads), format_bytes(p.optimizer),
-                        format_bytes(p.total()));
+    line += fmt::format(" {:>11} | {:>11} {:>11} {:>11} {:>11} {:>11}",
+                        format_bytes(usage[rank].total_peak), format_bytes(p.params),
+                        format_bytes(p.grads), format_bytes(p.optimizer), format_bytes(p.total()),
+                        format_bytes(p.offload));
     Console::say(line);
   }
 }
@@ -130,7 +146,8 @@ nlohmann::ordered_json summary_record(const RunSummary& summary,
                            {"params", p.params},
                            {"grads", p.grads},
                            {"optimizer", p.optimizer},
-                           {"total", p.total()}});
+                           {"total", p.total()},
+                           {"offload", p.offload}});
   }
   record["peak_bytes"] = std::move(peaks);
   record["predicted_model_state_bytes"] = std::move(predictions);

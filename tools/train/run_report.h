@@ -23,8 +23,11 @@ namespace zest {
 std::string describe_run(const TrainConfig& config, std::size_t parameter_count);
 
 // One rank's peak bytes and predicted model state, as words an all-gather can move (with
-// processes the other ranks' numbers live in other address spaces).
-inline constexpr std::size_t kMemoryWords = kCategoryCount + 4;
+// processes the other ranks' numbers live in other address spaces). The `offload` category is
+// measured in the device's host arena (Device::host_allocator), the others on the device;
+// `total_peak` is the device's.
+inline constexpr std::size_t kMemoryWords = kCategoryCount + 5;
+MemoryUsage rank_memory_usage(Device& device);
 std::array<std::uint64_t, kMemoryWords> pack_memory(const MemoryUsage& usage,
                                                     const MemoryPrediction& predicted);
 void unpack_memory(const std::uint64_t* words, MemoryUsage& usage, MemoryPrediction& predicted);

@@ -2,17 +2,20 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "base/error.h"
 #include "data/batch_source.h"
+#include "kernels/kernel_threads.h"
 #include "optim/engine.h"
 #include "optim/lr_schedule.h"
 #include "optim/parameter_import.h"
@@ -193,7 +196,7 @@ void train_rank(RankContext& context, RunState& run) {
   context.synchronize();
   // Every rank's peaks reach rank 0 through the communicator. all_gather moves bits, whatever
   // the dtype says.
-  const auto mine = pack_memory(context.allocator().usage(), trainer->predicted_memory());
+  const auto mine = pack_memory(rank_memory_usage(context.device), trainer->predicted_memory());
   const auto ranks = static_cast<std::size_t>(context.world_size);
   std::vector<std::uint64_t> all(kMemoryWords * ranks);
   context.communicator.all_gather(context.comm, mine.data(), all.data(), 2 * kMemoryWords,
@@ -215,6 +218,9 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
     // oversubscribe the cores (ranks × OpenBLAS threads) and make every step slower, so each
     // GEMM stays on its rank's thread. It also makes threads and processes compute alike.
     openblas_set_num_threads(1);
+  } else {
+    // One rank has the machine: its optimizer kernels may use every core (OpenBLAS already does).
+    set_kernel_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   }
   // Fails on a bad path, or bad data, before any training is done.
   std::optional<AtomicOutputFile> metrics;

@@ -1,0 +1,86 @@
+// Fuzzes the checkpoint manifest reader (optim/checkpoint_manifest.h): read_manifest on a
+// directory whose manifest.json holds the input. An accepted manifest must describe a layout
+// the rest of zest can use without overflow: every unit's layout rebuilt at other world sizes
+// (what zest-ckpt reshard does), its sizes consistent when recomputed without overflow, and the
+// manifest written back as JSON must read back to the same rank file size.
+#include <cstddef>
+#include <cstdint>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "memory/shard_layout.h"
+#include "optim/checkpoint_manifest.h"
+#include "tests/fuzz/fuzz_support.h"
+
+namespace {
+
+using Exact = unsigned __int128;  // sizes recomputed without wrapping around
+
+// What an accepted manifest promises, recomputed exactly: every unit's flat length is world_size
+// shard lengths and holds its numel, its parameters tile [0, numel), and every rank file's size
+// is the sum of the blocks.
+void check_sizes(const zest::CheckpointManifest& manifest) {
+  Exact file_bytes = 0;
+  for (const zest::CheckpointUnit& unit : manifest.units) {
+    zest::fuzz::check(Exact{unit.shard_length} * Exact(manifest.world_size) == unit.flat_length,
+                      "flat_length is not world_size x shard_length");
+    zest::fuzz::check(unit.numel <= unit.flat_length, "numel exceeds flat_length");
+    Exact next = 0;
+    for (const zest::CheckpointParam& param : unit.params) {
+      Exact numel = 1;
+      for (std::int64_t d : param.shape) numel *= Exact(static_cast<std::uint64_t>(d));
+      zest::fuzz::check(numel == param.numel, "a parameter's numel is not its shape's product");
+      zest::fuzz::check(param.offset == next, "parameters do not tile the unit");
+      next += numel;
+    }
+    zest::fuzz::check(next == unit.numel, "parameters do not add up to numel");
+    for (const zest::CheckpointTensor& tensor : manifest.tensors) {
+      file_bytes += Exact{unit.shard_length} * zest::dtype_size(tensor.dtype);
+    }
+  }
+  for (const zest::CheckpointFile& file : manifest.files) {
+    zest::fuzz::check(file.bytes == file_bytes, "a file's size differs from the layout's");
+  }
+}
+
+void rebuild_layouts(const zest::CheckpointManifest& manifest) {
+  for (const zest::CheckpointUnit& unit : manifest.units) {
+    std::vector<zest::ParamShape> params;
+    for (const zest::CheckpointParam& p : unit.params) params.push_back({p.name, p.shape});
+    for (int world : {1, 3, 4, manifest.world_size}) {
+      try {
+        const zest::ShardLayout layout =
+            zest::ShardLayout::build(unit.name, params, world, manifest.shard_alignment);
+        zest::fuzz::check(layout.numel() == unit.numel, "the layout's numel differs");
+        zest::fuzz::check(layout.flat_length() >= layout.numel(), "flat_length < numel");
+      } catch (const zest::Error&) {
+      }
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static zest::fuzz::ScratchFile file("manifest.json");
+  file.write(zest::fuzz::bytes_of(data, size));
+  zest::CheckpointManifest manifest;
+  try {
+    manifest = zest::read_manifest(file.dir());
+  } catch (const zest::Error&) {
+    return 0;
+  }
+  check_sizes(manifest);
+  const std::uint64_t bytes = manifest.rank_file_bytes();
+  rebuild_layouts(manifest);
+  const nlohmann::json written = nlohmann::json::parse(zest::manifest_to_json(manifest).dump());
+  try {
+    const zest::CheckpointManifest again = zest::manifest_from_json(written, "written");
+    zest::fuzz::check(again.rank_file_bytes() == bytes, "the written manifest differs");
+  } catch (const zest::Error& error) {
+    std::fprintf(stderr, "an accepted manifest, written back, is refused: %s\n", error.what());
+    std::abort();
+  }
+  return 0;
+}

@@ -1,0 +1,99 @@
+// The memory plan: DESIGN.md's table as arithmetic, equal to what the engine allocates, and the
+// out-of-memory advice that names what the model state needs and the smallest change that fits.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "base/error.h"
+#include "models/gpt.h"
+#include "optim/engine.h"
+#include "optim/memory_plan.h"
+#include "runtime/world.h"
+
+namespace zest {
+namespace {
+
+const GptConfig kConfig{/*n_layer=*/2, /*n_head=*/2, /*n_embd=*/32, /*vocab_size=*/64,
+                        /*seq_len=*/16};
+
+ModelStateShape gpt_shape(DType dtype) {
+  ModelStateShape shape;
+  shape.compute_dtype = dtype;
+  Gpt model(kConfig);
+  for (Unit* unit : model.units()) {
+    UnitShapes shapes{unit->name(), {}};
+    for (const ParamSpec& spec : unit->parameters()) shapes.params.push_back({spec.name, spec.shape});
+    shape.units.push_back(std::move(shapes));
+  }
+  return shape;
+}
+
+// Builds the trainer and returns rank 0's measured model-state bytes, or the error message.
+std::string shard(int stage, int ranks, DType dtype, std::size_t capacity, MemoryPrediction* measured) {
+  WorldOptions world_options;
+  world_options.ranks = ranks;
+  world_options.device_memory = capacity;
+  try {
+    World(world_options).run([&](RankContext& context) {
+      Gpt model(kConfig);
+      EngineOptions options;
+      options.stage = stage;
+      options.compute_dtype = dtype;
+      Engine engine(context, options);
+      auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
+      if (context.rank != 0 || measured == nullptr) return;
+      const MemoryUsage usage = context.allocator().usage();
+      measured->params = usage.peak_of(Category::kParams);
+      measured->grads = usage.peak_of(Category::kGrads);
+      measured->optimizer = usage.peak_of(Category::kOptimizer);
+    });
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(MemoryPlan, EqualsWhatTheEngineAllocatesAtEveryStageAndWorld) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      for (int ranks : {1, 3, 4}) {
+        MemoryPrediction measured;
+        ASSERT_EQ(shard(stage, ranks, dtype, kUnlimitedCapacity, &measured), "");
+        const MemoryPrediction planned = predict_model_state(gpt_shape(dtype), stage, ranks);
+        EXPECT_EQ(planned.params, measured.params) << stage << " " << ranks;
+        EXPECT_EQ(planned.grads, measured.grads) << stage << " " << ranks;
+        EXPECT_EQ(planned.optimizer, measured.optimizer) << stage << " " << ranks;
+      }
+    }
+  }
+}
+
+TEST(MemoryPlan, OutOfMemoryNamesTheNeedAndTheStageThatFits) {
+  const ModelStateShape shape = gpt_shape(DType::kFloat32);
+  const std::size_t stage0 = predict_model_state(shape, 0, 4).total();
+  const std::size_t stage2 = predict_model_state(shape, 2, 4).total();
+  // Room for stage 2's model state (with the quarter kept for the rest), not for stage 0's.
+  const std::size_t capacity = stage2 * 4 / 3 + 4096;
+  ASSERT_LT(capacity, stage0);
+  const std::string message = shard(0, 4, DType::kFloat32, capacity, nullptr);
+  EXPECT_NE(message.find("out of memory"), std::string::npos) << message;
+  EXPECT_NE(message.find("the model state alone needs " + format_bytes(stage0)), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("at zero_optimization.stage 2 it needs " + format_bytes(stage2)),
+            std::string::npos)
+      << message;
+}
+
+TEST(MemoryPlan, WhenNoStageFitsItNamesTheRanksThatWould) {
+  const ModelStateShape shape = gpt_shape(DType::kFloat32);
+  const std::size_t stage3_on_8 = predict_model_state(shape, 3, 8).total();
+  const std::size_t capacity = stage3_on_8 * 4 / 3 + 4096;
+  const std::string advice = model_state_advice(shape, 0, 2, capacity);
+  EXPECT_NE(advice.find("even stage 3 does not fit on 2 ranks, but on 8 ranks (world.ranks) it "
+                        "needs " + format_bytes(stage3_on_8)),
+            std::string::npos)
+      << advice;
+}
+
+}  // namespace
+}  // namespace zest
