@@ -67,15 +67,15 @@ sanitize: deps
 	$(CTEST) --test-dir build-asan -j$(NPROC) --no-tests=error -L quick -E '^install[.]' \
 	  $(CTEST_ARGS)
 
-# The suites whose ranks, streams and collectives are threads, and zest-train's (its ranks are
-# threads; the tool is built with TSan too). Only these are built: TSan slows everything 5-15x,
-# and single-threaded suites have nothing for it to find. Suites not built show up in ctest as
-# <target>_NOT_BUILT without labels, so -L quick skips them.
+# The suites whose ranks, streams and collectives are threads, the kernels' helper threads, and
+# zest-train's (its ranks are threads; the tool is built with TSan too). Only these are built:
+# TSan slows everything 5-15x, and single-threaded suites have nothing for it to find. Suites not
+# built show up in ctest as <target>_NOT_BUILT without labels, so -L quick skips them.
 TSAN_SUITES ?= runtime_cpu_stream_test runtime_local_communicator_test \
                runtime_checked_communicator_test runtime_world_test optim_engine_parity_test \
                optim_overlap_test optim_mixed_precision_test optim_max_live_parameters_test \
                optim_checkpoint_resume_test optim_checkpoint_reshard_test \
-               tools_zest_train_test tools_zest_train_checkpoint_test
+               kernels_kernel_threads_test tools_zest_train_test tools_zest_train_checkpoint_test
 tsan: deps
 	$(call configure,build-tsan,$(SANITIZER_FLAGS) -DZEST_SANITIZE=thread)
 	cmake --build build-tsan -j$(NPROC) --target $(TSAN_SUITES)
