@@ -80,44 +80,49 @@ std::string LocalGroup::describe(std::uint64_t sequence, const LocalCall& call) 
 }
 
 template <typename Done>
-void LocalGroup::wait_for_peers(std::unique_lock<std::mutex>& lock, int rank,
-                                std::uint64_t sequence, const std::vector<bool>& present,
-                                Done done) {
+void LocalGroup::wait_for_arrivals(std::unique_lock<std::mutex>& lock, int rank,
+                                   std::uint64_t sequence, Done done) {
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
-  const LocalCall& call = meetings_.at(sequence).calls[rank];
+  Meeting& meeting = meetings_.at(sequence);
+  const LocalCall& call = meeting.calls[rank];
+  // Note: a rank that gives up withdraws the meeting while it still holds the lock, so a rank
+  // arriving later never sees it complete and never reads the buffers of a rank that has gone
+  // (and freed them): ASan caught a stalled rank copying from a timed-out peer's buffer.
+  const auto give_up = [&](ErrorKind kind, const std::string& message) {
+    meeting.withdrawn = true;
+    lock.unlock();
+    poison(rank, message);
+    throw Error(kind, message);
+  };
   for (;;) {
     // A collective every rank has completed succeeds even if a peer fails right after it:
     // that failure belongs to a later call, and reporting it here would hide this rank's own.
     if (done()) return;
     if (poisoned_) {
+      meeting.withdrawn = true;
       throw Error(ErrorKind::kPeerFailure,
                   describe(sequence, call) + " on rank " + std::to_string(rank) + ": " +
                       poison_reason_);
     }
     std::vector<int> missing, departed;
     for (int r = 0; r < world_size_; ++r) {
-      if (present[r]) continue;
+      if (meeting.arrived[r]) continue;
       missing.push_back(r);
       if (rank_departed_[r]) departed.push_back(r);
     }
     if (!departed.empty()) {
-      std::string message = describe(sequence, call) + " on rank " + std::to_string(rank) +
-                            ": rank(s) " + rank_list(departed) +
-                            " finished without calling it; every rank must call the same "
-                            "collectives in the same order";
-      lock.unlock();
-      poison(rank, message);
-      throw Error(ErrorKind::kCommMismatch, message);
+      give_up(ErrorKind::kCommMismatch,
+              describe(sequence, call) + " on rank " + std::to_string(rank) + ": rank(s) " +
+                  rank_list(departed) +
+                  " finished without calling it; every rank must call the same collectives in "
+                  "the same order");
     }
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && !done() && !poisoned_) {
-      std::string message = describe(sequence, call) + " on rank " + std::to_string(rank) +
-                            ": timed out after " + std::to_string(timeout_.count() / 1000.0) +
-                            " s waiting for rank(s) " + rank_list(missing) +
-                            "; a rank is stalled or skipped the collective (world.timeout_s "
-                            "sets the limit)";
-      lock.unlock();
-      poison(rank, message);
-      throw Error(ErrorKind::kCommTimeout, message);
+      give_up(ErrorKind::kCommTimeout,
+              describe(sequence, call) + " on rank " + std::to_string(rank) + ": timed out after " +
+                  std::to_string(timeout_.count() / 1000.0) + " s waiting for rank(s) " +
+                  rank_list(missing) +
+                  "; a rank is stalled or skipped the collective (world.timeout_s sets the limit)");
     }
   }
 }
@@ -135,8 +140,8 @@ const std::vector<LocalCall>& LocalGroup::arrive(int rank, std::uint64_t sequenc
   meeting.arrived[rank] = true;
   ++meeting.arrived_count;
   changed_.notify_all();
-  wait_for_peers(lock, rank, sequence, meeting.arrived,
-                 [&] { return meeting.arrived_count == world_size_; });
+  wait_for_arrivals(lock, rank, sequence,
+                    [&] { return meeting.arrived_count == world_size_ && !meeting.withdrawn; });
   try {
     check_agreement(sequence, meeting);
   } catch (const Error& error) {
@@ -147,15 +152,22 @@ const std::vector<LocalCall>& LocalGroup::arrive(int rank, std::uint64_t sequenc
   return meeting.calls;
 }
 
-void LocalGroup::leave(int rank, std::uint64_t sequence) {
+void LocalGroup::leave(int rank, std::uint64_t sequence, bool moved) {
   std::unique_lock lock(mutex_);
   Meeting& meeting = meetings_.at(sequence);
   meeting.finished[rank] = true;
   ++meeting.finished_count;
+  if (!moved) meeting.move_failed = true;
   changed_.notify_all();
-  wait_for_peers(lock, rank, sequence, meeting.finished,
-                 [&] { return meeting.finished_count == world_size_; });
+  // Note: every rank arrived, so any may still be reading this rank's buffers, and that needs
+  // no peer: wait for all, with no timeout and whatever else fails meanwhile. Giving up early on
+  // a poisoned group let the caller free a buffer a peer was still copying from.
+  changed_.wait(lock, [&] { return meeting.finished_count == world_size_; });
+  const bool peer_failed = moved && meeting.move_failed;
+  const std::string what = describe(sequence, meeting.calls[rank]) + " on rank " +
+                           std::to_string(rank) + ": " + poison_reason_;
   if (++meeting.departed_count == world_size_) meetings_.erase(sequence);
+  if (peer_failed) throw Error(ErrorKind::kPeerFailure, what);
 }
 
 void LocalGroup::check_agreement(std::uint64_t sequence, const Meeting& meeting) const {
@@ -198,6 +210,7 @@ void LocalCommunicator::enqueue_collective(
       move(rank, calls);
     } catch (const std::exception& error) {
       group->poison(rank, error.what());
+      group->leave(rank, sequence, /*moved=*/false);  // the peers wait for this rank to finish
       throw;
     }
     group->leave(rank, sequence);

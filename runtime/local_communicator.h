@@ -44,10 +44,13 @@ class LocalGroup {
   void depart(int rank);
 
   // Phase one of collective `sequence`: posts `call` and waits until every rank has posted.
-  // Returns all ranks' calls, checked to agree. Throws on timeout, poison or mismatch.
+  // Returns all ranks' calls, checked to agree. Throws on timeout, poison or mismatch; a rank
+  // that gives up withdraws its call, so no rank arriving later reads its buffers.
   const std::vector<LocalCall>& arrive(int rank, std::uint64_t sequence, const LocalCall& call);
-  // Phase two: waits until every rank has finished touching the others' buffers.
-  void leave(int rank, std::uint64_t sequence);
+  // Phase two, after arrive() returned: marks this rank done with every rank's buffers
+  // (`moved`: its part of the collective succeeded) and waits until every rank is, whatever
+  // fails meanwhile. Throws kPeerFailure when another rank's part failed.
+  void leave(int rank, std::uint64_t sequence, bool moved = true);
 
  private:
   struct Meeting {
@@ -57,12 +60,15 @@ class LocalGroup {
     int arrived_count = 0;
     int finished_count = 0;
     int departed_count = 0;  // ranks that have left phase two; the last one erases the meeting
+    bool withdrawn = false;  // a rank gave up in phase one: the meeting never completes
+    bool move_failed = false;
   };
 
-  // Waits on `done` until it is true; throws (and poisons) on timeout, poison or a departed peer.
+  // Phase one's wait: until every rank has arrived. Throws (and poisons) on timeout, poison or a
+  // departed peer, withdrawing the meeting first.
   template <typename Done>
-  void wait_for_peers(std::unique_lock<std::mutex>& lock, int rank, std::uint64_t sequence,
-                      const std::vector<bool>& present, Done done);
+  void wait_for_arrivals(std::unique_lock<std::mutex>& lock, int rank, std::uint64_t sequence,
+                         Done done);
   std::string describe(std::uint64_t sequence, const LocalCall& call) const;
   void check_agreement(std::uint64_t sequence, const Meeting& meeting) const;
 

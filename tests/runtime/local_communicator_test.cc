@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -660,6 +661,35 @@ TEST(LocalCommunicator, StalledRankTimesOutNamingCollectiveRankAndTimeout) {
   EXPECT_GE(failed_after_ms.load(), 290);
   EXPECT_LT(failed_after_ms.load(), 1400);
   EXPECT_LT(elapsed, std::chrono::seconds(4));
+}
+
+// Found by ASan (FaultInjection.ARankThatStallsPastTheTimeoutIsNamed): rank 1 arrives after
+// rank 0 timed out and freed its buffer. The meeting then looked complete to rank 1, which
+// copied from the freed buffer; now a rank that gives up withdraws, and rank 1 fails instead.
+TEST(LocalCommunicator, ARankArrivingAfterItsPeerTimedOutReadsNothingOfIt) {
+  std::string late_error;
+  const Error error = capture_error([&] {
+    run_world(
+        2,
+        [&](RankContext& context) {
+          if (context.rank == 1) std::this_thread::sleep_for(milliseconds(600));
+          // Heap buffers, freed as soon as the rank's function unwinds.
+          auto send = std::make_unique<std::vector<float>>(1000, 1.0f + context.rank);
+          auto recv = std::make_unique<std::vector<float>>(2000);
+          context.communicator.all_gather(context.comm, send->data(), recv->data(), 1000,
+                                          DType::kFloat32);
+          try {
+            context.comm.synchronize();
+          } catch (const Error& failure) {
+            if (context.rank == 1) late_error = failure.what();
+            throw;
+          }
+        },
+        milliseconds(200));
+  });
+  EXPECT_EQ(error.kind(), ErrorKind::kCommTimeout) << error.what();
+  EXPECT_THAT(late_error, HasSubstr("rank 0 failed"));
+  EXPECT_THAT(late_error, HasSubstr("timed out"));
 }
 
 TEST(LocalCommunicator, TimeoutNamesEveryMissingRank) {
