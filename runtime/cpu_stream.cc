@@ -82,7 +82,18 @@ void CpuStream::wait(Event& event) {
     sequence = cpu_event.recorded_;
   }
   if (sequence == 0) return;
-  enqueue([&cpu_event, sequence] { cpu_event.wait_for(sequence); });
+  // Note: the wait runs even when this stream has failed. Skipped tasks are destroyed in queue
+  // order, and destroying one may free a buffer (the engine's stream-ordered frees capture
+  // them); without the wait, that free would overtake the other stream's use of the buffer.
+  push({[this, &cpu_event, sequence] {
+          try {
+            cpu_event.wait_for(sequence);
+          } catch (...) {
+            std::lock_guard lock(mutex_);
+            if (!failure_) throw;  // this stream's own failure, from now on
+          }
+        },
+        true});
 }
 
 void CpuStream::synchronize() {

@@ -18,17 +18,21 @@ namespace zest {
 
 void RankContext::synchronize() const {
   // Note: a stream that waited on an event of a failed stream fails with a peer failure that
-  // only echoes the cause. Every stream is synchronized and a stream's own failure is raised
-  // before such an echo, so an OutOfMemory on comm is not reported as compute's peer failure.
+  // only echoes the cause, so a stream's own failure is raised before such an echo (an
+  // OutOfMemory on comm is not reported as compute's peer failure). Every stream is drained
+  // before anything is raised: the caller frees buffers once this returns or throws, and a
+  // stream still running would use them after the free.
+  std::optional<Error> cause;
   std::optional<Error> echo;
   for (Stream* stream : {&compute, &comm, &prefetch}) {
     try {
       stream->synchronize();
     } catch (const Error& error) {
-      if (error.kind() != ErrorKind::kPeerFailure) throw;
-      if (!echo) echo = error;
+      std::optional<Error>& slot = error.kind() == ErrorKind::kPeerFailure ? echo : cause;
+      if (!slot) slot = error;
     }
   }
+  if (cause) raise(*cause);
   if (echo) raise(*echo);
 }
 

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -266,6 +267,36 @@ TEST(CpuStream, WaitingOnEventOfFailedStreamFailsWithoutHanging) {
   EXPECT_THAT(error.what(), HasSubstr("producer broke"));
   EXPECT_FALSE(consumer_ran);
   EXPECT_THROW(producer.synchronize(), Error);
+}
+
+// Destroying a skipped task may free memory (the engine's stream-ordered frees capture their
+// buffer), so a failed stream still honours its waits: the free comes after the other stream's
+// use, as it would have without the failure.
+TEST(CpuStream, AFailedStreamStillWaitsBeforeDroppingLaterWork) {
+  struct OnDestroy {
+    std::function<void()> call;
+    ~OnDestroy() { call(); }
+  };
+  CpuStream user("user");
+  CpuStream freer("freer");
+  CpuEvent used;
+  std::atomic<bool> use_finished{false};
+  std::atomic<bool> dropped_after_use{false};
+  user.enqueue([&use_finished] {
+    std::this_thread::sleep_for(milliseconds(200));
+    use_finished = true;
+  });
+  user.record(used);
+  freer.enqueue([] { throw std::runtime_error("freer broke"); });
+  freer.wait(used);
+  auto guard = std::make_shared<OnDestroy>();
+  guard->call = [&] { dropped_after_use = use_finished.load(); };
+  freer.enqueue([guard] {});
+  guard.reset();
+  Error error = capture_error([&] { freer.synchronize(); });
+  EXPECT_THAT(error.what(), HasSubstr("freer broke"));
+  EXPECT_TRUE(dropped_after_use.load());
+  user.synchronize();
 }
 
 TEST(CpuStream, RecordOnAFailedStreamStillCompletesTheEvent) {

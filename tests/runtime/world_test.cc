@@ -218,6 +218,37 @@ TEST(World, InputErrorOnOneStreamIsNotReportedAsAPeerFailure) {
   }
 }
 
+TEST(World, SynchronizeDrainsEveryStreamBeforeRaising) {
+  // Compute fails; comm is still busy with a buffer. Once synchronize() throws, the caller frees
+  // its buffers, so comm must have finished by then.
+  World world(options_with_ranks(1));
+  std::atomic<bool> comm_busy{false};
+  std::atomic<bool> busy_when_raised{false};
+  try {
+    world.run([&](RankContext& context) {
+      context.comm.enqueue([&comm_busy] {
+        comm_busy = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        comm_busy = false;
+      });
+      context.compute.enqueue([&comm_busy] {
+        while (!comm_busy) std::this_thread::yield();
+        throw Error(ErrorKind::kData, "bad token");
+      });
+      try {
+        context.synchronize();
+      } catch (const Error&) {
+        busy_when_raised = comm_busy.load();
+        throw;
+      }
+    });
+    FAIL() << "expected an Error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kData) << error.what();
+  }
+  EXPECT_FALSE(busy_when_raised.load());
+}
+
 TEST(World, ExceptionInARankIsRaisedByRunNamingTheRank) {
   World world(options_with_ranks(4));
   try {
