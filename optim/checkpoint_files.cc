@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <fmt/format.h>
 #include <xxhash.h>
 
 #include <cerrno>
@@ -202,8 +203,14 @@ void replace_file_atomically(const std::string& dir, const std::string& name,
   fsync_directory(dir);
 }
 
-std::string read_text_file(const std::string& path) {
+std::string read_text_file(const std::string& path, std::uint64_t max_bytes, const char* what) {
   const ReadOnlyFile file(path);
+  if (file.size() > max_bytes) {
+    throw Error(ErrorKind::kCheckpoint,
+                fmt::format("{}: {} bytes, more than {} can be ({} bytes): not a zest checkpoint "
+                            "file; point at the checkpoint directory zest wrote",
+                            path, file.size(), what, max_bytes));
+  }
   std::string text(static_cast<std::size_t>(file.size()), '\0');
   file.read(0, text.data(), text.size());
   return text;

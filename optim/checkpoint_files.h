@@ -76,8 +76,16 @@ class ReadOnlyFile {
 // <name>, then <dir> fsynced.
 void replace_file_atomically(const std::string& dir, const std::string& name,
                              const std::string& text, std::optional<std::uint64_t>* budget);
-// The whole file as text; kCheckpoint Error naming it when missing or unreadable.
-std::string read_text_file(const std::string& path);
+// The whole file as text; kCheckpoint Error naming it when missing, unreadable, or longer than
+// `max_bytes` (checked before anything is allocated: a file that large is not the small text
+// file a checkpoint keeps, and reading it whole could exhaust memory). `what` names the file's
+// role in that message ("the latest pointer", "a manifest").
+std::string read_text_file(const std::string& path, std::uint64_t max_bytes, const char* what);
+
+// The caps: `latest` holds one directory name; a manifest lists every unit's shards, about
+// 200 bytes a shard, so 64 MiB is some 300 000 shards (a 1000-unit model on 300 ranks).
+inline constexpr std::uint64_t kMaxLatestBytes = 4096;
+inline constexpr std::uint64_t kMaxManifestBytes = 64ull << 20;
 
 void fsync_directory(const std::string& path);
 // Moves the complete directory `from` to `to` (same parent) in one rename. When `to` exists it

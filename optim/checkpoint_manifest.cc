@@ -340,7 +340,7 @@ CheckpointManifest manifest_from_json(const json& value, const std::string& sour
 
 CheckpointManifest read_manifest(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "manifest.json").string();
-  const std::string text = read_text_file(path);
+  const std::string text = read_text_file(path, kMaxManifestBytes, "a manifest");
   if (json_nesting_depth(text) > kMaxJsonDepth) {
     throw Error(ErrorKind::kCheckpoint, fmt::format("{}: nests deeper than {} levels (a manifest "
                                                     "nests about 5): not a zest manifest",

@@ -57,7 +57,7 @@ std::string resolve_checkpoint(const std::string& path) {
   if (fs::exists(fs::path(path) / "manifest.json", error)) return path;
   const fs::path latest = fs::path(path) / "latest";
   if (fs::exists(latest, error)) {
-    std::string name = read_text_file(latest.string());
+    std::string name = read_text_file(latest.string(), kMaxLatestBytes, "the latest pointer");
     while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) {
       name.pop_back();
     }

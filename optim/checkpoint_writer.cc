@@ -111,7 +111,7 @@ class TemporaryDirectory {
 // Whether <root>/latest names `step` (it may, when only the fsync after its rename failed).
 bool names(const std::string& root, const std::string& step) {
   try {
-    return read_text_file(join(root, "latest")) == step + "\n";
+    return read_text_file(join(root, "latest"), kMaxLatestBytes, "the latest pointer") == step + "\n";
   } catch (const Error&) {
     return false;
   }

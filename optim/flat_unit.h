@@ -32,6 +32,11 @@
 
 namespace zest {
 
+// Stages 2-3: the most units whose buckets the host has handed to the comm stream and not yet
+// seen freed, when it allocates the next one (one being reduced while backward writes the next).
+// The engine keeps to it and the memory planner counts with it.
+inline constexpr std::size_t kLiveGradientBuckets = 2;
+
 struct FlatUnit {
   Unit* unit = nullptr;  // owned by the Module
   int index = 0;         // in Module::units()

@@ -1,8 +1,29 @@
 #include "optim/gather_ring.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 
 namespace zest {
+
+std::size_t gather_ring_slots(const GatherRingSizing& sizing) {
+  const std::size_t largest = std::max<std::size_t>(sizing.largest_unit, 1);
+  const std::size_t one_set = 1 + sizing.most_borrowed;  // a unit computing and its borrowed units
+  const std::size_t minimum = std::max(sizing.minimum_slots, 2 * one_set);
+  const std::size_t ahead = (sizing.prefetch_elements + largest - 1) / largest;
+  std::size_t slots =
+      std::max(minimum, std::min(1 + ahead, sizing.unit_count + sizing.most_borrowed));
+  const std::size_t limit = sizing.max_live_elements;
+  if (limit == 0) return slots;
+  if (limit < one_set * largest) {
+    throw Error(ErrorKind::kConfig,
+                "zero_optimization.stage3_max_live_parameters: " + std::to_string(limit) +
+                    " is below what one computation needs: " + std::to_string(one_set) +
+                    " unit(s) of up to " + std::to_string(largest) + " elements (" +
+                    std::to_string(one_set * largest) + "); raise it or set 0 (no limit)");
+  }
+  return std::min(slots, limit / largest);
+}
 
 GatherRing::GatherRing(Device& device, std::size_t slot_elements, DType dtype, std::size_t slots)
     : dtype_(dtype) {

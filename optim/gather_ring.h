@@ -16,6 +16,21 @@
 
 namespace zest {
 
+// How many slots the engine's ring has, from the stage-3 options (optim/engine.h): one set of
+// units computing (a unit and the units it borrows) plus one set being gathered ahead at least;
+// more when stage3_prefetch_bucket_size asks to gather further ahead, never more than there
+// are units; at most stage3_max_live_parameters elements. The engine and the memory planner
+// both size the ring here. Throws a kConfig Error when the limit is below one set.
+struct GatherRingSizing {
+  std::size_t minimum_slots = 2;       // EngineOptions::gather_slots
+  std::size_t prefetch_elements = 0;   // stage3_prefetch_bucket_size
+  std::size_t max_live_elements = 0;   // stage3_max_live_parameters; 0 = no limit
+  std::size_t largest_unit = 0;        // elements of the longest flat unit (each slot's size)
+  std::size_t most_borrowed = 0;       // the most units one unit borrows
+  std::size_t unit_count = 0;
+};
+std::size_t gather_ring_slots(const GatherRingSizing& sizing);
+
 class GatherRing {
  public:
   // `slots` must cover the units one computation holds at once (a unit plus its borrowed units)

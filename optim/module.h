@@ -17,6 +17,7 @@
 
 #include "memory/allocator.h"
 #include "memory/tensor.h"
+#include "optim/unit_memory.h"
 #include "runtime/device.h"
 #include "runtime/stream.h"
 
@@ -113,6 +114,13 @@ class Module {
   virtual ~Module() = default;
   // In forward order. The module owns them; the pointers stay valid for its lifetime.
   virtual std::vector<Unit*> units() = 0;
+  // Per unit, in forward order: what forward and backward allocate for a micro-batch whose
+  // inputs have `input_shape` (optim/peak_plan.h). Empty when the module does not say: the
+  // planner then predicts the model state, gathers and buckets only.
+  virtual std::vector<UnitMemory> unit_memory(const std::vector<std::int64_t>& input_shape) const {
+    (void)input_shape;
+    return {};
+  }
 };
 
 }  // namespace zest

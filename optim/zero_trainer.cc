@@ -193,14 +193,15 @@ void ZeroTrainer::allocate_state() {
     most_borrowed = std::max(most_borrowed, unit.borrowed.size());
   }
   if (stage == 3) {
-    // One set of units computing plus one set being gathered ahead, at least; more when the
-    // prefetch size asks to gather further ahead, but never more than there are units.
-    const std::size_t minimum = std::max(options_.gather_slots, 2 * (1 + most_borrowed));
-    const std::size_t ahead = (options_.stage3_prefetch_bucket_size + largest_unit - 1) / largest_unit;
-    std::size_t slots = std::max(minimum, std::min(1 + ahead, units_.size() + most_borrowed));
-    if (options_.stage3_max_live_parameters > 0) slots = capped_slots(slots, largest_unit, most_borrowed);
+    GatherRingSizing sizing;
+    sizing.minimum_slots = options_.gather_slots;
+    sizing.prefetch_elements = options_.stage3_prefetch_bucket_size;
+    sizing.max_live_elements = options_.stage3_max_live_parameters;
+    sizing.largest_unit = largest_unit;
+    sizing.most_borrowed = most_borrowed;
+    sizing.unit_count = units_.size();
     ring_ = std::make_unique<GatherRing>(context_.device, largest_unit, options_.compute_dtype,
-                                         slots);
+                                         gather_ring_slots(sizing));
   }
   loss_buffer_ = allocator.allocate(sizeof(float), Category::kWorkspace);
 }
@@ -213,22 +214,8 @@ void ZeroTrainer::allocate_model_state() {
     // state needs and what would fit, which is what the user must change.
     throw OutOfMemory(std::string(error.what()) + "; " +
                       model_state_advice(model_state_shape(), options_.stage, context_.world_size,
-                                         context_.allocator().capacity()));
+                                         context_.allocator().capacity(), offloaded()));
   }
-}
-
-std::size_t ZeroTrainer::capped_slots(std::size_t slots, std::size_t largest_unit,
-                                      std::size_t most_borrowed) const {
-  const std::size_t limit = options_.stage3_max_live_parameters;
-  const std::size_t one_set = 1 + most_borrowed;  // a unit computing and the units it borrows
-  if (limit < one_set * largest_unit) {
-    throw Error(ErrorKind::kConfig,
-                "zero_optimization.stage3_max_live_parameters: " + std::to_string(limit) +
-                    " is below what one computation needs: " + std::to_string(one_set) +
-                    " unit(s) of up to " + std::to_string(largest_unit) + " elements (" +
-                    std::to_string(one_set * largest_unit) + "); raise it or set 0 (no limit)");
-  }
-  return std::min(slots, limit / largest_unit);
 }
 
 void ZeroTrainer::initialize_parameters() {
@@ -294,10 +281,10 @@ void ZeroTrainer::release_params(FlatUnit& unit) {
 void* ZeroTrainer::gradient_target(FlatUnit& unit) {
   if (options_.stage < 2) return unit.grads.data();
   if (unit.bucket.empty()) {
-    // Note: at most kLiveBuckets buckets exist at once: one being written by backward and one
-    // being reduced meanwhile. Without the bound, a host that runs ahead of the comm stream would
-    // hold every unit's full gradients at once, which is what stage 2 exists to avoid.
-    while (buckets_in_flight_.size() >= kLiveBuckets) {
+    // Note: at most kLiveGradientBuckets buckets exist at once: one being written by backward
+    // and one being reduced meanwhile. Without the bound, a host that runs ahead of the comm
+    // stream would hold every unit's full gradients at once, which is what stage 2 avoids.
+    while (buckets_in_flight_.size() >= kLiveGradientBuckets) {
       bucket_released_[buckets_in_flight_.front()]->synchronize();
       buckets_in_flight_.pop_front();
     }
@@ -559,7 +546,7 @@ ModelStateShape ZeroTrainer::model_state_shape() const {
   shape.optimizer_states = optimizer_->state_count();
   shape.alignment = options_.shard_alignment;
   for (const FlatUnit& unit : units_) {
-    UnitShapes shapes{unit.layout.unit_name(), {}};
+    UnitShapes shapes{unit.layout.unit_name(), {}, unit.borrowed};
     for (const ParamSlot& slot : unit.layout.params()) shapes.params.push_back({slot.name, slot.shape});
     shape.units.push_back(std::move(shapes));
   }
@@ -567,19 +554,8 @@ ModelStateShape ZeroTrainer::model_state_shape() const {
 }
 
 MemoryPrediction ZeroTrainer::predicted_memory() const {
-  MemoryPrediction prediction =
-      predict_model_state(model_state_shape(), options_.stage, context_.world_size);
-  if (offloaded()) {
-    // The host arena holds the fp32 master shard (in fp32 compute too: the host's copy of the
-    // parameters), the states and the transfer shard; the device no optimizer state.
-    prediction.optimizer = 0;
-    const std::size_t per_element =
-        sizeof(float) * (1 + optimizer_->state_count()) + element_size();
-    for (const FlatUnit& unit : units_) {
-      prediction.offload += unit.layout.shard_length() * per_element;
-    }
-  }
-  return prediction;
+  return predict_model_state(model_state_shape(), options_.stage, context_.world_size,
+                             offloaded());
 }
 
 Engine::Engine(RankContext& context, EngineOptions options)

@@ -70,9 +70,6 @@ class ZeroTrainer final : public Trainer {
   void allocate_state();
   // allocate_state(), with an out-of-memory that says what the model state needs and what fits.
   void allocate_model_state();
-  // The ring size under stage3_max_live_parameters.
-  std::size_t capped_slots(std::size_t slots, std::size_t largest_unit,
-                           std::size_t most_borrowed) const;
   void initialize_parameters();
   std::size_t element_size() const { return dtype_size(options_.compute_dtype); }
   // The unit's full flat parameters in the compute dtype, for compute work enqueued next
@@ -141,7 +138,6 @@ class ZeroTrainer final : public Trainer {
   std::vector<std::unique_ptr<Event>> backward_done_;    // per unit: its gradients are written
   std::vector<std::unique_ptr<Event>> bucket_released_;  // per unit: its bucket is freed
   std::deque<int> buckets_in_flight_;  // units whose bucket the comm stream has yet to free
-  static constexpr std::size_t kLiveBuckets = 2;
   std::unique_ptr<Event> optimizer_done_;
   std::unique_ptr<Event> serialize_;  // overlap_comm false: orders compute and communication
   // Stages 1-2: per unit, the all-gather of its updated parameters; the next forward waits for

@@ -130,6 +130,22 @@ TEST_F(CheckpointBadInput, LatestPointingNowhereSaysWhere) {
               HasSubstr("does not exist"));
 }
 
+// A huge `latest` or manifest.json is refused by its size, before it is read into memory (the
+// manifest here is sparse: 65 MiB long, nothing written).
+TEST_F(CheckpointBadInput, AnOversizedLatestOrManifestIsRefusedBeforeReading) {
+  testing::write_whole_file(root() + "/latest", std::string(5000, 's'));
+  Error error = load_error();
+  EXPECT_EQ(error.kind(), ErrorKind::kCheckpoint);
+  EXPECT_THAT(error.what(), HasSubstr("latest: 5000 bytes, more than the latest pointer can be "
+                                      "(4096 bytes): not a zest checkpoint file"));
+  testing::write_whole_file(root() + "/latest", "step-2\n");
+  fs::resize_file(step_dir() + "/manifest.json", (65ull << 20));
+  error = load_error();
+  EXPECT_EQ(error.kind(), ErrorKind::kCheckpoint);
+  EXPECT_THAT(error.what(), HasSubstr("manifest.json: 68157440 bytes, more than a manifest can be "
+                                      "(67108864 bytes)"));
+}
+
 TEST_F(CheckpointBadInput, AnotherOptimizerIsRefused) {
   TrainSpec spec;
   spec.world = 2;

@@ -1,0 +1,62 @@
+// A rank's device accounting as the engine's host thread sees it, for the memory planner: an
+// allocation is charged when the host makes it; a buffer released on a stream is freed once that
+// stream has run to the release, which the host learns only when it synchronizes on the stream
+// (directly, or on an event of a stream that waited for it). The planner replays the engine's
+// calls against it. Invariant: streams run no further than a synchronization requires — the
+// host far ahead of its streams, as it is when enqueuing is much cheaper than the work.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <limits>
+#include <vector>
+
+#include "memory/category.h"
+
+namespace zest {
+
+class PeakLedger {
+ public:
+  enum class Stream { kCompute, kComm };
+  using Handle = std::size_t;
+  static constexpr Handle kNone = std::numeric_limits<Handle>::max();
+
+  // A zero-byte allocation is kNone, as the allocator's empty Buffer.
+  Handle allocate(std::size_t bytes, Category category);
+  // Freed once `stream` has run the work enqueued so far; kNone is ignored.
+  void release_on(Stream stream, Handle handle);
+  // The position of the work enqueued on `stream` so far (an event recorded now).
+  std::size_t record(Stream stream) const;
+  // `waiter` runs past this point only after `on` has run to `position`.
+  void wait(Stream waiter, Stream on, std::size_t position);
+  // The host waits until `stream` has run to `position` / everything enqueued.
+  void synchronize(Stream stream, std::size_t position);
+  void synchronize(Stream stream);
+
+  std::size_t peak_of(Category category) const;
+  std::size_t total_peak() const { return total_peak_; }
+
+ private:
+  struct Operation {
+    Handle release = kNone;  // a buffer to free, or
+    Stream on = Stream::kCompute;  // (release == kNone) a wait for `on` to reach `position`
+    std::size_t position = 0;
+  };
+  struct Allocation {
+    std::size_t bytes = 0;
+    Category category = Category::kWorkspace;
+  };
+
+  static std::size_t index(Stream stream) { return static_cast<std::size_t>(stream); }
+  void free(Handle handle);
+
+  std::vector<Allocation> allocations_;
+  std::array<std::vector<Operation>, 2> queues_;
+  std::array<std::size_t, 2> done_{};  // operations each stream has run
+  std::array<std::size_t, kCategoryCount> current_{};
+  std::array<std::size_t, kCategoryCount> peak_{};
+  std::size_t total_current_ = 0;
+  std::size_t total_peak_ = 0;
+};
+
+}  // namespace zest
