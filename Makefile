@@ -75,7 +75,8 @@ TSAN_SUITES ?= runtime_cpu_stream_test runtime_local_communicator_test runtime_l
                runtime_checked_communicator_test runtime_world_test optim_engine_parity_test \
                optim_overlap_test optim_mixed_precision_test optim_max_live_parameters_test \
                optim_checkpoint_resume_test optim_checkpoint_reshard_test \
-               kernels_kernel_threads_test tools_zest_train_test tools_zest_train_checkpoint_test
+               optim_fault_injection_test kernels_kernel_threads_test tools_zest_train_test \
+               tools_zest_train_checkpoint_test
 tsan: deps
 	$(call configure,build-tsan,$(SANITIZER_FLAGS) -DZEST_SANITIZE=thread)
 	cmake --build build-tsan -j$(NPROC) --target $(TSAN_SUITES)

@@ -2,7 +2,7 @@
 // The `mpi` communicator, run by ctest under mpirun with 2 and 4 processes: every collective
 // against a serial reference computed by every rank from every rank's (deterministic) inputs, in
 // place and out of place, fp32 and bf16, odd counts; pairing by host order across streams; the
-// agreement check and the timeout naming what failed; World with processes, and its config check.
+// agreement check and the timeout naming what failed. World with processes: mpi_world_mpi_test.
 #include "runtime/mpi_communicator.h"
 
 #include <gmock/gmock.h>
@@ -23,7 +23,6 @@
 #include "base/error.h"
 #include "runtime/cpu_stream.h"
 #include "runtime/mpi_process.h"
-#include "runtime/world.h"
 
 namespace zest {
 namespace {
@@ -540,87 +539,6 @@ TEST_F(MpiCommunicatorTest, AMissingRankIsATimeoutNamingTheCollective) {
                                       std::to_string(world_size())));
   EXPECT_THAT(error.what(), HasSubstr("timed out after 0.5"));
   EXPECT_THAT(error.what(), HasSubstr("world.timeout_s"));
-}
-
-// ---- World with processes --------------------------------------------------------------------
-
-WorldOptions mpi_options() {
-  WorldOptions options;
-  options.backend = "mpi";
-  options.timeout = kTimeout;
-  return options;
-}
-
-TEST_F(MpiCommunicatorTest, WorldRunsThisProcesssRankOverMpi) {
-  const World world(mpi_options());
-  EXPECT_TRUE(world.detected().processes);
-  EXPECT_EQ(world.detected().launcher, "Open MPI");
-  EXPECT_EQ(world.size(), world_size());
-  EXPECT_EQ(world.options().ranks, world_size());
-  EXPECT_EQ(world.is_leader_process(), world_rank() == 0);
-  EXPECT_THAT(world.detected().describe(),
-              HasSubstr(std::to_string(world_size()) + " processes (Open MPI), rank " +
-                        std::to_string(world_rank())));
-  int runs = 0;
-  float total = 0;
-  world.run([&](RankContext& context) {
-    ++runs;
-    EXPECT_EQ(context.rank, world_rank());
-    EXPECT_EQ(context.world_size, world_size());
-    float mine = static_cast<float>(context.rank + 1);
-    context.communicator.all_reduce(context.comm, &mine, &total, 1, DType::kFloat32,
-                                    Reduction::kSum);
-    context.comm.synchronize();  // `mine` goes out of scope
-  });
-  EXPECT_EQ(runs, 1);
-  EXPECT_EQ(total, static_cast<float>(world_size() * (world_size() + 1) / 2));
-}
-
-TEST_F(MpiCommunicatorTest, AutoBackendUnderMpirunIsProcesses) {
-  WorldOptions options = mpi_options();
-  options.backend = "auto";
-  const World world(options);
-  EXPECT_TRUE(world.detected().processes);
-  EXPECT_EQ(world.size(), world_size());
-}
-
-TEST_F(MpiCommunicatorTest, WorldRanksThatDisagreeWithTheLauncherAreAConfigError) {
-  WorldOptions options = mpi_options();
-  options.ranks = world_size() + 1;
-  const Error error = capture_error([&] { World world(options); });
-  EXPECT_EQ(error.kind(), ErrorKind::kConfig);
-  EXPECT_THAT(error.what(), HasSubstr("world.ranks"));
-  EXPECT_THAT(error.what(), HasSubstr("started " + std::to_string(world_size()) + " processes"));
-}
-
-TEST_F(MpiCommunicatorTest, LocalBackendUnderMpirunIsAConfigError) {
-  WorldOptions options;
-  options.backend = "local";
-  options.ranks = 2;
-  const Error error = capture_error([&] { World world(options); });
-  EXPECT_EQ(error.kind(), ErrorKind::kConfig);
-  EXPECT_THAT(error.what(), HasSubstr("\"mpi\""));
-}
-
-TEST_F(MpiCommunicatorTest, TheSameConfigOnEveryProcessPassesTheCheck) {
-  const World world(mpi_options());
-  EXPECT_NO_THROW(world.verify_same_config(R"({"model": {"type": "mlp"}, "steps": 10})"));
-}
-
-TEST_F(MpiCommunicatorTest, AConfigThatDiffersOnSomeRanksIsReportedAtStartOnEveryRank) {
-  // The last rank (and, with four, rank 2 too) resolved another config.
-  const World world(mpi_options());
-  const int last = world_size() - 1;
-  const bool differs = world_rank() == last || (world_size() >= 4 && world_rank() == 2);
-  const std::string config = differs ? R"({"steps": 11})" : R"({"steps": 10})";
-  const Error error = capture_error([&] { world.verify_same_config(config); });
-  EXPECT_EQ(error.kind(), ErrorKind::kConfig);
-  EXPECT_THAT(error.what(), HasSubstr("different configs"));
-  EXPECT_THAT(error.what(), HasSubstr("rank(s) " + std::string(world_size() >= 4 ? "2 (" : "") ));
-  EXPECT_THAT(error.what(), HasSubstr(std::to_string(last) + " ("));
-  if (world_size() >= 3) {
-    EXPECT_THAT(error.what(), ::testing::Not(HasSubstr("rank(s) 1 (")));
-  }
 }
 
 }  // namespace
