@@ -19,35 +19,6 @@ using cpu::AdamCoefficients;
 // at these machines' ~18 GB/s), against tens of microseconds to start and join a thread.
 constexpr std::size_t kMinElementsPerThread = std::size_t{1} << 19;
 
-AdamCoefficients coefficients(const AdamWArgs& args) {
-  const double lr = args.lr;
-  const double wd = args.weight_decay;
-  const double step = static_cast<double>(args.step);
-  const double bias_correction1 = 1.0 - std::pow(static_cast<double>(args.beta1), step);
-  const double bias_correction2 = 1.0 - std::pow(static_cast<double>(args.beta2), step);
-  return {args.grad_scale,
-          static_cast<float>(args.decoupled ? 0.0 : wd),
-          static_cast<float>(args.decoupled ? 1.0 - lr * wd : 1.0),
-          args.beta1,
-          1.0f - args.beta1,
-          args.beta2,
-          1.0f - args.beta2,
-          static_cast<float>(lr / bias_correction1),
-          static_cast<float>(1.0 / std::sqrt(bias_correction2)),
-          args.eps};
-}
-
-void check_args(const AdamWArgs& args, RoundedCopy copy) {
-  if (args.step < 1) {
-    throw Error(ErrorKind::kUsage, "adamw: step must be >= 1, got " + std::to_string(args.step));
-  }
-  if (copy.data != nullptr && copy.dtype != DType::kBFloat16 && copy.dtype != DType::kFloat16) {
-    throw Error(ErrorKind::kUsage,
-                std::string("adamw: the rounded copy must be bf16 or fp16, not ") +
-                    dtype_name(copy.dtype));
-  }
-}
-
 cpu::AdamWBodyFunction body_function(CpuBody body) {
   if (!cpu_body_supported(body)) {
     throw Error(ErrorKind::kUsage,
@@ -98,6 +69,35 @@ void update_and_round(float* params, const float* grads, float* exp_avg, float* 
 
 namespace cpu {
 
+AdamCoefficients adam_coefficients(const AdamWArgs& args) {
+  const double lr = args.lr;
+  const double wd = args.weight_decay;
+  const double step = static_cast<double>(args.step);
+  const double bias_correction1 = 1.0 - std::pow(static_cast<double>(args.beta1), step);
+  const double bias_correction2 = 1.0 - std::pow(static_cast<double>(args.beta2), step);
+  return {args.grad_scale,
+          static_cast<float>(args.decoupled ? 0.0 : wd),
+          static_cast<float>(args.decoupled ? 1.0 - lr * wd : 1.0),
+          args.beta1,
+          1.0f - args.beta1,
+          args.beta2,
+          1.0f - args.beta2,
+          static_cast<float>(lr / bias_correction1),
+          static_cast<float>(1.0 / std::sqrt(bias_correction2)),
+          args.eps};
+}
+
+void check_adamw_args(const AdamWArgs& args, RoundedCopy copy) {
+  if (args.step < 1) {
+    throw Error(ErrorKind::kUsage, "adamw: step must be >= 1, got " + std::to_string(args.step));
+  }
+  if (copy.data != nullptr && copy.dtype != DType::kBFloat16 && copy.dtype != DType::kFloat16) {
+    throw Error(ErrorKind::kUsage,
+                std::string("adamw: the rounded copy must be bf16 or fp16, not ") +
+                    dtype_name(copy.dtype));
+  }
+}
+
 void adamw_portable(float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
                     std::size_t count, const AdamCoefficients& c, std::uint16_t* rounded,
                     DType rounded_dtype) {
@@ -114,9 +114,9 @@ void adamw_portable(float* params, const float* grads, float* exp_avg, float* ex
 
 void adamw(CpuBody body, float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
            std::size_t count, const AdamWArgs& args, RoundedCopy copy) {
-  check_args(args, copy);
+  check_adamw_args(args, copy);
   const AdamWBodyFunction run = body_function(body);
-  const AdamCoefficients c = coefficients(args);
+  const AdamCoefficients c = adam_coefficients(args);
   auto* rounded = static_cast<std::uint16_t*>(copy.data);
   parallel_blocks(count, kMinElementsPerThread, [&](std::size_t i, std::size_t n) {
     run(params + i, grads + i, exp_avg + i, exp_avg_sq + i, n, c,
@@ -133,7 +133,7 @@ void adamw(float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
 
 void adamw(Stream& stream, float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
            std::size_t count, const AdamWArgs& args, RoundedCopy copy) {
-  check_args(args, copy);
+  cpu::check_adamw_args(args, copy);
   const CpuBody body = selected_cpu_body();
   if (count == 0) return;
   dispatch_kernel(stream, "adamw", [=] {

@@ -1,7 +1,8 @@
-// CUDA bodies of the fp32 <-> bf16 casts: the mixed-precision step casts the updated fp32 master
-// shard to the compute dtype with these. Rounding is bit-identical to BFloat16::round_to_bits in
-// base/dtype.h (round to nearest even, NaN stays a quiet NaN with its sign), so a CPU run and a
-// GPU run of the same step produce the same bf16 parameters.
+// CUDA bodies of the fp32 <-> bf16 and fp32 <-> fp16 casts: the mixed-precision step casts the
+// updated fp32 master shard to the compute dtype with these (where the optimizer does not write
+// the rounded copy itself). Rounding is bit-identical to BFloat16::round_to_bits and
+// Float16::round_to_bits in base/dtype.h (round to nearest even, NaN stays a quiet NaN with its
+// sign), so a CPU run and a GPU run of the same step produce the same 2-byte parameters.
 // CUDA-side only: include this from .cu files and *_cuda.cc sources, never from CPU-only code.
 #pragma once
 
@@ -23,5 +24,9 @@ void cast_float_to_bfloat16(const float* in, std::uint16_t* out, std::size_t cou
                             cudaStream_t stream);
 void cast_bfloat16_to_float(const std::uint16_t* in, float* out, std::size_t count,
                             cudaStream_t stream);
+void cast_float_to_float16(const float* in, std::uint16_t* out, std::size_t count,
+                           cudaStream_t stream);
+void cast_float16_to_float(const std::uint16_t* in, float* out, std::size_t count,
+                           cudaStream_t stream);
 
 }  // namespace zest::cuda

@@ -65,7 +65,16 @@ Buffer Allocator::allocate(std::size_t bytes, Category category) {
     usage_.current[index] += bytes;
     usage_.total_current += bytes;
   }
-  void* data = raw_allocate(round_up_to_alignment(bytes));
+  void* data = nullptr;
+  try {
+    data = raw_allocate(round_up_to_alignment(bytes));
+  } catch (...) {
+    // A device may fail otherwise than by having no memory (a CUDA error): the charge goes back.
+    std::lock_guard lock(mutex_);
+    usage_.current[index] -= bytes;
+    usage_.total_current -= bytes;
+    throw;
+  }
   std::lock_guard lock(mutex_);
   if (!data) {
     usage_.current[index] -= bytes;

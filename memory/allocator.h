@@ -85,7 +85,8 @@ class Allocator {
   void fail_next_allocation(Category category);
 
  protected:
-  // Returns null when the device has no memory left. `bytes` is a multiple of the alignment.
+  // Returns null when the device has no memory left; may throw for other failures (the charge
+  // is then undone). `bytes` is a multiple of the alignment. raw_free must not throw.
   virtual void* raw_allocate(std::size_t bytes) = 0;
   virtual void raw_free(void* data, std::size_t bytes) = 0;
 

@@ -78,6 +78,15 @@ class GptEmbedding final : public Unit {
   const GptConfig config_;
 };
 
+// The head keeps ln_f(x) [N, C], its mean and rstd [N] each and the logits [N, V]; backward's
+// scratch is d(ln_f out) [N, C].
+std::size_t head_saved_elements(std::int64_t N, std::int64_t C, std::int64_t V) {
+  return static_cast<std::size_t>(N * C + 2 * N + N * V);
+}
+std::size_t head_workspace_elements(std::int64_t N, std::int64_t C) {
+  return static_cast<std::size_t>(N * C);
+}
+
 // ln_f, then logits = ln_f(x) · wteᵀ with wte borrowed from the embedding, then the mean
 // cross-entropy against the targets.
 class GptHead final : public Unit {
@@ -109,8 +118,7 @@ class GptHead final : public Unit {
 
     // A forward whose backward never ran (evaluation, a failed step) may leave a buffer behind.
     if (!saved_.empty()) context.release(std::move(saved_));
-    saved_ = context.allocate(static_cast<std::size_t>(N * C + 2 * N + N * V) * sizeof(float),
-                              Category::kActivations);
+    saved_ = context.allocate(head_saved_elements(N, C, V) * sizeof(float), Category::kActivations);
     saved_batch_ = B;
     saved_seq_ = T;
     float* ln = saved_.as<float>();
@@ -136,7 +144,7 @@ class GptHead final : public Unit {
     float* ln = saved_.as<float>();
     float* logits = ln + N * C + 2 * N;
     const float* wte = context.borrowed_param(0, 0).as<const float>();
-    Buffer workspace = context.allocate(static_cast<std::size_t>(N * C) * sizeof(float),
+    Buffer workspace = context.allocate(head_workspace_elements(N, C) * sizeof(float),
                                         Category::kWorkspace);
     float* dln = workspace.as<float>();
     float* dx = context.make_grad_input({B, T, C}, DType::kFloat32).as<float>();
@@ -217,6 +225,27 @@ std::vector<Unit*> Gpt::units() {
   std::vector<Unit*> units;
   for (const auto& unit : units_) units.push_back(unit.get());
   return units;
+}
+
+std::vector<UnitMemory> Gpt::unit_memory(const std::vector<std::int64_t>& input_shape) const {
+  const std::int64_t B = input_shape.size() == 2 ? input_shape[0] : 0;
+  const std::int64_t T = input_shape.size() == 2 ? input_shape[1] : 0;
+  const std::int64_t N = B * T;
+  const std::int64_t C = config_.n_embd;
+  const std::size_t stream_bytes = Tensor{nullptr, {B, T, C}, DType::kFloat32}.bytes();
+  std::vector<UnitMemory> memory;
+  UnitMemory embedding;  // only its output; the first unit makes no input gradient
+  embedding.output = stream_bytes;
+  memory.push_back(embedding);
+  for (int layer = 0; layer < config_.n_layer; ++layer) {
+    memory.push_back(GptBlock::memory(config_, B, T));
+  }
+  UnitMemory head;  // the last unit writes the loss, no output
+  head.saved = head_saved_elements(N, C, config_.vocab_size) * sizeof(float);
+  head.grad_input = stream_bytes;
+  head.backward_workspace = head_workspace_elements(N, C) * sizeof(float);
+  memory.push_back(head);
+  return memory;
 }
 
 std::int64_t Gpt::parameter_count() const {

@@ -33,6 +33,8 @@ class Gpt final : public Module {
   ~Gpt() override;
 
   std::vector<Unit*> units() override;
+  // input_shape: tokens [B, T].
+  std::vector<UnitMemory> unit_memory(const std::vector<std::int64_t>& input_shape) const override;
   const GptConfig& config() const { return config_; }
   // Every parameter once (the tied LM head adds none): 124439808 for GPT-2 small.
   std::int64_t parameter_count() const;

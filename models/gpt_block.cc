@@ -37,6 +37,19 @@ struct Saved {
   }
 };
 
+// Scratch of one forward: qkv [N, 3C], then attention's own.
+std::size_t forward_workspace_elements(const AttentionShape& a) {
+  const std::size_t nc = static_cast<std::size_t>(a.batch * a.seq * a.channels());
+  return 3 * nc + a.forward_scratch_elements();
+}
+
+// Scratch of one backward: dx1 [N, C], dh [N, 4C], dln, dy [N, C] each, dqkv [N, 3C], then
+// attention's own.
+std::size_t backward_workspace_elements(const AttentionShape& a) {
+  const std::size_t nc = static_cast<std::size_t>(a.batch * a.seq * a.channels());
+  return 10 * nc + a.backward_scratch_elements();
+}
+
 std::string describe_tensor(const Tensor& tensor) {
   return std::string(dtype_name(tensor.dtype)) + " " + shape_to_string(tensor.shape);
 }
@@ -45,6 +58,18 @@ std::string describe_tensor(const Tensor& tensor) {
 
 GptBlock::GptBlock(int index, const GptConfig& config)
     : name_("block" + std::to_string(index)), config_(config) {}
+
+UnitMemory GptBlock::memory(const GptConfig& config, std::int64_t batch, std::int64_t seq) {
+  const AttentionShape shape{batch, seq, config.n_head, config.n_embd / config.n_head};
+  const std::size_t stream_bytes = Tensor{nullptr, {batch, seq, config.n_embd}, DType::kFloat32}.bytes();
+  UnitMemory memory;
+  memory.saved = Saved(shape).total * sizeof(float);
+  memory.forward_workspace = forward_workspace_elements(shape) * sizeof(float);
+  memory.output = stream_bytes;
+  memory.grad_input = stream_bytes;
+  memory.backward_workspace = backward_workspace_elements(shape) * sizeof(float);
+  return memory;
+}
 
 std::vector<ParamSpec> GptBlock::parameters() const {
   const std::int64_t C = config_.n_embd;
@@ -95,9 +120,8 @@ void GptBlock::forward(UnitContext& context) {
   saved_seq_ = T;
   float* s = saved_.as<float>();
   const std::size_t nc_bytes = static_cast<std::size_t>(N * C) * sizeof(float);
-  Buffer workspace = context.allocate(
-      (static_cast<std::size_t>(3 * N * C) + shape.forward_scratch_elements()) * sizeof(float),
-      Category::kWorkspace);
+  Buffer workspace = context.allocate(forward_workspace_elements(shape) * sizeof(float),
+                                     Category::kWorkspace);
   float* qkv = workspace.as<float>();
   float* scratch = qkv + 3 * N * C;
   const float* x = input.as<const float>();
@@ -151,8 +175,8 @@ void GptBlock::backward(UnitContext& context) {
   const float* dout = grad_output.as<const float>();
   const std::size_t nc = static_cast<std::size_t>(N * C);
 
-  Buffer workspace = context.allocate(
-      (10 * nc + shape.backward_scratch_elements()) * sizeof(float), Category::kWorkspace);
+  Buffer workspace = context.allocate(backward_workspace_elements(shape) * sizeof(float),
+                                     Category::kWorkspace);
   float* dx1 = workspace.as<float>();  // [N, C]: d(loss)/d(x1), the residual stream after attn
   float* dh = dx1 + nc;                // [N, 4C]
   float* dln = dh + 4 * nc;            // [N, C]: d(ln_2 out), then d(ln_1 out)

@@ -23,6 +23,8 @@ class GptBlock final : public Unit {
   std::vector<ParamSpec> parameters() const override;
   void forward(UnitContext& context) override;
   void backward(UnitContext& context) override;
+  // What one block's forward and backward allocate for tokens [batch, seq].
+  static UnitMemory memory(const GptConfig& config, std::int64_t batch, std::int64_t seq);
 
  private:
   const std::string name_;

@@ -31,6 +31,8 @@ class LinearLayer final : public Unit {
   std::vector<ParamSpec> parameters() const override;
   void forward(UnitContext& context) override;
   void backward(UnitContext& context) override;
+  // What forward and backward allocate for `rows` rows; forward allocates by it.
+  UnitMemory memory(std::int64_t rows) const;
 
  private:
   std::int64_t checked_rows(const Tensor& input) const;
@@ -55,6 +57,14 @@ std::vector<ParamSpec> LinearLayer::parameters() const {
   const float bound = 1.0f / std::sqrt(static_cast<float>(in_));
   const Initializer init = Initializer::uniform(-bound, bound);
   return {{"weight", {out_, in_}, init, true}, {"bias", {out_}, init, false}};
+}
+
+UnitMemory LinearLayer::memory(std::int64_t rows) const {
+  UnitMemory memory;
+  memory.saved = static_cast<std::size_t>(rows * out_) * sizeof(float);  // z, then dz
+  memory.output = last_ ? 0 : Tensor{nullptr, {rows, out_}, DType::kFloat32}.bytes();
+  memory.grad_input = makes_grad_input_ ? Tensor{nullptr, {rows, in_}, DType::kFloat32}.bytes() : 0;
+  return memory;
 }
 
 std::int64_t LinearLayer::checked_rows(const Tensor& input) const {
@@ -97,7 +107,7 @@ void LinearLayer::forward(UnitContext& context) {
   // Note: everything is allocated before any work is enqueued, so an out-of-memory leaves no
   // work on the stream that writes into a buffer the unwinding frees.
   const std::size_t elements = static_cast<std::size_t>(rows * out_);
-  Buffer z_buffer = context.allocate(elements * sizeof(float), Category::kActivations);
+  Buffer z_buffer = context.allocate(memory(rows).saved, Category::kActivations);
   float* y = last_ ? nullptr : context.make_output({rows, out_}, DType::kFloat32).as<float>();
   saved_ = std::move(z_buffer);
   saved_rows_ = rows;
@@ -186,6 +196,13 @@ std::vector<Unit*> Mlp::units() {
   std::vector<Unit*> units;
   for (const auto& layer : layers_) units.push_back(layer.get());
   return units;
+}
+
+std::vector<UnitMemory> Mlp::unit_memory(const std::vector<std::int64_t>& input_shape) const {
+  const std::int64_t rows = input_shape.empty() ? 0 : input_shape.front();
+  std::vector<UnitMemory> memory;
+  for (const auto& layer : layers_) memory.push_back(static_cast<const LinearLayer&>(*layer).memory(rows));
+  return memory;
 }
 
 std::int64_t Mlp::parameter_count() const {

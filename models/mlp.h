@@ -30,6 +30,8 @@ class Mlp final : public Module {
   ~Mlp() override;
 
   std::vector<Unit*> units() override;
+  // input_shape: [rows, sizes[0]].
+  std::vector<UnitMemory> unit_memory(const std::vector<std::int64_t>& input_shape) const override;
   const MlpConfig& config() const { return config_; }
   std::int64_t parameter_count() const;
   // "Mlp 784-256-10: 2 layers, 203530 parameters"

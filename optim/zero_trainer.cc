@@ -92,7 +92,7 @@ class ZeroTrainer::Context final : public UnitContext {
 
 ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Module& module,
                          std::unique_ptr<Optimizer> optimizer)
-    : context_(context), options_(options), optimizer_(std::move(optimizer)),
+    : context_(context), module_(module), options_(options), optimizer_(std::move(optimizer)),
       scaler_(options.loss_scale) {
   if (options_.stage < 0 || options_.stage > 3) {
     throw Error(ErrorKind::kConfig, "zero_optimization.stage: must be 0, 1, 2 or 3, got " +
@@ -373,10 +373,14 @@ float ZeroTrainer::forward_backward(const Batch& batch) {
   if (micro_batches_ == 0) inject_step_fault();
   ++micro_batches_;
   const bool last_micro_batch = micro_batches_ == options_.gradient_accumulation_steps;
-  run_forward(batch);
-  // Stages 0-1 keep full gradients and reduce them once per step; stages 2-3 must reduce every
-  // micro-batch, since only the shard is kept between them.
-  run_backward(batch, options_.stage >= 2 || last_micro_batch);
+  try {
+    run_forward(batch);
+    // Stages 0-1 keep full gradients and reduce them once per step; stages 2-3 must reduce
+    // every micro-batch, since only the shard is kept between them.
+    run_backward(batch, options_.stage >= 2 || last_micro_batch);
+  } catch (const OutOfMemory& error) {
+    throw OutOfMemory(std::string(error.what()) + "; " + training_memory_advice(batch));
+  }
   // Note: reading the loss needs the compute stream to finish this micro-batch; the comm stream
   // goes on reducing gradients meanwhile.
   context_.compute.synchronize();

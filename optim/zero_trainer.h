@@ -67,6 +67,9 @@ class ZeroTrainer final : public Trainer {
     std::vector<Buffer> scratch;  // fp32 copies, freed in stream order after the call
   };
 
+  // For an out-of-memory in a micro-batch: the planner's estimate at this micro-batch and the
+  // smallest change that fits (zero_trainer_memory.cc).
+  std::string training_memory_advice(const Batch& batch) const;
   void allocate_state();
   // allocate_state(), with an out-of-memory that says what the model state needs and what fits.
   void allocate_model_state();
@@ -127,6 +130,7 @@ class ZeroTrainer final : public Trainer {
   void offload_state_loaded();
 
   RankContext& context_;
+  const Module& module_;  // outlives the trainer (Engine::shard's contract)
   EngineOptions options_;
   std::unique_ptr<Optimizer> optimizer_;
   LossScaler scaler_;

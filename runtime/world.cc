@@ -9,6 +9,9 @@
 #include "base/error.h"
 #include "runtime/checked_communicator.h"
 #include "runtime/cpu_device.h"
+#if ZEST_HAVE_CUDA
+#include "runtime/cuda_device.h"
+#endif
 #include "runtime/local_communicator.h"
 #if ZEST_HAVE_MPI
 #include "runtime/process_world.h"
@@ -53,6 +56,20 @@ std::chrono::milliseconds collective_delay(const WorldOptions& options) {
   return std::chrono::milliseconds(text ? std::atol(text) : 0);
 }
 
+// Why world.device "cuda" is refused, most basic reason first: a build without CUDA, no GPU
+// visible, or (until the engine runs on it) a CUDA device that the engine does not use yet.
+std::string cuda_refusal(const std::string& backend) {
+#if ZEST_HAVE_CUDA
+  cuda::select_device(0);  // a kConfig Error saying what CUDA reported when no GPU is visible
+  return "world.device: \"cuda\": the CUDA device and its kernels are built, but the engine and "
+         "the " + backend + " backend do not run on it yet (allowed: cpu)";
+#else
+  (void)backend;
+  return "world.device: \"cuda\" needs zest built with CUDA (configure with -DZEST_CUDA=ON "
+         "where nvcc is installed); this build has the cpu device only (allowed: cpu)";
+#endif
+}
+
 }  // namespace
 
 World::World(WorldOptions options) : options_(std::move(options)) {
@@ -70,9 +87,7 @@ World::World(WorldOptions options) : options_(std::move(options)) {
                                         kBackends + ")");
   }
   if (options_.device != DeviceKind::kCpu) {
-    throw Error(ErrorKind::kConfig,
-                "world.device: the " + options_.backend +
-                    " backend runs on the cpu device (allowed: cpu)");
+    throw Error(ErrorKind::kConfig, cuda_refusal(options_.backend));
   }
   if (options_.timeout.count() <= 0) {
     throw Error(ErrorKind::kConfig, "world.timeout_s: must be > 0");

@@ -1,6 +1,7 @@
 // ctest-labels: gpu
-// The CUDA casts against the CPU reference BFloat16::round_to_bits, bit for bit: every bf16
-// pattern, and every upper half with the lower halves where round-to-nearest-even decides.
+// The CUDA casts against the CPU references BFloat16::round_to_bits and Float16::round_to_bits,
+// bit for bit: every 2-byte pattern back to fp32, and every upper half with the lower halves
+// where round-to-nearest-even decides.
 #include "kernels/cast_cuda.h"
 
 #include <gtest/gtest.h>
@@ -10,14 +11,10 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "tests/support/cuda_test_support.h"
 
 namespace zest {
 namespace {
-
-bool have_device() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
 
 template <typename T>
 struct DeviceBuffer {
@@ -29,7 +26,7 @@ struct DeviceBuffer {
 };
 
 TEST(CastCuda, FloatToBFloat16MatchesCpuRoundingBitForBit) {
-  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  ZEST_SKIP_WITHOUT_CUDA();
   // The lower halves that matter to rounding (ties, just below and above), plus some others.
   // Note: 20 lower halves x 65536 upper halves exceeds the kernel's capped grid, so the
   // grid-stride loop is exercised too.
@@ -62,7 +59,7 @@ TEST(CastCuda, FloatToBFloat16MatchesCpuRoundingBitForBit) {
 }
 
 TEST(CastCuda, BFloat16ToFloatIsExactForEveryPattern) {
-  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  ZEST_SKIP_WITHOUT_CUDA();
   const std::size_t n = 0x10000;
   std::vector<std::uint16_t> host_in(n);
   for (std::size_t i = 0; i < n; ++i) host_in[i] = static_cast<std::uint16_t>(i);
@@ -84,10 +81,63 @@ TEST(CastCuda, BFloat16ToFloatIsExactForEveryPattern) {
   }
 }
 
+TEST(CastCuda, FloatToFloat16MatchesCpuRoundingBitForBit) {
+  ZEST_SKIP_WITHOUT_CUDA();
+  // fp16 keeps 10 of fp32's 23 mantissa bits: the lower 13 decide rounding, and subnormal
+  // results shift more. Every upper half with lower halves around those points.
+  const std::uint32_t lows[] = {0x0000, 0x0001, 0x0fff, 0x1000, 0x1001, 0x1fff, 0x2000,
+                                0x3000, 0x7fff, 0x8000, 0xffff, 0x5555};
+  std::vector<float> host_in;
+  for (std::uint32_t high = 0; high < 0x10000; ++high) {
+    for (std::uint32_t low : lows) host_in.push_back(std::bit_cast<float>((high << 16) | low));
+  }
+  const std::size_t n = host_in.size();
+  DeviceBuffer<float> in(n);
+  DeviceBuffer<std::uint16_t> out(n);
+  ASSERT_EQ(cudaMemcpy(in.data, host_in.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  cuda::cast_float_to_float16(in.data, out.data, n, nullptr);
+  std::vector<std::uint16_t> host_out(n);
+  ASSERT_EQ(cudaMemcpy(host_out.data(), out.data, n * sizeof(std::uint16_t),
+                       cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  std::size_t mismatches = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint16_t expected = Float16::round_to_bits(host_in[i]);
+    if (host_out[i] != expected && ++mismatches <= 10) {
+      ADD_FAILURE() << "input bits 0x" << std::hex << std::bit_cast<std::uint32_t>(host_in[i])
+                    << ": got 0x" << host_out[i] << ", expected 0x" << expected;
+    }
+  }
+  EXPECT_EQ(mismatches, 0u);
+}
+
+TEST(CastCuda, Float16ToFloatIsExactForEveryPattern) {
+  ZEST_SKIP_WITHOUT_CUDA();
+  const std::size_t n = 0x10000;
+  std::vector<std::uint16_t> host_in(n);
+  for (std::size_t i = 0; i < n; ++i) host_in[i] = static_cast<std::uint16_t>(i);
+  DeviceBuffer<std::uint16_t> in(n);
+  DeviceBuffer<float> out(n);
+  ASSERT_EQ(cudaMemcpy(in.data, host_in.data(), n * sizeof(std::uint16_t),
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+  cuda::cast_float16_to_float(in.data, out.data, n, nullptr);
+  std::vector<float> host_out(n);
+  ASSERT_EQ(cudaMemcpy(host_out.data(), out.data, n * sizeof(float), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(host_out[i]),
+              std::bit_cast<std::uint32_t>(Float16::to_float(host_in[i])))
+        << "fp16 bits 0x" << std::hex << host_in[i];
+  }
+}
+
 TEST(CastCuda, ZeroCountLaunchesNothing) {
-  if (!have_device()) GTEST_SKIP() << "no CUDA device";
   EXPECT_NO_THROW(cuda::cast_float_to_bfloat16(nullptr, nullptr, 0, nullptr));
   EXPECT_NO_THROW(cuda::cast_bfloat16_to_float(nullptr, nullptr, 0, nullptr));
+  EXPECT_NO_THROW(cuda::cast_float_to_float16(nullptr, nullptr, 0, nullptr));
+  EXPECT_NO_THROW(cuda::cast_float16_to_float(nullptr, nullptr, 0, nullptr));
 }
 
 }  // namespace

@@ -2,12 +2,15 @@
 // out-of-memory advice that names what the model state needs and the smallest change that fits.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 #include "models/gpt.h"
 #include "optim/engine.h"
 #include "optim/memory_plan.h"
+#include "optim/peak_plan.h"
 #include "runtime/world.h"
 
 namespace zest {
@@ -21,7 +24,7 @@ ModelStateShape gpt_shape(DType dtype) {
   shape.compute_dtype = dtype;
   Gpt model(kConfig);
   for (Unit* unit : model.units()) {
-    UnitShapes shapes{unit->name(), {}};
+    UnitShapes shapes{unit->name(), {}, unit->borrowed_units()};
     for (const ParamSpec& spec : unit->parameters()) shapes.params.push_back({spec.name, spec.shape});
     shape.units.push_back(std::move(shapes));
   }
@@ -93,6 +96,56 @@ TEST(MemoryPlan, WhenNoStageFitsItNamesTheRanksThatWould) {
                         "needs " + format_bytes(stage3_on_8)),
             std::string::npos)
       << advice;
+}
+
+TEST(MemoryPlan, WhenNoStageFitsItNamesOffloadBeforeMoreRanks) {
+  const ModelStateShape shape = gpt_shape(DType::kFloat32);
+  const MemoryPrediction offloaded = predict_model_state(shape, 3, 2, true);
+  ASSERT_LT(offloaded.total(), predict_model_state(shape, 3, 2).total());
+  const std::size_t capacity = offloaded.total() * 4 / 3 + 4096;
+  ASSERT_GT(predict_model_state(shape, 3, 2).total(), capacity / 4 * 3);
+  const std::string advice = model_state_advice(shape, 1, 2, capacity);
+  EXPECT_NE(advice.find("with zero_optimization.offload_optimizer.device \"cpu\" at stage "),
+            std::string::npos)
+      << advice;
+}
+
+// Activations that overflow while training: the message names the planner's estimate and the
+// micro-batch that fits, since the model state fits and a higher stage would not help enough.
+TEST(MemoryPlan, TrainingOutOfMemoryNamesTheEstimateAndAMicroBatchThatFits) {
+  const GptConfig config{2, 2, 64, 256, 32};
+  auto peak_at = [&](std::int64_t sequences) {
+    Gpt model(config);
+    return predict_peak(plan_input(model, {sequences, config.seq_len}, EngineOptions{}, 2, 1));
+  };
+  const std::size_t capacity = peak_at(2).device_total + 1024;
+  ASSERT_GT(peak_at(4).device_total, capacity);
+  WorldOptions world_options;
+  world_options.device_memory = capacity;
+  std::string message;
+  try {
+    World(world_options).run([&](RankContext& context) {
+      Gpt model(config);
+      Engine engine(context, EngineOptions{});
+      auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
+      std::vector<std::int32_t> tokens(8 * config.seq_len, 1);
+      Batch batch{Tensor{tokens.data(), {8, config.seq_len}, DType::kInt32},
+                  Tensor{tokens.data(), {8, config.seq_len}, DType::kInt32}};
+      trainer->forward_backward(batch);
+    });
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kOutOfMemory);
+    message = error.what();
+  }
+  EXPECT_NE(message.find("the planner estimates " + format_bytes(peak_at(8).device_total) +
+                         " per rank"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("with train_micro_batch_size_per_gpu 2 (gradient_accumulation_steps "
+                         "keeps the global batch) it needs " +
+                         format_bytes(peak_at(2).device_total)),
+            std::string::npos)
+      << message;
 }
 
 }  // namespace

@@ -305,7 +305,9 @@ TEST(World, UnavailableBackendIsAConfigError) {
 TEST(World, CudaDeviceWithLocalBackendIsAConfigError) {
   WorldOptions options = options_with_ranks(2);
   options.device = DeviceKind::kCuda;
-  EXPECT_EQ(construction_error(options).kind(), ErrorKind::kConfig);
+  const Error error = construction_error(options);
+  EXPECT_EQ(error.kind(), ErrorKind::kConfig);
+  EXPECT_THAT(error.what(), HasSubstr("world.device: \"cuda\""));
 }
 
 TEST(World, NonPositiveTimeoutIsAConfigError) {

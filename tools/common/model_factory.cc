@@ -12,6 +12,11 @@ std::unique_ptr<Module> make_model(const ModelConfig& config) {
   throw Error(ErrorKind::kConfig, "model.type: must be mlp or gpt, got \"" + config.type + "\"");
 }
 
+std::vector<std::int64_t> micro_batch_shape(const TrainConfig& config, std::int64_t micro_batch) {
+  if (config.model.type == "gpt") return {micro_batch, config.model.gpt.seq_len};
+  return {micro_batch, config.model.mlp.sizes.empty() ? 0 : config.model.mlp.sizes.front()};
+}
+
 std::size_t count_parameters(Module& module) {
   std::size_t count = 0;
   for (Unit* unit : module.units()) {

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "optim/module.h"
 #include "tools/common/train_config.h"
@@ -11,6 +13,10 @@
 namespace zest {
 
 std::unique_ptr<Module> make_model(const ModelConfig& config);
+
+// The shape of one rank's micro-batch inputs for the model of `config`: [micro, sizes[0]]
+// features for the MLP, [micro, seq_len] tokens for the GPT (Module::unit_memory's argument).
+std::vector<std::int64_t> micro_batch_shape(const TrainConfig& config, std::int64_t micro_batch);
 
 // The number of parameter elements `module` declares (unpadded), for reports.
 std::size_t count_parameters(Module& module);

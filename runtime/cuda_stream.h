@@ -1,0 +1,80 @@
+// The CUDA device's stream and event: a cudaStream_t (blocking, so that it orders with the
+// allocator's frees on the legacy default stream) and a cudaEvent_t made with timing disabled.
+// Host closures run in stream order as CUDA host functions (cudaLaunchHostFunc); as on the CPU
+// device, an exception inside one makes the stream fail: its later closures are skipped, and
+// synchronize() and the streams and events that wait on it re-raise the failure. Invariant: a
+// closure must not call CUDA (CUDA forbids it in host functions: it may deadlock); Buffers it
+// frees are returned to the pool later, from a host thread (memory/cuda_pool_allocator.h).
+// Kernels launched on a failed stream still run: CUDA cannot skip them.
+// CUDA-side only: include it from .cu files and *_cuda.cc sources.
+#pragma once
+
+#ifndef ZEST_HAVE_CUDA
+#error "runtime/cuda_stream.h is CUDA-side only; include it where ZEST_HAVE_CUDA is defined"
+#endif
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "runtime/stream.h"
+
+namespace zest::cuda {
+
+namespace detail {
+struct StreamState;  // a stream's failure and the events it waited on; shared with its events
+}  // namespace detail
+
+class CudaEvent final : public Event {
+ public:
+  // Makes the event on the calling thread's current device.
+  CudaEvent();
+  ~CudaEvent() override;
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  void synchronize() override;
+  cudaEvent_t handle() const { return event_; }
+
+ private:
+  friend class CudaStream;
+
+  cudaEvent_t event_ = nullptr;
+  std::mutex mutex_;
+  std::shared_ptr<detail::StreamState> source_;  // the stream of the last record(); null: never
+  std::uint64_t mark_ = 0;                       // closures enqueued there before that record()
+};
+
+class CudaStream final : public Stream {
+ public:
+  // A new stream on CUDA device `device` (made the calling thread's current device).
+  CudaStream(std::string name, int device);
+  ~CudaStream() override;  // waits for the stream's work, then destroys it; never throws
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+
+  const std::string& name() const override { return name_; }
+  DeviceKind device_kind() const override { return DeviceKind::kCuda; }
+  void enqueue(std::function<void()> work) override;
+  void record(Event& event) override;
+  void wait(Event& event) override;
+  void synchronize() override;
+
+  cudaStream_t handle() const { return stream_; }
+  int device() const { return device_; }
+
+ private:
+  const std::string name_;
+  const int device_;
+  cudaStream_t stream_ = nullptr;
+  std::shared_ptr<detail::StreamState> state_;
+};
+
+// The cudaStream_t of a CudaStream, for launching kernels on it; a kUsage Error naming `kernel`
+// for a stream of another device.
+cudaStream_t stream_handle(Stream& stream, const char* kernel);
+
+}  // namespace zest::cuda

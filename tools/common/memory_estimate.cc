@@ -1,0 +1,156 @@
+#include "tools/common/memory_estimate.h"
+
+#include <climits>
+#include <functional>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "tools/common/model_factory.h"
+
+namespace zest {
+namespace {
+
+std::string setup(int ranks, const EngineOptions& engine) {
+  return fmt::format("{} rank{}, stage {}, {}{}", ranks, ranks == 1 ? "" : "s", engine.stage,
+                     dtype_name(engine.compute_dtype),
+                     engine.offload_optimizer.enabled() ? ", optimizer offloaded" : "");
+}
+
+std::string describe_model(const ModelConfig& model) {
+  if (model.type == "gpt") {
+    const GptConfig& g = model.gpt;
+    return fmt::format("gpt {}L {}H {}C, vocab {}, seq {}", g.n_layer, g.n_head, g.n_embd,
+                       g.vocab_size, g.seq_len);
+  }
+  std::string widths;
+  for (std::int64_t size : model.mlp.sizes) widths += (widths.empty() ? "" : "-") + std::to_string(size);
+  return "mlp " + widths;
+}
+
+bool fits(const EstimateJob& job, std::size_t capacity, std::size_t host_capacity) {
+  try {
+    const PeakPrediction p = predict_peak(job.input);
+    return p.device_total <= capacity && p.host_total() <= host_capacity;
+  } catch (const Error&) {
+    return false;  // a setup the engine refuses (offload at stage 0, a ring limit) fits nothing
+  }
+}
+
+// The largest value in [1, limit] for which `ok` holds, given that it holds for all smaller
+// values once it holds for one (more layers, wider, more parameters never need less memory).
+std::optional<std::int64_t> largest(const std::function<bool(std::int64_t)>& ok,
+                                    std::int64_t limit) {
+  if (!ok(1)) return std::nullopt;
+  std::int64_t good = 1;
+  std::int64_t bad = 0;  // the smallest value known not to fit
+  for (std::int64_t probe = 2; good < limit; probe = probe > limit / 2 ? limit : probe * 2) {
+    if (!ok(probe)) {
+      bad = probe;
+      break;
+    }
+    good = probe;
+  }
+  if (bad == 0) return good;
+  while (bad - good > 1) {
+    const std::int64_t middle = good + (bad - good) / 2;
+    (ok(middle) ? good : bad) = middle;
+  }
+  return good;
+}
+
+}  // namespace
+
+EstimateJob job_from_config(const TrainConfig& config) {
+  EstimateJob job;
+  std::unique_ptr<Module> model = make_model(config.model);
+  const std::size_t states = make_optimizer(config.optimizer)->state_count();
+  job.input = plan_input(*model, micro_batch_shape(config, config.micro_batch), config.engine,
+                         states, config.world.ranks);
+  job.input.synchronize_between_steps = true;  // zest-train's stop check after every step
+  job.micro_batch = config.micro_batch;
+  job.parameters = count_parameters(*model);
+  job.resize = [config](std::int64_t rows) {
+    return make_model(config.model)->unit_memory(micro_batch_shape(config, rows));
+  };
+  job.description = fmt::format("{} ({} parameters), {}, micro-batch {}",
+                                describe_model(config.model), job.parameters,
+                                setup(config.world.ranks, config.engine), config.micro_batch);
+  return job;
+}
+
+EstimateJob job_from_parameters(const BareModel& model) {
+  if (model.parameters < 1) throw Error(ErrorKind::kUsage, "--params: must be >= 1");
+  if (model.world < 1) throw Error(ErrorKind::kUsage, "--world: must be >= 1");
+  if (model.stage < 0 || model.stage > 3) {
+    throw Error(ErrorKind::kUsage, "--stage: must be 0, 1, 2 or 3, got " + std::to_string(model.stage));
+  }
+  EstimateJob job;
+  job.parameters = model.parameters;
+  job.input.model.compute_dtype = model.dtype;
+  job.input.model.optimizer_states = 2;  // AdamW
+  job.input.model.units.push_back(
+      {"model", {{"parameters", {static_cast<std::int64_t>(model.parameters)}}}, {}});
+  job.input.engine.stage = model.stage;
+  job.input.engine.compute_dtype = model.dtype;
+  job.input.engine.communication_dtype = model.dtype;
+  if (model.offload) job.input.engine.offload_optimizer.device = OffloadDevice::kCpu;
+  job.input.world_size = model.world;
+  job.input.model_state_only = true;
+  job.description = fmt::format("{} parameters (model state only), {}", model.parameters,
+                                setup(model.world, job.input.engine));
+  return job;
+}
+
+std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity,
+                                 std::size_t host_capacity) {
+  if (config.model.type != "gpt") {
+    throw Error(ErrorKind::kUsage, "--fit: needs a gpt model (model.type is \"" +
+                                       config.model.type + "\"), or --params");
+  }
+  std::vector<StageFit> fits_by_stage;
+  for (int stage = 0; stage <= 3; ++stage) {
+    TrainConfig changed = config;
+    changed.engine.stage = stage;
+    auto try_gpt = [&](int layers, int width) {
+      TrainConfig candidate = changed;
+      candidate.model.gpt.n_layer = layers;
+      candidate.model.gpt.n_embd = width;
+      return fits(job_from_config(candidate), capacity, host_capacity);
+    };
+    const GptConfig& gpt = config.model.gpt;
+    StageFit fit{stage, {}, {}, {}};
+    fit.n_layer = largest([&](std::int64_t layers) { return try_gpt(static_cast<int>(layers), gpt.n_embd); },
+                          1 << 20);
+    // n_embd stays divisible by n_head: the search runs over n_embd / n_head.
+    const auto heads = largest(
+        [&](std::int64_t per_head) {
+          return try_gpt(gpt.n_layer, static_cast<int>(per_head * gpt.n_head));
+        },
+        INT_MAX / 4 / gpt.n_head);
+    if (heads) fit.n_embd = *heads * gpt.n_head;
+    fits_by_stage.push_back(fit);
+  }
+  return fits_by_stage;
+}
+
+std::vector<StageFit> fit_parameters(const BareModel& model, std::size_t capacity,
+                                     std::size_t host_capacity) {
+  std::vector<StageFit> fits_by_stage;
+  for (int stage = 0; stage <= 3; ++stage) {
+    BareModel changed = model;
+    changed.stage = stage;
+    StageFit fit{stage, {}, {}, {}};
+    const auto count = largest(
+        [&](std::int64_t parameters) {
+          changed.parameters = static_cast<std::size_t>(parameters);
+          return fits(job_from_parameters(changed), capacity, host_capacity);
+        },
+        std::int64_t{1} << 50);
+    if (count) fit.parameters = static_cast<std::size_t>(*count);
+    fits_by_stage.push_back(fit);
+  }
+  return fits_by_stage;
+}
+
+}  // namespace zest

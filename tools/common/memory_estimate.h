@@ -1,0 +1,52 @@
+// What zest-estimate plans (here, so that its tests can plan the same): a training config's
+// model, built shape-only through the model factory (no weights are allocated), or a bare
+// parameter count, turned into the memory planner's input (optim/peak_plan.h); and the --fit
+// searches for the largest model that fits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "optim/memory_advice.h"
+#include "optim/peak_plan.h"
+#include "tools/common/train_config.h"
+
+namespace zest {
+
+struct EstimateJob {
+  std::string description;  // "gpt 2L 2H 64C ..., 4 ranks, stage 3, fp32, micro-batch 4"
+  PeakPlanInput input;
+  std::int64_t micro_batch = 0;  // rows per rank; 0 for a bare parameter count
+  MicroBatchMemory resize;       // the units' memory at another micro-batch; empty if none
+  std::size_t parameters = 0;
+};
+
+EstimateJob job_from_config(const TrainConfig& config);
+
+struct BareModel {
+  std::size_t parameters = 0;
+  int world = 1;
+  int stage = 0;
+  DType dtype = DType::kFloat32;
+  bool offload = false;
+};
+// Model state only: the parameters as one unit, AdamW (two moments).
+EstimateJob job_from_parameters(const BareModel& model);
+
+// --fit, per stage 0-3: the largest model that fits `capacity` per rank (and `host_capacity`
+// of offloaded state), or nothing when the smallest does not (or the engine refuses the stage).
+struct StageFit {
+  int stage = 0;
+  std::optional<std::int64_t> n_layer;     // config mode, at the config's n_embd
+  std::optional<std::int64_t> n_embd;      // config mode, at the config's n_layer
+  std::optional<std::size_t> parameters;   // parameter-count mode
+};
+std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity,
+                                 std::size_t host_capacity);
+std::vector<StageFit> fit_parameters(const BareModel& model, std::size_t capacity,
+                                     std::size_t host_capacity);
+
+}  // namespace zest

@@ -1,0 +1,99 @@
+#include "tools/estimate/estimate_report.h"
+
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "memory/allocator.h"
+
+namespace zest {
+namespace {
+
+std::string verdict(const EstimateJob& job, const PeakPrediction& prediction,
+                    std::size_t capacity) {
+  if (capacity == kUnlimitedCapacity) {
+    return "no device capacity given (--device-memory or world.device_memory)";
+  }
+  const bool fits = prediction.device_total <= capacity;
+  const std::string verdict =
+      fmt::format("{} in {} per rank ({:.0f}% used)", fits ? "fits" : "does not fit",
+                  format_bytes(capacity),
+                  100.0 * static_cast<double>(prediction.device_total) /
+                      static_cast<double>(capacity));
+  if (fits) return verdict;
+  return verdict + ": " + memory_advice(job.input, capacity, job.micro_batch, job.resize);
+}
+
+}  // namespace
+
+void print_estimate(const EstimateJob& job, const PeakPrediction& prediction,
+                    std::size_t capacity) {
+  std::cout << "zest-estimate: " << job.description << "\n";
+  std::cout << fmt::format("peak bytes per rank (every one of the {} ranks holds the same):\n",
+                           job.input.world_size);
+  for (Category category : all_categories()) {
+    if (category == Category::kOffload) continue;
+    std::cout << fmt::format("  {:<14}{:>16}  {:>11}\n", category_name(category),
+                             prediction.of(category), format_bytes(prediction.of(category)));
+  }
+  std::cout << fmt::format("  {:<14}{:>16}  {:>11}\n", "device total", prediction.device_total,
+                           format_bytes(prediction.device_total));
+  std::cout << fmt::format("  {:<14}{:>16}  {:>11}\n", "host (offload)", prediction.host_total(),
+                           format_bytes(prediction.host_total()));
+  std::cout << "verdict: " << verdict(job, prediction, capacity) << "\n";
+}
+
+void print_fit(const std::vector<StageFit>& fits, std::size_t capacity, int world,
+               bool parameter_mode) {
+  std::cout << fmt::format("largest model that fits {} per rank on {} rank{}:\n",
+                           format_bytes(capacity), world, world == 1 ? "" : "s");
+  auto shown = [](const auto& value) {
+    return value ? std::to_string(*value) : std::string("none");
+  };
+  for (const StageFit& fit : fits) {
+    if (parameter_mode) {
+      std::cout << fmt::format("  stage {}: {} parameters\n", fit.stage, shown(fit.parameters));
+    } else {
+      std::cout << fmt::format("  stage {}: n_layer {} (at the config's n_embd), n_embd {} (at "
+                               "its n_layer)\n",
+                               fit.stage, shown(fit.n_layer), shown(fit.n_embd));
+    }
+  }
+}
+
+nlohmann::ordered_json estimate_json(const EstimateJob& job, const PeakPrediction& prediction,
+                                     std::size_t capacity) {
+  nlohmann::ordered_json per_rank;
+  for (Category category : all_categories()) per_rank[category_name(category)] = prediction.of(category);
+  per_rank["device_total"] = prediction.device_total;
+  per_rank["host_total"] = prediction.host_total();
+  nlohmann::ordered_json out;
+  out["description"] = job.description;
+  out["parameters"] = job.parameters;
+  out["ranks"] = job.input.world_size;
+  out["stage"] = job.input.engine.stage;
+  out["per_rank_bytes"] = per_rank;
+  if (capacity == kUnlimitedCapacity) {
+    out["device_memory"] = nullptr;
+    out["fits"] = nullptr;
+  } else {
+    out["device_memory"] = capacity;
+    out["fits"] = prediction.device_total <= capacity;
+    out["advice"] = memory_advice(job.input, capacity, job.micro_batch, job.resize);
+  }
+  return out;
+}
+
+nlohmann::ordered_json fit_json(const std::vector<StageFit>& fits) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const StageFit& fit : fits) {
+    nlohmann::ordered_json row = {{"stage", fit.stage}};
+    row["parameters"] = fit.parameters ? nlohmann::ordered_json(*fit.parameters) : nullptr;
+    row["n_layer"] = fit.n_layer ? nlohmann::ordered_json(*fit.n_layer) : nullptr;
+    row["n_embd"] = fit.n_embd ? nlohmann::ordered_json(*fit.n_embd) : nullptr;
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+}  // namespace zest

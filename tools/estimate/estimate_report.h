@@ -1,0 +1,24 @@
+// How zest-estimate shows a plan: per rank, the peak bytes of each category, the device total
+// and the host's offloaded state, the verdict against a device capacity with the planner's
+// advice, and the --fit table; as text for people or as one JSON document (--json).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tools/common/memory_estimate.h"
+
+namespace zest {
+
+void print_estimate(const EstimateJob& job, const PeakPrediction& prediction,
+                    std::size_t capacity);
+void print_fit(const std::vector<StageFit>& fits, std::size_t capacity, int world,
+               bool parameter_mode);
+
+nlohmann::ordered_json estimate_json(const EstimateJob& job, const PeakPrediction& prediction,
+                                     std::size_t capacity);
+nlohmann::ordered_json fit_json(const std::vector<StageFit>& fits);
+
+}  // namespace zest

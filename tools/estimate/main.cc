@@ -1,0 +1,148 @@
+// zest-estimate: the memory planner (optim/peak_plan.h) from the command line. Prints, per rank,
+// the peak bytes of every category a training config will reach, the verdict against a device
+// capacity with the smallest change that fits, and with --fit the largest GPT (or parameter
+// count) that fits each stage on the world size.
+//
+//   zest-estimate --config FILE [--set dotted.key=value ...] [--device-memory SIZE] [--fit] [--json]
+//   zest-estimate --params N --world N --stage S [--dtype fp32|bf16|fp16] [--offload]
+//                 [--device-memory SIZE] [--fit] [--json]
+//
+// The config is read and validated as zest-train reads it, and the model is built through the
+// same factory (units declare shapes; no weights are allocated). --params plans the model state
+// only. Errors print one line, "zest-estimate: error: <message>", and exit 2 for bad input, 1
+// for failures at run time.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "base/byte_size.h"
+#include "base/error.h"
+#include "tools/common/train_config.h"
+#include "tools/common/memory_estimate.h"
+#include "tools/estimate/estimate_report.h"
+
+namespace {
+
+constexpr const char* kProgram = "zest-estimate";
+
+int fail(std::string message, int status) {
+  for (char& c : message) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  std::cerr << kProgram << ": error: " << message << std::endl;
+  return status;
+}
+
+zest::DType parse_dtype(const std::string& name) {
+  if (name == "fp32") return zest::DType::kFloat32;
+  if (name == "bf16") return zest::DType::kBFloat16;
+  if (name == "fp16") return zest::DType::kFloat16;
+  throw zest::Error(zest::ErrorKind::kUsage, "--dtype: must be fp32, bf16 or fp16, got \"" + name + "\"");
+}
+
+std::size_t parse_capacity(const std::string& text, std::size_t fallback) {
+  if (text.empty()) return fallback;
+  const auto bytes = zest::parse_byte_size(text);
+  if (!bytes || *bytes == 0) {
+    throw zest::Error(zest::ErrorKind::kUsage, std::string("--device-memory: must be ") +
+                                                   zest::kByteSizeForms + ", got \"" + text + "\"");
+  }
+  return *bytes;
+}
+
+struct Options {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  zest::BareModel bare;
+  std::string dtype = "fp32";
+  std::string device_memory;
+  bool fit = false;
+  bool json = false;
+};
+
+int estimate(const Options& options, bool parameter_mode) {
+  std::optional<zest::TrainConfig> config;
+  zest::EstimateJob job;
+  std::size_t capacity = zest::kUnlimitedCapacity;
+  std::size_t host_capacity = zest::kUnlimitedCapacity;
+  if (parameter_mode) {
+    zest::BareModel bare = options.bare;
+    bare.dtype = parse_dtype(options.dtype);
+    job = zest::job_from_parameters(bare);
+  } else {
+    config = zest::load_train_config(options.config_path, options.overrides);
+    job = zest::job_from_config(*config);
+    capacity = config->world.device_memory;
+    host_capacity = config->world.host_memory;
+  }
+  capacity = parse_capacity(options.device_memory, capacity);
+  const zest::PeakPrediction prediction = zest::predict_peak(job.input);
+  std::vector<zest::StageFit> fits;
+  if (options.fit) {
+    if (capacity == zest::kUnlimitedCapacity) {
+      throw zest::Error(zest::ErrorKind::kUsage,
+                        "--fit: needs a device capacity (--device-memory, or world.device_memory)");
+    }
+    fits = parameter_mode ? zest::fit_parameters(options.bare, capacity, host_capacity)
+                          : zest::fit_config(*config, capacity, host_capacity);
+  }
+  if (options.json) {
+    nlohmann::ordered_json out = zest::estimate_json(job, prediction, capacity);
+    if (options.fit) out["fit"] = zest::fit_json(fits);
+    std::cout << out.dump(2) << std::endl;
+    return 0;
+  }
+  zest::print_estimate(job, prediction, capacity);
+  if (options.fit) zest::print_fit(fits, capacity, job.input.world_size, parameter_mode);
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"Predicts the peak memory per rank of a zest training job.", kProgram};
+  Options options;
+  auto* config = app.add_option("--config", options.config_path,
+                                "JSON config file, as zest-train reads it");
+  app.add_option("--set", options.overrides, "override a config key: dotted.key=value")
+      ->needs(config);
+  auto* params = app.add_option("--params", options.bare.parameters,
+                                "a bare parameter count (model state only)");
+  auto* world = app.add_option("--world", options.bare.world, "ranks (with --params)")->needs(params);
+  auto* stage = app.add_option("--stage", options.bare.stage, "ZeRO stage (with --params)")->needs(params);
+  app.add_option("--dtype", options.dtype, "fp32, bf16 or fp16 (with --params)")->needs(params);
+  app.add_flag("--offload", options.bare.offload, "offload the optimizer (with --params)")
+      ->needs(params);
+  app.add_option("--device-memory", options.device_memory,
+                 "device capacity per rank (\"80GiB\"); default: world.device_memory");
+  app.add_flag("--fit", options.fit, "the largest GPT / parameter count that fits, per stage");
+  app.add_flag("--json", options.json, "machine-readable output");
+  config->excludes(params);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    if (error.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(error);
+    return fail(std::string(error.what()) + " (see --help)", 2);
+  }
+  if (options.config_path.empty() && params->count() == 0) {
+    return fail("give --config FILE, or --params N --world N --stage S (see --help)", 2);
+  }
+  if (params->count() > 0 && (world->count() == 0 || stage->count() == 0)) {
+    return fail("--params needs --world and --stage (see --help)", 2);
+  }
+  return estimate(options, params->count() > 0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const zest::Error& error) {
+    return fail(error.what(), zest::is_input_error(error.kind()) ? 2 : 1);
+  } catch (const std::exception& error) {
+    return fail(error.what(), 1);
+  } catch (...) {
+    return fail("unknown failure", 1);
+  }
+}
