@@ -1,12 +1,20 @@
 // What the CUDA suites share: skipping where no GPU is visible, with the reason CUDA gave (so a
 // skipped run says why, and a machine with a GPU never skips silently), and device arrays for
-// test data. CUDA-side only: include it from *_cuda_test.cc files.
+// test data, cuBLAS handles, and the comparisons of a CUDA body against its CPU body. CUDA-side
+// only: include it from *_cuda_test.cc files.
 #pragma once
 
+#include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -66,5 +74,86 @@ class DeviceArray {
   T* base_ = nullptr;
   T* data_ = nullptr;
 };
+
+// A cuBLASLt / cuBLAS handle for one test (create after ZEST_SKIP_WITHOUT_CUDA: it needs a GPU).
+class LtHandle {
+ public:
+  LtHandle() { EXPECT_EQ(cublasLtCreate(&handle_), CUBLAS_STATUS_SUCCESS); }
+  ~LtHandle() { cublasLtDestroy(handle_); }
+  LtHandle(const LtHandle&) = delete;
+  LtHandle& operator=(const LtHandle&) = delete;
+  cublasLtHandle_t get() const { return handle_; }
+
+ private:
+  cublasLtHandle_t handle_ = nullptr;
+};
+
+class BlasHandle {
+ public:
+  BlasHandle() { EXPECT_EQ(cublasCreate(&handle_), CUBLAS_STATUS_SUCCESS); }
+  ~BlasHandle() { cublasDestroy(handle_); }
+  BlasHandle(const BlasHandle&) = delete;
+  BlasHandle& operator=(const BlasHandle&) = delete;
+  cublasHandle_t get() const { return handle_; }
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+};
+
+// `count` normal(mean, stddev) values from a fixed seed.
+inline std::vector<float> random_floats(std::size_t count, unsigned seed, float stddev = 1.0f,
+                                        float mean = 0.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(mean, stddev);
+  std::vector<float> values(count);
+  for (float& value : values) value = normal(rng);
+  return values;
+}
+
+// Expects |got[i] - want[i]| <= bound(i) for every i, reporting the first few that are not.
+template <typename Bound>
+void expect_within(const std::vector<float>& got, const std::vector<float>& want, Bound&& bound,
+                   const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int reported = 0;
+  for (std::size_t i = 0; i < got.size() && reported < 5; ++i) {
+    const double error = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (!(error <= bound(i))) {
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i]
+                    << " (error " << error << " > " << bound(i) << ")";
+      ++reported;
+    }
+  }
+}
+
+// Elementwise: |got - want| <= relative * max(|want|, floor).
+inline void expect_close(const std::vector<float>& got, const std::vector<float>& want,
+                         double relative, double floor, const std::string& what) {
+  expect_within(
+      got, want,
+      [&](std::size_t i) { return relative * std::max<double>(std::fabs(want[i]), floor); }, what);
+}
+
+// Norm-wise: max |got - want| <= relative * max |want|, for results where cancellation makes
+// single elements' relative error meaningless (products, softmax gradients).
+inline void expect_close_normwise(const std::vector<float>& got, const std::vector<float>& want,
+                                  double relative, const std::string& what) {
+  double largest = 0.0;
+  for (float value : want) largest = std::max<double>(largest, std::fabs(value));
+  expect_within(got, want, [&](std::size_t) { return relative * largest; }, what);
+}
+
+inline void expect_bit_identical(const std::vector<float>& got, const std::vector<float>& want,
+                                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int reported = 0;
+  for (std::size_t i = 0; i < got.size() && reported < 5; ++i) {
+    if (std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(want[i])) {
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i]
+                    << " (bits differ)";
+      ++reported;
+    }
+  }
+}
 
 }  // namespace zest::testing

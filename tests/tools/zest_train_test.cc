@@ -278,6 +278,20 @@ TEST_F(ZestTrain, ShortRunWritesMetrics) {
               predicted["params"].get<std::size_t>() + predicted["grads"].get<std::size_t>() +
                   predicted["optimizer"].get<std::size_t>());
   }
+  // The planner's row: the model state exactly, and never below a measured peak (a host that
+  // falls behind its streams measures less, never more).
+  EXPECT_THAT(result.out, HasSubstr("plan "));
+  const json& planned = summary["planned_peak_bytes"];
+  ASSERT_TRUE(planned.is_object()) << summary.dump();
+  for (int rank = 0; rank < 4; ++rank) {
+    const json& peak = summary["peak_bytes"][static_cast<std::size_t>(rank)];
+    for (const char* key : {"params", "grads", "optimizer"}) {
+      EXPECT_EQ(planned[key], peak[key]) << key;
+    }
+    for (const char* key : {"gather", "buckets", "activations", "workspace", "total"}) {
+      EXPECT_GE(planned[key].get<std::size_t>(), peak[key].get<std::size_t>()) << key;
+    }
+  }
 }
 
 TEST_F(ZestTrain, PrintConfigShowsTheResolvedConfig) {

@@ -87,7 +87,8 @@ MemoryUsage rank_memory_usage(Device& device) {
 }
 
 void print_memory_table(const std::vector<MemoryUsage>& usage,
-                        const std::vector<MemoryPrediction>& predicted) {
+                        const std::vector<MemoryPrediction>& predicted,
+                        const std::optional<PeakPrediction>& planned) {
   std::string header = fmt::format("{:>4}", "rank");
   for (Category category : all_categories()) {
     header += fmt::format(" {:>11}", category_name(category));
@@ -110,6 +111,13 @@ void print_memory_table(const std::vector<MemoryUsage>& usage,
                         format_bytes(p.offload));
     Console::say(line);
   }
+  if (!planned) return;
+  std::string line = fmt::format("{:>4}", "plan");
+  for (Category category : all_categories()) {
+    line += fmt::format(" {:>11}", format_bytes(planned->of(category)));
+  }
+  Console::say(line + fmt::format(" {:>11} |  (zest-estimate --config; every rank)",
+                                  format_bytes(planned->device_total)));
 }
 
 void print_summary(const RunSummary& summary) {
@@ -123,7 +131,8 @@ void print_summary(const RunSummary& summary) {
 
 nlohmann::ordered_json summary_record(const RunSummary& summary,
                                       const std::vector<MemoryUsage>& usage,
-                                      const std::vector<MemoryPrediction>& predicted) {
+                                      const std::vector<MemoryPrediction>& predicted,
+                                      const std::optional<PeakPrediction>& planned) {
   using ordered_json = nlohmann::ordered_json;
   ordered_json record;
   record["summary"] = {{"steps", summary.steps},
@@ -151,6 +160,12 @@ nlohmann::ordered_json summary_record(const RunSummary& summary,
   }
   record["peak_bytes"] = std::move(peaks);
   record["predicted_model_state_bytes"] = std::move(predictions);
+  if (planned) {
+    ordered_json plan;
+    for (Category category : all_categories()) plan[category_name(category)] = planned->of(category);
+    plan["total"] = planned->device_total;
+    record["planned_peak_bytes"] = std::move(plan);
+  }
   return record;
 }
 

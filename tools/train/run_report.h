@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "memory/allocator.h"
 #include "memory/category.h"
 #include "optim/engine.h"
+#include "optim/peak_plan.h"
 #include "runtime/trace.h"
 #include "tools/common/train_config.h"
 
@@ -32,8 +34,12 @@ std::array<std::uint64_t, kMemoryWords> pack_memory(const MemoryUsage& usage,
                                                     const MemoryPrediction& predicted);
 void unpack_memory(const std::uint64_t* words, MemoryUsage& usage, MemoryPrediction& predicted);
 
+// The measured peaks per rank beside the model state DESIGN.md's table predicts, and, when the
+// planner could plan this run (optim/peak_plan.h, as zest-estimate does), its every-category
+// prediction as a last row: the two should agree byte for byte while the host runs ahead.
 void print_memory_table(const std::vector<MemoryUsage>& usage,
-                        const std::vector<MemoryPrediction>& predicted);
+                        const std::vector<MemoryPrediction>& predicted,
+                        const std::optional<PeakPrediction>& planned);
 
 struct RunSummary {
   std::int64_t steps = 0;  // run in this invocation
@@ -48,7 +54,8 @@ struct RunSummary {
 void print_summary(const RunSummary& summary);
 nlohmann::ordered_json summary_record(const RunSummary& summary,
                                       const std::vector<MemoryUsage>& usage,
-                                      const std::vector<MemoryPrediction>& predicted);
+                                      const std::vector<MemoryPrediction>& predicted,
+                                      const std::optional<PeakPrediction>& planned);
 
 // The trace file (log.trace) and, per rank, how much of the communication time compute hid
 // (wall_clock_breakdown). With processes, this process's ranks.

@@ -23,6 +23,7 @@
 #include "runtime/world.h"
 #include "tools/common/atomic_output_file.h"
 #include "tools/common/batch_source_factory.h"
+#include "tools/common/memory_estimate.h"
 #include "tools/common/model_factory.h"
 #include "tools/train/checkpointing.h"
 #include "tools/train/console.h"
@@ -32,6 +33,16 @@
 namespace zest {
 
 namespace {
+
+// The planner's prediction for this run (what zest-estimate prints), or nothing for a run it
+// cannot plan: a report must never fail a run that has finished.
+std::optional<PeakPrediction> plan_peaks(const TrainConfig& config) {
+  try {
+    return predict_peak(job_from_config(config).input);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
 
 using Clock = std::chrono::steady_clock;
 using ordered_json = nlohmann::ordered_json;
@@ -241,10 +252,12 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
   const int stop_status = run.stopped ? 128 + StopSignals::caught() : 0;
   if (!leader_process || !options.export_initial.empty()) return stop_status;
 
-  print_memory_table(run.usage, run.predicted);
+  const std::optional<PeakPrediction> planned = plan_peaks(config);
+  print_memory_table(run.usage, run.predicted, planned);
   print_summary(run.summary);
   if (metrics) {
-    metrics->stream() << summary_record(run.summary, run.usage, run.predicted).dump() << '\n';
+    metrics->stream() << summary_record(run.summary, run.usage, run.predicted, planned).dump()
+                      << '\n';
     metrics->commit();
   }
   if (run.stopped) {

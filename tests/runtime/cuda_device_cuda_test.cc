@@ -45,7 +45,7 @@ TEST(CudaCheck, FailureNamesTheCallFileAndLine) {
   EXPECT_EQ(error.kind(), ErrorKind::kDevice);
   EXPECT_THAT(error.what(), HasSubstr("returns(cudaErrorInvalidValue)"));
   EXPECT_THAT(error.what(), HasSubstr("cudaErrorInvalidValue"));
-  EXPECT_THAT(error.what(), HasSubstr("cuda_device_test.cc:" + std::to_string(line)));
+  EXPECT_THAT(error.what(), HasSubstr("cuda_device_cuda_test.cc:" + std::to_string(line)));
 }
 
 TEST(CudaCheck, MemoryAllocationFailureIsOutOfMemory) {

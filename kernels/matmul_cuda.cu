@@ -1,0 +1,163 @@
+#include "kernels/matmul_cuda.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+
+#include "base/cublas_check.h"
+#include "base/error.h"
+
+namespace zest::cuda {
+namespace {
+
+// cuBLASLt's descriptors, destroyed however the call ends.
+template <typename Handle, cublasStatus_t (*kDestroy)(Handle)>
+struct Destroy {
+  void operator()(Handle handle) const { (void)kDestroy(handle); }
+};
+using OpDesc = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>,
+                               Destroy<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>>;
+using Layout = std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>,
+                               Destroy<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>>;
+using Preference =
+    std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
+                    Destroy<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>>;
+
+[[noreturn]] void usage(const std::string& what) {
+  throw Error(ErrorKind::kUsage, "matmul (CUDA): " + what);
+}
+
+void check_dimension(const char* name, std::int64_t value, std::int64_t least) {
+  if (value < least || value > INT_MAX) {
+    usage(std::string(name) + " must be in [" + std::to_string(least) + ", 2^31), got " +
+          std::to_string(value));
+  }
+}
+
+cudaDataType_t cuda_type(DType type) {
+  switch (type) {
+    case DType::kFloat32: return CUDA_R_32F;
+    case DType::kBFloat16: return CUDA_R_16BF;
+    case DType::kFloat16: return CUDA_R_16F;
+    default: usage(std::string("unsupported dtype ") + dtype_name(type));
+  }
+}
+
+void check_args(const MatmulArgs& x) {
+  check_dimension("m", x.m, 0);
+  check_dimension("n", x.n, 0);
+  check_dimension("k", x.k, 1);
+  (void)cuda_type(x.input_type);
+  (void)cuda_type(x.output_type);
+  // cuBLASLt with fp32 compute: fp32 -> fp32, 16-bit -> fp32 or the same 16-bit type.
+  if (x.input_type == DType::kFloat32 ? x.output_type != DType::kFloat32
+                                      : x.output_type != DType::kFloat32 &&
+                                            x.output_type != x.input_type) {
+    usage(std::string("no ") + dtype_name(x.input_type) + " -> " + dtype_name(x.output_type) +
+          " product");
+  }
+  if (x.epilogue != MatmulEpilogue::kNone && x.bias == nullptr) usage("the epilogue needs a bias");
+  if (x.epilogue == MatmulEpilogue::kGeluBias) {
+    if (x.gelu_input == nullptr) usage("kGeluBias needs gelu_input");
+    if (x.n % 8 != 0) usage("kGeluBias needs n % 8 == 0, got n = " + std::to_string(x.n));
+  }
+}
+
+// The largest power of two (up to 256, cuBLASLt's default assumption) dividing the address.
+std::uint32_t alignment_of(const void* pointer) {
+  const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+  std::uint32_t bytes = 256;
+  while (bytes > 1 && address % bytes != 0) bytes /= 2;
+  return bytes;
+}
+
+Layout layout(cudaDataType_t type, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+  cublasLtMatrixLayout_t raw = nullptr;
+  ZEST_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&raw, type, static_cast<std::uint64_t>(rows),
+                                               static_cast<std::uint64_t>(cols), ld));
+  return Layout(raw);
+}
+
+template <typename T>
+void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
+  ZEST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
+}
+
+template <typename T>
+void set(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attribute,
+         const T& value) {
+  ZEST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof(value)));
+}
+
+}  // namespace
+
+void matmul(const MatmulArgs& x, const MatmulContext& context, cudaStream_t stream) {
+  check_args(x);
+  if (x.m == 0 || x.n == 0) return;
+  const cudaDataType_t in_type = cuda_type(x.input_type);
+  const cudaDataType_t out_type = cuda_type(x.output_type);
+  const void* c = x.c != nullptr ? x.c : x.d;
+
+  // Note: cuBLASLt is column-major. A row-major [r, s] matrix is a column-major [s, r] one, so
+  // the row-major D = op(A) op(B) is the column-major Dᵀ = op(B)ᵀ op(A)ᵀ: B goes first, the
+  // transposes keep their meaning, and the bias (one value per column-major row of Dᵀ, i.e. per
+  // row-major column of D) is broadcast over the rows of D as add_bias does.
+  cublasLtMatmulDesc_t raw_desc = nullptr;
+  // Note: CUBLAS_COMPUTE_32F is true fp32 (the _FAST_TF32 variant would round the inputs to
+  // TF32's 10-bit mantissa); for 16-bit inputs it is fp32 accumulation.
+  ZEST_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const OpDesc desc(raw_desc);
+  set(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, x.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
+  set(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, x.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
+  if (x.epilogue != MatmulEpilogue::kNone) {
+    const cublasLtEpilogue_t epilogue = x.epilogue == MatmulEpilogue::kBias
+                                            ? CUBLASLT_EPILOGUE_BIAS
+                                            : CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    set(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+    set(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, x.bias);
+    if (x.epilogue == MatmulEpilogue::kGeluBias) {
+      set(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, x.gelu_input);
+      set(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, x.n);
+    }
+  }
+  // Stored shapes: B is [k, n] (or [n, k] transposed), A is [m, k] (or [k, m]).
+  const Layout b_layout =
+      x.trans_b ? layout(in_type, x.k, x.n, x.k) : layout(in_type, x.n, x.k, x.n);
+  const Layout a_layout =
+      x.trans_a ? layout(in_type, x.m, x.k, x.m) : layout(in_type, x.k, x.m, x.k);
+  const Layout d_layout = layout(out_type, x.n, x.m, x.n);
+
+  cublasLtMatmulPreference_t raw_pref = nullptr;
+  ZEST_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
+  const Preference pref(raw_pref);
+  set(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, context.workspace_bytes);
+  // Note: parameters are views into flat buffers and activations offsets into one saved buffer,
+  // so operands need not be 256-byte aligned (cuBLASLt's default assumption, under which it may
+  // pick an algorithm that faults on them): say what they really are.
+  set(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(x.b));
+  set(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(x.a));
+  set(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(c));
+  set(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(x.d));
+
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  ZEST_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(context.handle, desc.get(), b_layout.get(),
+                                                   a_layout.get(), d_layout.get(), d_layout.get(),
+                                                   pref.get(), 1, &heuristic, &found));
+  if (found == 0) {
+    throw Error(ErrorKind::kDevice,
+                "matmul (CUDA): cuBLASLt has no algorithm for m = " + std::to_string(x.m) +
+                    ", n = " + std::to_string(x.n) + ", k = " + std::to_string(x.k) + " (" +
+                    dtype_name(x.input_type) + " -> " + dtype_name(x.output_type) + ") within " +
+                    std::to_string(context.workspace_bytes) + " workspace bytes");
+  }
+  ZEST_CUBLAS_CHECK(cublasLtMatmul(context.handle, desc.get(), &x.alpha, x.b, b_layout.get(), x.a,
+                                   a_layout.get(), &x.beta, c, d_layout.get(), x.d,
+                                   d_layout.get(), &heuristic.algo, context.workspace,
+                                   context.workspace_bytes, stream));
+}
+
+}  // namespace zest::cuda

@@ -1,0 +1,89 @@
+// The `nccl` backend: one GPU per rank, ranks as threads of one process (create_group) or as
+// processes (create_for_process, the NCCL unique id sent by MPI). Each collective is enqueued on
+// the caller's CUDA stream; a watchdog per rank aborts the NCCL communicator when a collective
+// that has started does not finish within the timeout, so no rank hangs, and the error — raised
+// by the stream's synchronize and by the next call — names the collective, its label and the
+// timeout. Invariants: buffers are device memory on the rank's GPU; a communicator is driven by
+// its rank's host thread; NCCL itself checks nothing across ranks, so ranks that issue different
+// collectives hang until the timeout (the collective-order check, checked_communicator.h,
+// gathers its records in host memory and does not work over NCCL yet). kMean and kPreDividedMean
+// are both ncclAvg, which multiplies each input by 1/N before the sum; 2-byte types are summed in
+// their own type along NCCL's ring (rounded at each step), not in fp32 as the host backends do.
+// CUDA-side only: include it from *_cuda.cc sources (it does not include <nccl.h>).
+#pragma once
+
+#ifndef ZEST_HAVE_CUDA
+#error "runtime/nccl_communicator.h is CUDA-side only; include it where ZEST_HAVE_CUDA is defined"
+#endif
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/communicator.h"
+
+namespace zest {
+
+class MpiProcess;
+
+namespace nccl {
+class GuardedComm;  // nccl_comm.h
+}  // namespace nccl
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // `world_size` ranks as threads of this process, rank r on CUDA device r (NCCL forbids two
+  // ranks on one GPU): a kConfig Error when fewer GPUs are visible. Initializes them together
+  // (one ncclGroupStart/End); each is then used from its rank's thread.
+  static std::vector<std::unique_ptr<NcclCommunicator>> create_group(
+      int world_size, std::chrono::milliseconds timeout);
+  // Destroys a group's communicators, all finalized first: finalizing waits for every rank, so
+  // destroying them one by one from one thread would wait out the timeout for each.
+  static void destroy_group(std::vector<std::unique_ptr<NcclCommunicator>>& group);
+
+#if defined(ZEST_HAVE_MPI)
+  // This process's rank of an MPI job, on CUDA `device`: rank 0 makes the NCCL unique id and
+  // sends it to every process (MPI_COMM_WORLD); collective over the job's processes. Throws
+  // kCommTimeout when the id or a peer's initialization does not come within the timeout.
+  static std::unique_ptr<NcclCommunicator> create_for_process(MpiProcess& process, int device,
+                                                              std::chrono::milliseconds timeout);
+#endif
+
+  // Closes the NCCL communicator (finalize, then destroy), or aborts it when it failed or a peer
+  // does not finalize within the timeout. Never throws.
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override;
+  int world_size() const override;
+  std::chrono::milliseconds timeout() const override;
+  int device() const;
+
+  void all_gather(Stream& stream, const void* send, void* recv, std::size_t count,
+                  DType dtype) override;
+  void reduce_scatter(Stream& stream, const void* send, void* recv, std::size_t count, DType dtype,
+                      Reduction reduction) override;
+  void all_reduce(Stream& stream, const void* send, void* recv, std::size_t count, DType dtype,
+                  Reduction reduction) override;
+  void broadcast(Stream& stream, void* buffer, std::size_t count, DType dtype, int root) override;
+  // An all-reduce of one float in a scratch word of its own (NCCL has no barrier).
+  void barrier(Stream& stream) override;
+  void label_next(const char* label) override;
+
+  // Internal: use the factories. Takes `comm`, initialized.
+  explicit NcclCommunicator(std::unique_ptr<nccl::GuardedComm> comm);
+
+ private:
+  // "all_gather of 4096 bf16 elements ('gather block3')", consuming the label.
+  std::string describe(const char* op, std::size_t count, DType dtype);
+  // Enqueues a check after a collective, so the stream fails with the communicator.
+  void enqueue_check(Stream& stream);
+
+  std::unique_ptr<nccl::GuardedComm> comm_;
+  float* barrier_word_ = nullptr;  // device memory (cudaMalloc, made with the communicator)
+  std::string label_;              // for the next collective
+};
+
+}  // namespace zest

@@ -1,0 +1,229 @@
+#include "runtime/nccl_communicator.h"
+
+#include <utility>
+
+#include "base/cuda_check.h"
+#include "base/error.h"
+#include "runtime/cuda_device.h"
+#include "runtime/cuda_stream.h"
+#include "runtime/nccl_check.h"
+#include "runtime/nccl_comm.h"
+
+namespace zest {
+
+namespace {
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return ncclFloat32;
+    case DType::kBFloat16:
+      return ncclBfloat16;
+    case DType::kFloat16:
+      return ncclFloat16;
+    case DType::kFloat64:
+      return ncclFloat64;
+    case DType::kInt32:
+      return ncclInt32;
+  }
+  throw Error(ErrorKind::kInternal, "no NCCL type for this dtype");
+}
+
+// Note: both means are ncclAvg. For floating types NCCL computes it as a sum of each input
+// multiplied by 1/N (its PreMulSum), which is kPreDividedMean exactly and kMean up to rounding;
+// a separate division after a sum would cost a kernel that runtime/ may not launch.
+ncclRedOp_t nccl_op(Reduction reduction) {
+  return reduction == Reduction::kSum ? ncclSum : ncclAvg;
+}
+
+const char* reduction_name(Reduction reduction) {
+  switch (reduction) {
+    case Reduction::kSum:
+      return "sum";
+    case Reduction::kMean:
+      return "mean";
+    case Reduction::kPreDividedMean:
+      return "pre-divided mean";
+  }
+  return "?";
+}
+
+// The cudaStream_t of `stream`, which must be a CUDA stream of the communicator's GPU.
+cudaStream_t stream_on(Stream& stream, int device, const std::string& what) {
+  const cudaStream_t handle = cuda::stream_handle(stream, what.c_str());
+  const int stream_device = static_cast<cuda::CudaStream&>(stream).device();
+  if (stream_device != device) {
+    throw Error(ErrorKind::kUsage,
+                what + ": stream '" + stream.name() +
+                    "' is on cuda:" + std::to_string(stream_device) +
+                    ", but the rank's NCCL communicator is on cuda:" + std::to_string(device));
+  }
+  return handle;
+}
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(std::unique_ptr<nccl::GuardedComm> comm)
+    : comm_(std::move(comm)) {
+  // Note: allocated once here, outside any step, as the pool allocator's rule asks.
+  nccl::DeviceScope scope(comm_->device());
+  ZEST_CUDA_CHECK(cudaMalloc(&barrier_word_, sizeof(float)));
+  ZEST_CUDA_CHECK(cudaMemset(barrier_word_, 0, sizeof(float)));
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  comm_.reset();  // closes the communicator before the memory its kernels used goes
+  (void)cudaFree(barrier_word_);
+  (void)cudaGetLastError();
+}
+
+std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create_group(
+    int world_size, std::chrono::milliseconds timeout) {
+  if (world_size < 1) {
+    throw Error(ErrorKind::kUsage,
+                "an NCCL group needs at least 1 rank, got " + std::to_string(world_size));
+  }
+  if (timeout.count() <= 0) {
+    throw Error(ErrorKind::kUsage, "the NCCL communicator's timeout must be positive");
+  }
+  const cuda::DeviceCount devices = cuda::visible_devices();
+  if (devices.count < world_size) {
+    throw Error(ErrorKind::kConfig,
+                "the nccl backend runs one rank per GPU (NCCL forbids two ranks on one): " +
+                    std::to_string(world_size) + " ranks need " + std::to_string(world_size) +
+                    " GPUs, and this process sees " + std::to_string(devices.count) +
+                    (devices.reason.empty() ? "" : " (" + devices.reason + ")"));
+  }
+  ncclUniqueId id;
+  ZEST_NCCL_CHECK(ncclGetUniqueId(&id));
+  std::vector<ncclComm_t> comms(world_size, nullptr);
+  std::vector<ncclConfig_t> configs(world_size, nccl::nonblocking_config());
+  {
+    nccl::DeviceScope restore(0);
+    // Note: one thread initializing several ranks must do it inside one group, or the first
+    // ncclCommInitRank would wait for the others; nonblocking, each completes in the background.
+    ZEST_NCCL_CHECK(ncclGroupStart());
+    ncclResult_t status = ncclSuccess;
+    for (int rank = 0; rank < world_size && (status == ncclSuccess || status == ncclInProgress);
+         ++rank) {
+      ZEST_CUDA_CHECK(cudaSetDevice(rank));
+      status = ncclCommInitRankConfig(&comms[rank], world_size, id, rank, &configs[rank]);
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    ZEST_NCCL_CHECK(status);
+    ZEST_NCCL_CHECK(end);
+  }
+  std::vector<std::unique_ptr<nccl::GuardedComm>> guarded;
+  try {
+    for (int rank = 0; rank < world_size; ++rank) {
+      guarded.push_back(
+          std::make_unique<nccl::GuardedComm>(comms[rank], rank, world_size, rank, timeout));
+    }
+  } catch (const std::exception& error) {
+    // The ranks already initialized would wait out the timeout for the one that failed.
+    for (auto& comm : guarded) comm->abort(std::string("another rank failed: ") + error.what());
+    for (std::size_t rank = guarded.size() + 1; rank < comms.size(); ++rank) {
+      (void)ncclCommAbort(comms[rank]);
+    }
+    throw;
+  }
+  std::vector<std::unique_ptr<NcclCommunicator>> group;
+  for (auto& comm : guarded) group.push_back(std::make_unique<NcclCommunicator>(std::move(comm)));
+  return group;
+}
+
+void NcclCommunicator::destroy_group(std::vector<std::unique_ptr<NcclCommunicator>>& group) {
+  for (auto& communicator : group) {
+    if (communicator) communicator->comm_->begin_close();
+  }
+  group.clear();
+}
+
+int NcclCommunicator::rank() const { return comm_->rank(); }
+int NcclCommunicator::world_size() const { return comm_->world_size(); }
+std::chrono::milliseconds NcclCommunicator::timeout() const { return comm_->timeout(); }
+int NcclCommunicator::device() const { return comm_->device(); }
+
+void NcclCommunicator::label_next(const char* label) { label_ = label ? label : ""; }
+
+std::string NcclCommunicator::describe(const char* op, std::size_t count, DType dtype) {
+  std::string text =
+      std::string(op) + " of " + std::to_string(count) + " " + dtype_name(dtype) + " elements";
+  if (!label_.empty()) text += " ('" + label_ + "')";
+  label_.clear();
+  return text;
+}
+
+void NcclCommunicator::enqueue_check(Stream& stream) {
+  // Note: a host function after each collective (a few microseconds of the stream's time) is
+  // how a watchdog's abort reaches the stream: the aborted kernels exit, this check fails the
+  // stream, and its synchronize — and the streams waiting on its events — raise the cause.
+  stream.enqueue([failure = comm_->failure()] { failure->throw_if_failed(); });
+}
+
+void NcclCommunicator::all_gather(Stream& stream, const void* send, void* recv, std::size_t count,
+                                  DType dtype) {
+  const std::string what = describe("all_gather", count, dtype);
+  const cudaStream_t handle = stream_on(stream, device(), what);
+  if (count == 0) return;  // every rank's count is 0 too: nothing moves
+  comm_->issue(what, handle, [&](ncclComm_t comm) {
+    ZEST_NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(dtype), comm, handle));
+  });
+  enqueue_check(stream);
+}
+
+void NcclCommunicator::reduce_scatter(Stream& stream, const void* send, void* recv,
+                                      std::size_t count, DType dtype, Reduction reduction) {
+  const std::string what = describe(
+      (std::string("reduce_scatter (") + reduction_name(reduction) + ")").c_str(), count, dtype);
+  const cudaStream_t handle = stream_on(stream, device(), what);
+  if (count == 0) return;
+  comm_->issue(what, handle, [&](ncclComm_t comm) {
+    ZEST_NCCL_CHECK(
+        ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(reduction), comm, handle));
+  });
+  enqueue_check(stream);
+}
+
+void NcclCommunicator::all_reduce(Stream& stream, const void* send, void* recv, std::size_t count,
+                                  DType dtype, Reduction reduction) {
+  const std::string what = describe(
+      (std::string("all_reduce (") + reduction_name(reduction) + ")").c_str(), count, dtype);
+  const cudaStream_t handle = stream_on(stream, device(), what);
+  if (count == 0) return;
+  comm_->issue(what, handle, [&](ncclComm_t comm) {
+    ZEST_NCCL_CHECK(
+        ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(reduction), comm, handle));
+  });
+  enqueue_check(stream);
+}
+
+void NcclCommunicator::broadcast(Stream& stream, void* buffer, std::size_t count, DType dtype,
+                                 int root) {
+  if (root < 0 || root >= world_size()) {
+    throw Error(ErrorKind::kUsage, "broadcast root " + std::to_string(root) +
+                                       " is outside world size " + std::to_string(world_size()));
+  }
+  const std::string what =
+      describe(("broadcast from rank " + std::to_string(root)).c_str(), count, dtype);
+  const cudaStream_t handle = stream_on(stream, device(), what);
+  if (count == 0) return;
+  comm_->issue(what, handle, [&](ncclComm_t comm) {
+    ZEST_NCCL_CHECK(ncclBroadcast(buffer, buffer, count, nccl_type(dtype), root, comm, handle));
+  });
+  enqueue_check(stream);
+}
+
+void NcclCommunicator::barrier(Stream& stream) {
+  std::string what = "barrier";
+  if (!label_.empty()) what += " ('" + label_ + "')";
+  label_.clear();
+  const cudaStream_t handle = stream_on(stream, device(), what);
+  comm_->issue(what, handle, [&](ncclComm_t comm) {
+    ZEST_NCCL_CHECK(
+        ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm, handle));
+  });
+  enqueue_check(stream);
+}
+
+}  // namespace zest

@@ -1,0 +1,98 @@
+// ctest-labels: gpu
+// The CUDA LayerNorm against the CPU body on the same inputs. Forward: both sum the row
+// statistics in double and round the same operations to fp32, so they differ by an ulp or two of
+// the mean, rstd and outputs: held to 1e-6 relative (floor 1e-6 absolute for values near zero).
+// Backward: fp32 row sums in different orders (a warp's tree against the CPU's loop), at most
+// cols * 2^-24 of the terms (96 columns here: 6e-6): dx is held to 1e-5 relative (floor 1e-5,
+// its terms are about 1). The column sums add rows in chunks instead of one by one: n * 2^-24 of
+// the sum of n = 131 terms of about 1 each, so a floor of 1e-5 * rows. Two runs of backward from
+// the same state are bit-identical (deterministic column sums).
+#include "kernels/layernorm_cuda.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "base/error.h"
+#include "kernels/layernorm.h"
+#include "tests/support/cuda_test_support.h"
+
+namespace zest {
+namespace {
+
+using testing::DeviceArray;
+
+constexpr std::int64_t kRows = 131;  // three chunks of column sums, the last one partial
+constexpr std::int64_t kCols = 96;   // not a multiple of the warp's 32 lanes times 4
+
+struct Inputs {
+  std::vector<float> x = testing::random_floats(kRows * kCols, 1, 2.0f, 5.0f);  // far from 0
+  std::vector<float> weight = testing::random_floats(kCols, 2, 0.5f, 1.0f);
+  std::vector<float> bias = testing::random_floats(kCols, 3);
+  std::vector<float> dy = testing::random_floats(kRows * kCols, 4);
+  std::vector<float> dx = testing::random_floats(kRows * kCols, 5);  // accumulated into
+  std::vector<float> dweight = testing::random_floats(kCols, 6);
+  std::vector<float> dbias = testing::random_floats(kCols, 7);
+};
+
+TEST(LayerNormCuda, ForwardMatchesTheCpuBody) {
+  ZEST_SKIP_WITHOUT_CUDA();
+  const Inputs in;
+  std::vector<float> y(in.x.size()), mean(kRows), rstd(kRows);
+  cpu::layernorm_forward(in.x.data(), in.weight.data(), in.bias.data(), kRows, kCols, kLayerNormEps,
+                         y.data(), mean.data(), rstd.data());
+  DeviceArray<float> dx(in.x), dw(in.weight), db(in.bias), dy(y.size()), dmean(kRows), drstd(kRows);
+  cuda::layernorm_forward(dx.data(), dw.data(), db.data(), kRows, kCols, kLayerNormEps, dy.data(),
+                          dmean.data(), drstd.data(), nullptr);
+  testing::expect_close(dy.download(), y, 1e-6, 1e-6, "y");
+  testing::expect_close(dmean.download(), mean, 1e-6, 1e-6, "mean");
+  testing::expect_close(drstd.download(), rstd, 1e-6, 1e-6, "rstd");
+}
+
+TEST(LayerNormCuda, BackwardAccumulatesAsTheCpuBodyAndIsDeterministic) {
+  ZEST_SKIP_WITHOUT_CUDA();
+  const Inputs in;
+  std::vector<float> y(in.x.size()), mean(kRows), rstd(kRows);
+  cpu::layernorm_forward(in.x.data(), in.weight.data(), in.bias.data(), kRows, kCols, kLayerNormEps,
+                         y.data(), mean.data(), rstd.data());
+  std::vector<float> dx = in.dx, dweight = in.dweight, dbias = in.dbias;
+  cpu::layernorm_backward(in.dy.data(), in.x.data(), in.weight.data(), mean.data(), rstd.data(),
+                          kRows, kCols, dx.data(), dweight.data(), dbias.data());
+
+  const std::size_t bytes = cuda::layernorm_backward_workspace_bytes(kRows, kCols);
+  DeviceArray<unsigned char> workspace(bytes);
+  DeviceArray<float> d_dy(in.dy), d_x(in.x), d_w(in.weight), d_mean(mean), d_rstd(rstd);
+  std::vector<std::vector<float>> runs;
+  for (int run = 0; run < 2; ++run) {
+    DeviceArray<float> d_dx(in.dx), d_dw(in.dweight), d_db(in.dbias);
+    cuda::layernorm_backward(d_dy.data(), d_x.data(), d_w.data(), d_mean.data(), d_rstd.data(),
+                             kRows, kCols, d_dx.data(), d_dw.data(), d_db.data(), workspace.data(),
+                             bytes, nullptr);
+    const auto got_dx = d_dx.download();
+    const auto got_dw = d_dw.download();
+    const auto got_db = d_db.download();
+    testing::expect_close(got_dx, dx, 1e-5, 1e-5, "dx");
+    testing::expect_close(got_dw, dweight, 1e-5, 1e-5 * kRows, "dweight");
+    testing::expect_close(got_db, dbias, 1e-5, 1e-5 * kRows, "dbias");
+    std::vector<float> all = got_dx;
+    all.insert(all.end(), got_dw.begin(), got_dw.end());
+    all.insert(all.end(), got_db.begin(), got_db.end());
+    runs.push_back(std::move(all));
+  }
+  testing::expect_bit_identical(runs[1], runs[0], "second run");
+}
+
+TEST(LayerNormCudaArguments, ShapesAndWorkspaceAreCheckedOnTheHost) {
+  EXPECT_THROW(cuda::layernorm_forward(nullptr, nullptr, nullptr, 4, 0, kLayerNormEps, nullptr,
+                                       nullptr, nullptr, nullptr),
+               Error);
+  EXPECT_THROW(cuda::layernorm_backward(nullptr, nullptr, nullptr, nullptr, nullptr, 4, 8, nullptr,
+                                        nullptr, nullptr, nullptr, 0, nullptr),
+               Error);
+  EXPECT_NO_THROW(cuda::layernorm_forward(nullptr, nullptr, nullptr, 0, 8, kLayerNormEps, nullptr,
+                                          nullptr, nullptr, nullptr));
+}
+
+}  // namespace
+}  // namespace zest

@@ -1,0 +1,263 @@
+// ctest-labels: gpu
+// The cuBLASLt matmul against the CPU body (cblas_sgemm) on the same inputs, every transpose
+// pair, accumulating and not, at a misaligned offset, with the bias / residual / GELU epilogues,
+// and with bf16 inputs. Tolerance: both sides compute in fp32 in different orders; any order's
+// error is at most k * 2^-24 of the sum of the terms' magnitudes |alpha| sum|a b| + |beta c|,
+// and k <= 96 here, so each element is held to 1e-5 of that sum (6e-6 is the worst case). bf16
+// inputs are rounded on the host first, so both sides multiply the same values (a product of two
+// bf16 is exact in fp32) and the same bound holds; a bf16 output adds its own rounding, 2^-9 of
+// the value. The argument checks need no GPU and run everywhere.
+#include "kernels/matmul_cuda.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/error.h"
+#include "kernels/bias.h"
+#include "kernels/gelu.h"
+#include "kernels/matmul.h"
+#include "tests/support/cuda_test_support.h"
+
+namespace zest {
+namespace {
+
+using testing::DeviceArray;
+
+struct Problem {
+  bool trans_a, trans_b;
+  std::int64_t m, n, k;
+  float alpha, beta;
+};
+
+// |alpha| sum_p |op(A)[i, p] op(B)[p, j]| + |beta C[i, j]|: the scale of C[i, j]'s error.
+std::vector<double> term_magnitudes(const Problem& p, const std::vector<float>& a,
+                                    const std::vector<float>& b, const std::vector<float>& c) {
+  std::vector<double> scale(static_cast<std::size_t>(p.m * p.n));
+  for (std::int64_t i = 0; i < p.m; ++i) {
+    for (std::int64_t j = 0; j < p.n; ++j) {
+      double sum = 0.0;
+      for (std::int64_t q = 0; q < p.k; ++q) {
+        const float x = p.trans_a ? a[q * p.m + i] : a[i * p.k + q];
+        const float y = p.trans_b ? b[j * p.k + q] : b[q * p.n + j];
+        sum += std::fabs(static_cast<double>(x) * y);
+      }
+      scale[i * p.n + j] = std::fabs(p.alpha) * sum + std::fabs(p.beta * c[i * p.n + j]);
+    }
+  }
+  return scale;
+}
+
+std::vector<float> rounded_to_bfloat16(std::vector<float> values) {
+  for (float& v : values) v = static_cast<float>(BFloat16(v));
+  return values;
+}
+
+std::vector<std::uint16_t> bfloat16_bits(const std::vector<float>& values) {
+  std::vector<std::uint16_t> bits(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) bits[i] = BFloat16(values[i]).bits;
+  return bits;
+}
+
+class MatmulCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ZEST_SKIP_WITHOUT_CUDA();
+    handle_ = std::make_unique<testing::LtHandle>();
+    workspace_ = std::make_unique<DeviceArray<unsigned char>>(cuda::kMatmulWorkspaceBytes);
+  }
+  cuda::MatmulContext context() const {
+    return {handle_->get(), workspace_->data(), cuda::kMatmulWorkspaceBytes};
+  }
+
+  // Runs `p` in fp32 on both sides (operands `offset` floats off their allocation) and compares.
+  void check_fp32(const Problem& p, std::size_t offset) {
+    const auto a = testing::random_floats(static_cast<std::size_t>(p.m * p.k), 1);
+    const auto b = testing::random_floats(static_cast<std::size_t>(p.k * p.n), 2);
+    const auto c = testing::random_floats(static_cast<std::size_t>(p.m * p.n), 3);
+    std::vector<float> want = c;
+    cpu::matmul(p.trans_a, p.trans_b, p.m, p.n, p.k, p.alpha, a.data(), b.data(), p.beta,
+                want.data());
+    DeviceArray<float> da(a, offset), db(b, offset), dc(c, offset);
+    cuda::MatmulArgs args;
+    args.trans_a = p.trans_a;
+    args.trans_b = p.trans_b;
+    args.m = p.m;
+    args.n = p.n;
+    args.k = p.k;
+    args.alpha = p.alpha;
+    args.a = da.data();
+    args.b = db.data();
+    args.beta = p.beta;
+    args.d = dc.data();
+    cuda::matmul(args, context(), nullptr);
+    const auto scale = term_magnitudes(p, a, b, c);
+    testing::expect_within(
+        dc.download(), want, [&](std::size_t i) { return 1e-5 * scale[i]; }, "C");
+  }
+
+  std::unique_ptr<testing::LtHandle> handle_;
+  std::unique_ptr<DeviceArray<unsigned char>> workspace_;
+};
+
+TEST_F(MatmulCuda, Fp32MatchesTheCpuBodyForEveryTransposePair) {
+  for (bool trans_a : {false, true}) {
+    for (bool trans_b : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "trans_a " << trans_a << ", trans_b " << trans_b);
+      check_fp32({trans_a, trans_b, 37, 48, 96, 0.75f, 0.0f}, 0);
+      check_fp32({trans_a, trans_b, 37, 48, 96, 1.0f, 1.0f}, 0);  // accumulate, as weight grads
+    }
+  }
+}
+
+TEST_F(MatmulCuda, OperandsOffTheAllocationsAlignmentStillMatch) {
+  check_fp32({false, true, 33, 40, 64, 1.0f, 0.5f}, 1);  // 4-byte aligned only
+  check_fp32({true, false, 33, 40, 64, 1.0f, 0.5f}, 3);
+}
+
+// The GPT's x1 = x + c_proj(y) + bias (CPU: copy, add_bias, matmul with beta 1) in one product
+// whose C is the residual x and D another buffer.
+TEST_F(MatmulCuda, BiasAndResidualEpilogueMatchesTheCpuSequence) {
+  const Problem p{false, true, 29, 64, 80, 1.0f, 1.0f};
+  const auto a = testing::random_floats(static_cast<std::size_t>(p.m * p.k), 4);
+  const auto b = testing::random_floats(static_cast<std::size_t>(p.n * p.k), 5);
+  const auto residual = testing::random_floats(static_cast<std::size_t>(p.m * p.n), 6);
+  const auto bias = testing::random_floats(static_cast<std::size_t>(p.n), 7);
+  std::vector<float> want = residual;
+  cpu::add_bias(want.data(), bias.data(), p.m, p.n);
+  cpu::matmul(false, true, p.m, p.n, p.k, 1.0f, a.data(), b.data(), 1.0f, want.data());
+  DeviceArray<float> da(a), db(b), dresidual(residual), dbias(bias), dd(want.size());
+  cuda::MatmulArgs args;
+  args.trans_b = true;
+  args.m = p.m;
+  args.n = p.n;
+  args.k = p.k;
+  args.a = da.data();
+  args.b = db.data();
+  args.beta = 1.0f;
+  args.c = dresidual.data();
+  args.d = dd.data();
+  args.epilogue = cuda::MatmulEpilogue::kBias;
+  args.bias = dbias.data();
+  cuda::matmul(args, context(), nullptr);
+  auto scale = term_magnitudes(p, a, b, residual);
+  for (std::size_t i = 0; i < scale.size(); ++i) scale[i] += std::fabs(bias[i % p.n]);
+  testing::expect_within(
+      dd.download(), want, [&](std::size_t i) { return 1e-5 * scale[i]; }, "x1");
+}
+
+// The MLP's h = c_fc(x) + bias, g = gelu(h) in one product. h is held as above; g is held to
+// 1e-4 of max(1, |g|): cuBLASLt's GELU is the same tanh form but not the same tanh as glibc's.
+TEST_F(MatmulCuda, GeluBiasEpilogueMatchesMatmulBiasThenGelu) {
+  const Problem p{false, true, 31, 128, 64, 1.0f, 0.0f};
+  const auto a = testing::random_floats(static_cast<std::size_t>(p.m * p.k), 8);
+  const auto b = testing::random_floats(static_cast<std::size_t>(p.n * p.k), 9, 0.2f);
+  const auto bias = testing::random_floats(static_cast<std::size_t>(p.n), 10);
+  std::vector<float> h(static_cast<std::size_t>(p.m * p.n));
+  cpu::matmul(false, true, p.m, p.n, p.k, 1.0f, a.data(), b.data(), 0.0f, h.data());
+  cpu::add_bias(h.data(), bias.data(), p.m, p.n);
+  std::vector<float> g(h.size());
+  cpu::gelu_forward(h.data(), g.data(), g.size());
+  DeviceArray<float> da(a), db(b), dbias(bias), dh(h.size()), dg(g.size());
+  cuda::MatmulArgs args;
+  args.trans_b = true;
+  args.m = p.m;
+  args.n = p.n;
+  args.k = p.k;
+  args.a = da.data();
+  args.b = db.data();
+  args.d = dg.data();
+  args.epilogue = cuda::MatmulEpilogue::kGeluBias;
+  args.bias = dbias.data();
+  args.gelu_input = dh.data();
+  cuda::matmul(args, context(), nullptr);
+  auto scale = term_magnitudes(p, a, b, std::vector<float>(h.size()));
+  for (std::size_t i = 0; i < scale.size(); ++i) scale[i] += std::fabs(bias[i % p.n]);
+  testing::expect_within(
+      dh.download(), h, [&](std::size_t i) { return 1e-5 * scale[i]; }, "h");
+  testing::expect_close(dg.download(), g, 1e-4, 1.0, "g");
+}
+
+TEST_F(MatmulCuda, Bfloat16InputsAccumulateInFp32) {
+  const Problem p{false, true, 40, 56, 96, 1.0f, 0.0f};
+  const auto a =
+      rounded_to_bfloat16(testing::random_floats(static_cast<std::size_t>(p.m * p.k), 11));
+  const auto b =
+      rounded_to_bfloat16(testing::random_floats(static_cast<std::size_t>(p.n * p.k), 12));
+  std::vector<float> want(static_cast<std::size_t>(p.m * p.n));
+  cpu::matmul(false, true, p.m, p.n, p.k, 1.0f, a.data(), b.data(), 0.0f, want.data());
+  const auto scale = term_magnitudes(p, a, b, want);
+  DeviceArray<std::uint16_t> da(bfloat16_bits(a)), db(bfloat16_bits(b));
+  DeviceArray<float> d32(want.size());
+  DeviceArray<std::uint16_t> d16(want.size());
+  cuda::MatmulArgs args;
+  args.trans_b = true;
+  args.m = p.m;
+  args.n = p.n;
+  args.k = p.k;
+  args.a = da.data();
+  args.b = db.data();
+  args.input_type = DType::kBFloat16;
+  args.d = d32.data();
+  cuda::matmul(args, context(), nullptr);
+  testing::expect_within(
+      d32.download(), want, [&](std::size_t i) { return 1e-5 * scale[i]; }, "fp32 out");
+  args.d = d16.data();
+  args.output_type = DType::kBFloat16;
+  cuda::matmul(args, context(), nullptr);
+  std::vector<float> got;
+  for (std::uint16_t bits : d16.download()) {
+    BFloat16 value;
+    value.bits = bits;
+    got.push_back(static_cast<float>(value));
+  }
+  testing::expect_within(
+      got, want,
+      [&](std::size_t i) { return std::ldexp(std::fabs(want[i]), -8) + 1e-5 * scale[i]; },
+      "bf16 out");
+}
+
+TEST(MatmulCudaArguments, BadArgumentsAreUsageErrorsBeforeAnyCudaCall) {
+  const cuda::MatmulContext none;
+  auto refused = [&](cuda::MatmulArgs args) {
+    try {
+      cuda::matmul(args, none, nullptr);
+    } catch (const Error& error) {
+      return error.kind() == ErrorKind::kUsage;
+    }
+    return false;
+  };
+  cuda::MatmulArgs ok;
+  ok.m = ok.n = ok.k = 8;
+  cuda::MatmulArgs args = ok;
+  args.k = 0;
+  EXPECT_TRUE(refused(args));
+  args = ok;
+  args.m = std::int64_t{1} << 31;
+  EXPECT_TRUE(refused(args));
+  args = ok;
+  args.output_type = DType::kBFloat16;  // fp32 inputs write fp32 only
+  EXPECT_TRUE(refused(args));
+  args = ok;
+  args.input_type = DType::kInt32;
+  EXPECT_TRUE(refused(args));
+  args = ok;
+  args.epilogue = cuda::MatmulEpilogue::kBias;  // no bias
+  EXPECT_TRUE(refused(args));
+  args.bias = &args;
+  args.epilogue = cuda::MatmulEpilogue::kGeluBias;  // no gelu_input
+  EXPECT_TRUE(refused(args));
+  args.gelu_input = &args;
+  args.n = 12;  // not a multiple of 8
+  EXPECT_TRUE(refused(args));
+  args = ok;
+  args.m = 0;  // nothing to do, and nothing touched
+  EXPECT_NO_THROW(cuda::matmul(args, none, nullptr));
+}
+
+}  // namespace
+}  // namespace zest
