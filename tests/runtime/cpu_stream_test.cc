@@ -17,6 +17,7 @@
 
 #include "base/error.h"
 #include "runtime/cpu_device.h"
+#include "tests/support/capture_error.h"
 
 namespace zest::cpu {
 namespace {
@@ -27,17 +28,7 @@ using ::testing::Not;
 
 using Clock = std::chrono::steady_clock;
 
-// Runs `call` and returns the Error it throws; fails the test if it throws nothing.
-template <typename Call>
-Error capture_error(Call call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error;
-  }
-  ADD_FAILURE() << "expected a zest::Error";
-  return Error(ErrorKind::kInternal, "(none thrown)");
-}
+using testing::capture_error;
 
 TEST(CpuStream, RunsWorkInEnqueueOrder) {
   CpuStream stream("s");

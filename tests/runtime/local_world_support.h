@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "runtime/world.h"
+#include "tests/support/capture_error.h"
 
 namespace zest::testing {
 
@@ -23,17 +24,6 @@ inline void run_world(int ranks, const std::function<void(RankContext&)>& work,
   // collective-order check would otherwise answer first.
   options.check_collectives = false;
   World(options).run(work);
-}
-
-template <typename Call>
-Error capture_error(Call call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error;
-  }
-  ADD_FAILURE() << "expected a zest::Error";
-  return Error(ErrorKind::kInternal, "(none thrown)");
 }
 
 }  // namespace zest::testing

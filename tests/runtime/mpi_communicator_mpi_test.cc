@@ -23,6 +23,7 @@
 #include "base/error.h"
 #include "runtime/cpu_stream.h"
 #include "runtime/mpi_process.h"
+#include "tests/support/capture_error.h"
 
 namespace zest {
 namespace {
@@ -44,16 +45,7 @@ class MpiCommunicatorTest : public ::testing::Test {
   void TearDown() override { MPI_Barrier(MPI_COMM_WORLD); }
 };
 
-template <typename Call>
-Error capture_error(Call call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error;
-  }
-  ADD_FAILURE() << "expected a zest::Error";
-  return Error(ErrorKind::kInternal, "(none thrown)");
-}
+using testing::capture_error;
 
 // ---- element types and inputs (as in the local backend's suite) -----------------------------
 

@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "runtime/mpi_process.h"
 #include "runtime/world.h"
+#include "tests/support/capture_error.h"
 
 namespace zest {
 namespace {
@@ -31,16 +32,7 @@ class MpiWorldTest : public ::testing::Test {
   void TearDown() override { MPI_Barrier(MPI_COMM_WORLD); }
 };
 
-template <typename Call>
-Error capture_error(Call call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error;
-  }
-  ADD_FAILURE() << "expected a zest::Error";
-  return Error(ErrorKind::kInternal, "(none thrown)");
-}
+using testing::capture_error;
 
 WorldOptions mpi_options() {
   WorldOptions options;

@@ -16,6 +16,7 @@
 
 #include "base/error.h"
 #include "runtime/world.h"
+#include "tests/support/capture_error.h"
 
 namespace zest {
 namespace {
@@ -66,16 +67,7 @@ const std::map<std::string, std::string> kTorchrunRank1Of2 = {
     {"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"},
     {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}};
 
-template <typename Call>
-Error capture_error(Call call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error;
-  }
-  ADD_FAILURE() << "expected a zest::Error";
-  return Error(ErrorKind::kInternal, "(none thrown)");
-}
+using testing::capture_error;
 
 TEST(WorldDetection, WithoutALauncherAutoIsThreadsOfOneProcess) {
   ScopedLauncherEnvironment environment({});
