@@ -8,6 +8,11 @@
 #include "kernels/adamw_body.h"
 #include "kernels/blocked_loop.h"
 #include "kernels/dispatch.h"
+
+#if ZEST_HAVE_CUDA
+#include "kernels/adamw_cuda.h"
+#include "runtime/cuda_stream.h"
+#endif
 #include "kernels/kernel_threads.h"
 
 namespace zest {
@@ -136,6 +141,13 @@ void adamw(Stream& stream, float* params, const float* grads, float* exp_avg, fl
   cpu::check_adamw_args(args, copy);
   const CpuBody body = selected_cpu_body();
   if (count == 0) return;
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::adamw(params, grads, exp_avg, exp_avg_sq, count, args, copy,
+                cuda::stream_handle(stream, "adamw"));
+    return;
+  }
+#endif
   dispatch_kernel(stream, "adamw", [=] {
     cpu::adamw(body, params, grads, exp_avg, exp_avg_sq, count, args, copy);
   });

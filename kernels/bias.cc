@@ -6,6 +6,11 @@
 #include "kernels/blocked_loop.h"
 #include "kernels/dispatch.h"
 
+#if ZEST_HAVE_CUDA
+#include "kernels/bias_cuda.h"
+#include "runtime/cuda_stream.h"
+#endif
+
 namespace zest {
 namespace {
 
@@ -49,6 +54,12 @@ void bias_grad(const float* dy, float* dbias, std::int64_t rows, std::int64_t co
 void add_bias(Stream& stream, float* y, const float* bias, std::int64_t rows, std::int64_t cols) {
   check_shape("add_bias", rows, cols);
   if (rows == 0 || cols == 0) return;
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::add_bias(y, bias, rows, cols, cuda::stream_handle(stream, "add_bias"));
+    return;
+  }
+#endif
   dispatch_kernel(stream, "add_bias", [=] { cpu::add_bias(y, bias, rows, cols); });
 }
 
@@ -56,6 +67,15 @@ void bias_grad(Stream& stream, const float* dy, float* dbias, std::int64_t rows,
                std::int64_t cols) {
   check_shape("bias_grad", rows, cols);
   if (rows == 0 || cols == 0) return;
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::CudaStream& cuda = cuda::cuda_stream(stream, "bias_grad");
+    const std::size_t bytes = cuda::bias_grad_workspace_bytes(rows, cols);
+    cuda::bias_grad(dy, dbias, rows, cols, cuda.workspace(bytes, "bias_grad"), bytes,
+                    cuda.handle());
+    return;
+  }
+#endif
   dispatch_kernel(stream, "bias_grad", [=] { cpu::bias_grad(dy, dbias, rows, cols); });
 }
 

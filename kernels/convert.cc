@@ -5,6 +5,15 @@
 #include "base/error.h"
 #include "kernels/dispatch.h"
 
+#if ZEST_HAVE_CUDA
+#include <cstdint>
+#include <string>
+
+#include "base/cuda_check.h"
+#include "kernels/cast_cuda.h"
+#include "runtime/cuda_stream.h"
+#endif
+
 namespace zest {
 
 namespace {
@@ -92,8 +101,47 @@ bool has_non_finite(const void* data, DType type, std::size_t count) {
 
 }  // namespace cpu
 
+#if ZEST_HAVE_CUDA
+namespace {
+
+// The casts the engine makes on a device (fp32 masters to bf16/fp16 compute copies and back) and
+// plain copies; the CUDA side has no body for the other pairs yet.
+void convert_cuda(Stream& stream, const void* source, DType source_type, void* destination,
+                  DType destination_type, std::size_t count) {
+  const cudaStream_t handle = cuda::stream_handle(stream, "convert");
+  if (count == 0) return;
+  const auto* in16 = static_cast<const std::uint16_t*>(source);
+  auto* out16 = static_cast<std::uint16_t*>(destination);
+  if (source_type == destination_type) {
+    if (source == destination) return;
+    ZEST_CUDA_CHECK(cudaMemcpyAsync(destination, source, count * dtype_size(source_type),
+                                    cudaMemcpyDeviceToDevice, handle));
+  } else if (source_type == DType::kFloat32 && destination_type == DType::kBFloat16) {
+    cuda::cast_float_to_bfloat16(static_cast<const float*>(source), out16, count, handle);
+  } else if (source_type == DType::kFloat32 && destination_type == DType::kFloat16) {
+    cuda::cast_float_to_float16(static_cast<const float*>(source), out16, count, handle);
+  } else if (source_type == DType::kBFloat16 && destination_type == DType::kFloat32) {
+    cuda::cast_bfloat16_to_float(in16, static_cast<float*>(destination), count, handle);
+  } else if (source_type == DType::kFloat16 && destination_type == DType::kFloat32) {
+    cuda::cast_float16_to_float(in16, static_cast<float*>(destination), count, handle);
+  } else {
+    throw Error(ErrorKind::kUsage, std::string("convert: no CUDA body from ") +
+                                       dtype_name(source_type) + " to " +
+                                       dtype_name(destination_type));
+  }
+}
+
+}  // namespace
+#endif
+
 void convert(Stream& stream, const void* source, DType source_type, void* destination,
              DType destination_type, std::size_t count) {
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    convert_cuda(stream, source, source_type, destination, destination_type, count);
+    return;
+  }
+#endif
   dispatch_kernel(stream, "convert", [=] {
     cpu::convert(source, source_type, destination, destination_type, count);
   });

@@ -7,6 +7,11 @@
 #include "base/error.h"
 #include "kernels/dispatch.h"
 
+#if ZEST_HAVE_CUDA
+#include "kernels/cross_entropy_cuda.h"
+#include "runtime/cuda_stream.h"
+#endif
+
 namespace zest {
 namespace {
 
@@ -80,6 +85,16 @@ void cross_entropy_backward(const float* logits, const std::int32_t* targets, st
 void cross_entropy_forward(Stream& stream, const float* logits, const std::int32_t* targets,
                            std::int64_t rows, std::int64_t classes, float* loss) {
   check_shape("cross_entropy_forward", rows, classes);
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::CudaStream& cuda = cuda::cuda_stream(stream, "cross_entropy_forward");
+    const std::size_t bytes = cuda::cross_entropy_forward_workspace_bytes(rows);
+    cuda::cross_entropy_forward(logits, targets, rows, classes, loss,
+                                cuda.workspace(bytes, "cross_entropy_forward"), bytes,
+                                cuda.handle());
+    return;
+  }
+#endif
   dispatch_kernel(stream, "cross_entropy_forward",
                   [=] { cpu::cross_entropy_forward(logits, targets, rows, classes, loss); });
 }
@@ -87,6 +102,13 @@ void cross_entropy_forward(Stream& stream, const float* logits, const std::int32
 void cross_entropy_backward(Stream& stream, const float* logits, const std::int32_t* targets,
                             std::int64_t rows, std::int64_t classes, float scale, float* dlogits) {
   check_shape("cross_entropy_backward", rows, classes);
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::cross_entropy_backward(logits, targets, rows, classes, scale, dlogits,
+                                 cuda::stream_handle(stream, "cross_entropy_backward"));
+    return;
+  }
+#endif
   dispatch_kernel(stream, "cross_entropy_backward", [=] {
     cpu::cross_entropy_backward(logits, targets, rows, classes, scale, dlogits);
   });

@@ -4,6 +4,11 @@
 
 #include "kernels/dispatch.h"
 
+#if ZEST_HAVE_CUDA
+#include "kernels/gelu_cuda.h"
+#include "runtime/cuda_stream.h"
+#endif
+
 namespace zest {
 namespace {
 
@@ -35,11 +40,23 @@ void gelu_backward(const float* x, const float* dy, float* dx, std::size_t count
 
 void gelu_forward(Stream& stream, const float* x, float* y, std::size_t count) {
   if (count == 0) return;
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::gelu_forward(x, y, count, cuda::stream_handle(stream, "gelu_forward"));
+    return;
+  }
+#endif
   dispatch_kernel(stream, "gelu_forward", [=] { cpu::gelu_forward(x, y, count); });
 }
 
 void gelu_backward(Stream& stream, const float* x, const float* dy, float* dx, std::size_t count) {
   if (count == 0) return;
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::gelu_backward(x, dy, dx, count, cuda::stream_handle(stream, "gelu_backward"));
+    return;
+  }
+#endif
   dispatch_kernel(stream, "gelu_backward", [=] { cpu::gelu_backward(x, dy, dx, count); });
 }
 

@@ -8,6 +8,11 @@
 #include "base/error.h"
 #include "kernels/dispatch.h"
 
+#if ZEST_HAVE_CUDA
+#include "kernels/matmul_cuda.h"
+#include "runtime/cuda_stream.h"
+#endif
+
 namespace zest {
 namespace {
 
@@ -48,6 +53,27 @@ void matmul(Stream& stream, bool trans_a, bool trans_b, std::int64_t m, std::int
             std::int64_t k, float alpha, const float* a, const float* b, float beta, float* c) {
   check_dimensions(m, n, k);
   if (m == 0 || n == 0) return;
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::CudaStream& cuda = cuda::cuda_stream(stream, "matmul");
+    cuda::MatmulArgs args;
+    args.trans_a = trans_a;
+    args.trans_b = trans_b;
+    args.m = m;
+    args.n = n;
+    args.k = k;
+    args.alpha = alpha;
+    args.a = a;
+    args.b = b;
+    args.beta = beta;
+    args.d = c;  // c stays null: beta reads D in place, as the CPU body reads C
+    const cuda::MatmulContext context{
+        cuda.blas_handle(), cuda.workspace(cuda::kMatmulWorkspaceBytes, "matmul"),
+        cuda::kMatmulWorkspaceBytes};
+    cuda::matmul(args, context, cuda.handle());
+    return;
+  }
+#endif
   dispatch_kernel(stream, "matmul",
                   [=] { cpu::matmul(trans_a, trans_b, m, n, k, alpha, a, b, beta, c); });
 }

@@ -6,6 +6,11 @@
 #include "kernels/blocked_loop.h"
 #include "kernels/dispatch.h"
 
+#if ZEST_HAVE_CUDA
+#include "kernels/sgd_cuda.h"
+#include "runtime/cuda_stream.h"
+#endif
+
 namespace zest {
 namespace {
 
@@ -70,6 +75,12 @@ void sgd(Stream& stream, float* params, const float* grads, float* momentum_buff
          std::size_t count, const SgdArgs& args) {
   check_args(momentum_buffer, args);
   if (count == 0) return;
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::sgd(params, grads, momentum_buffer, count, args, cuda::stream_handle(stream, "sgd"));
+    return;
+  }
+#endif
   dispatch_kernel(stream, "sgd", [=] { cpu::sgd(params, grads, momentum_buffer, count, args); });
 }
 

@@ -62,6 +62,12 @@ class CudaPoolAllocator final : public Allocator {
   // How many frees are waiting for release_deferred().
   std::size_t deferred_count() const;
 
+  // Frees `buffer` (this allocator's) with cudaFreeAsync on `stream` instead of the ordering
+  // stream: it runs after the work already enqueued there, and the accounting drops now. For the
+  // engine's frees after a buffer's last use on one stream (runtime/release_after.h); called
+  // from a host thread (inside a host function it is deferred as any free).
+  void free_after(cudaStream_t stream, Buffer buffer);
+
  protected:
   void* raw_allocate(std::size_t bytes) override;
   void raw_free(void* data, std::size_t bytes) override;

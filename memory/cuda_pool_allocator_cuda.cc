@@ -101,6 +101,19 @@ void* CudaPoolAllocator::raw_allocate(std::size_t bytes) {
   return data;
 }
 
+namespace {
+// The stream of the free_after() in progress on this thread; null: the ordering stream.
+thread_local cudaStream_t t_free_stream = nullptr;
+}  // namespace
+
+void CudaPoolAllocator::free_after(cudaStream_t stream, Buffer buffer) {
+  // Note: Buffer::reset reaches raw_free through the base's accounting; the thread-local tells
+  // raw_free which stream to free on without widening the Allocator interface.
+  t_free_stream = stream;
+  buffer.reset();
+  t_free_stream = nullptr;
+}
+
 void CudaPoolAllocator::raw_free(void* data, std::size_t /*bytes*/) {
   if (CudaHostFunctionScope::active()) {
     // Note: the host function runs after its stream's earlier work, the buffer's last use there.
@@ -114,7 +127,9 @@ void CudaPoolAllocator::raw_free(void* data, std::size_t /*bytes*/) {
   // Note: a free is called from destructors, so it must not throw; a failure is kept and raised
   // by the next allocation (a failing free means a broken context, which its users see anyway).
   cudaError_t status = cudaSetDevice(device_);
-  if (status == cudaSuccess) status = cudaFreeAsync(data, stream());
+  if (status == cudaSuccess) {
+    status = cudaFreeAsync(data, t_free_stream != nullptr ? t_free_stream : stream());
+  }
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
     std::lock_guard lock(mutex_);

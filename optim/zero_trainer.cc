@@ -7,6 +7,8 @@
 #include "kernels/convert.h"
 #include "optim/memory_plan.h"
 #include "optim/parameter_init.h"
+#include "runtime/host_copies.h"
+#include "runtime/release_after.h"
 
 namespace zest {
 
@@ -357,10 +359,10 @@ void ZeroTrainer::trace_end(const std::shared_ptr<std::int64_t>& begin, std::str
   });
 }
 
+// Frees after the stream's queued uses, in stream order on every device (CUDA: cudaFreeAsync on
+// `stream`, since a host-function free could not call CUDA).
 void ZeroTrainer::release_on(Stream& stream, Buffer buffer) {
-  if (buffer.empty()) return;
-  auto owned = std::make_shared<Buffer>(std::move(buffer));
-  stream.enqueue([owned] { owned->reset(); });
+  release_after(context_.device, stream, std::move(buffer));
 }
 
 float ZeroTrainer::forward_backward(const Batch& batch) {
@@ -383,8 +385,8 @@ float ZeroTrainer::forward_backward(const Batch& batch) {
   }
   // Note: reading the loss needs the compute stream to finish this micro-batch; the comm stream
   // goes on reducing gradients meanwhile.
-  context_.compute.synchronize();
-  const float loss = *loss_buffer_.as<float>();
+  float loss = 0.0f;
+  read_to_host(context_.device, context_.compute, &loss, loss_buffer_.data(), sizeof loss);
   loss_sum_ += loss;
   return loss;
 }
@@ -403,8 +405,9 @@ float ZeroTrainer::evaluate(const Batch& batch) {
   evaluating_ = false;
   // Nothing waits for a backward: the outputs go as soon as the forward is done with them.
   for (Activations& unit : activations_) release_on(context_.compute, std::move(unit.output));
-  context_.compute.synchronize();
-  float loss = *loss_buffer_.as<float>() / static_cast<float>(context_.world_size);
+  float loss = 0.0f;
+  read_to_host(context_.device, context_.compute, &loss, loss_buffer_.data(), sizeof loss);
+  loss /= static_cast<float>(context_.world_size);
   context_.communicator.label_next("evaluation loss");
   context_.communicator.all_reduce(context_.comm, &loss, &loss, 1, DType::kFloat32,
                                    Reduction::kSum);
@@ -459,6 +462,12 @@ void ZeroTrainer::reduce_gradients(FlatUnit& unit) {
   // Note: checked before the reduction mixes the ranks' gradients, so that a NaN is traced to
   // the rank where it arose; in compute-stream order, so the comm stream waits for the check.
   const void* local = options_.stage >= 2 ? unit.bucket.data() : unit.grads.data();
+  if (context_.device.kind() != DeviceKind::kCpu) {
+    // Note: the closure below reads device memory from the host; a device check (CUDA's
+    // squared-norm kernel counts non-finite elements) is not wired yet.
+    throw Error(ErrorKind::kUsage, "engine: the non-finite gradient check has no " +
+                                       context_.device.name() + " body yet");
+  }
   context_.compute.enqueue([flag = &local_non_finite_[unit.index], local,
                             dtype = options_.compute_dtype, count = unit.layout.flat_length()] {
     if (cpu::has_non_finite(local, dtype, count)) *flag = 1;

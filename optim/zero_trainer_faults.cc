@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "kernels/convert.h"
 #include "optim/zero_trainer.h"
+#include "runtime/host_copies.h"
 
 namespace zest {
 
@@ -45,10 +46,12 @@ void ZeroTrainer::inject_gradient_fault(FlatUnit& unit) {
   if (!named) return;
   // After the unit's backward has written its gradient, in compute-stream order.
   void* gradient = gradient_target(unit);
-  context_.compute.enqueue([gradient, dtype = options_.compute_dtype] {
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    cpu::convert(&nan, DType::kFloat32, gradient, dtype, 1);
-  });
+  // The NaN in the gradient's type is made on the host now; the device writes it in order.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  unsigned char bits[sizeof(float)] = {};
+  cpu::convert(&nan, DType::kFloat32, bits, options_.compute_dtype, 1);
+  write_from_host(context_.device, context_.compute, gradient, bits,
+                  dtype_size(options_.compute_dtype));
 }
 
 void ZeroTrainer::raise_divergence(std::int64_t step) {

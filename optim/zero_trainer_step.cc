@@ -17,6 +17,12 @@ const char* byte_offset(const void* base, std::size_t bytes) {
 
 ZeroTrainer::LocalGradientState ZeroTrainer::inspect_local_gradients() {
   LocalGradientState state;
+  if (context_.device.kind() != DeviceKind::kCpu) {
+    // Note: the sums below read device memory on the host; on CUDA they become the squared-norm
+    // kernel (kernels/norm_cuda.h) into device memory and one read-back, not wired yet.
+    throw Error(ErrorKind::kUsage, "engine: the gradient norm has no " + context_.device.name() +
+                                       " body yet");
+  }
   const bool check_overflow = options_.loss_scale.enabled;
   for (FlatUnit& unit : units_) {
     const std::size_t base = options_.stage >= 2 ? unit.layout.shard_range(context_.rank).begin : 0;

@@ -37,6 +37,8 @@ class CudaDevice final : public Device {
   void fill_zero(Stream& stream, void* destination, std::size_t bytes) override;
 
   int ordinal() const { return ordinal_; }
+  // allocator() as what it is, for stream-ordered frees (runtime/release_after.h).
+  CudaPoolAllocator& pool_allocator() { return allocator_; }
 
  private:
   const int ordinal_;

@@ -19,7 +19,7 @@ CudaDevice::CudaDevice(int ordinal, std::size_t capacity, std::size_t host_capac
 }
 
 std::unique_ptr<Stream> CudaDevice::create_stream(const std::string& name) {
-  return std::make_unique<CudaStream>(name, ordinal_);
+  return std::make_unique<CudaStream>(name, ordinal_, &allocator_);
 }
 
 std::unique_ptr<Event> CudaDevice::create_event() {

@@ -13,13 +13,16 @@
 #error "runtime/cuda_stream.h is CUDA-side only; include it where ZEST_HAVE_CUDA is defined"
 #endif
 
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 
+#include "memory/allocator.h"
 #include "runtime/stream.h"
 
 namespace zest::cuda {
@@ -51,7 +54,8 @@ class CudaEvent final : public Event {
 class CudaStream final : public Stream {
  public:
   // A new stream on CUDA device `device` (made the calling thread's current device).
-  CudaStream(std::string name, int device);
+  // `allocator` (the device's) backs workspace(); null: kernels needing one are refused.
+  CudaStream(std::string name, int device, Allocator* allocator = nullptr);
   ~CudaStream() override;  // waits for the stream's work, then destroys it; never throws
   CudaStream(const CudaStream&) = delete;
   CudaStream& operator=(const CudaStream&) = delete;
@@ -66,15 +70,29 @@ class CudaStream final : public Stream {
   cudaStream_t handle() const { return stream_; }
   int device() const { return device_; }
 
+  // Scratch of at least `bytes` for a kernel about to be launched on this stream, charged to
+  // Category::kWorkspace. Why per stream: launches on one stream run in order, so each can
+  // reuse the same scratch without events; one per device would race between the streams.
+  // It only grows (a larger request frees the old scratch: the pool frees in stream order).
+  // Called from the host thread at launch, never from a closure. Throws naming `kernel`.
+  void* workspace(std::size_t bytes, const char* kernel);
+  // This stream's cuBLASLt handle, made at first use (cublasLtCreate), destroyed with it.
+  cublasLtHandle_t blas_handle();
+
  private:
   const std::string name_;
   const int device_;
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<detail::StreamState> state_;
+  Allocator* const allocator_;
+  Buffer workspace_;  // invariant: freed before the device's allocator (streams die first)
+  cublasLtHandle_t blas_ = nullptr;
 };
 
 // The cudaStream_t of a CudaStream, for launching kernels on it; a kUsage Error naming `kernel`
 // for a stream of another device.
 cudaStream_t stream_handle(Stream& stream, const char* kernel);
+// The same, for kernels that need the stream's workspace or cuBLASLt handle.
+CudaStream& cuda_stream(Stream& stream, const char* kernel);
 
 }  // namespace zest::cuda

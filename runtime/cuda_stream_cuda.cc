@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/cublas_check.h"
 #include "base/cuda_check.h"
 #include "base/error.h"
 #include "memory/cuda_pool_allocator.h"
@@ -157,9 +158,9 @@ void CudaEvent::synchronize() {
   if (auto failure = failure_before(*source, mark)) throw echo(*failure);
 }
 
-CudaStream::CudaStream(std::string name, int device)
+CudaStream::CudaStream(std::string name, int device, Allocator* allocator)
     : name_(std::move(name)), device_(device),
-      state_(std::make_shared<detail::StreamState>(name_)) {
+      state_(std::make_shared<detail::StreamState>(name_)), allocator_(allocator) {
   ZEST_CUDA_CHECK(cudaSetDevice(device_));
   // Note: a blocking stream (not cudaStreamNonBlocking) orders with the legacy default stream,
   // on which the pool allocator allocates and frees by default: a free then waits for every
@@ -169,6 +170,8 @@ CudaStream::CudaStream(std::string name, int device)
 
 CudaStream::~CudaStream() {
   (void)cudaStreamSynchronize(stream_);
+  workspace_.reset();
+  if (blas_ != nullptr) (void)cublasLtDestroy(blas_);
   (void)cudaStreamDestroy(stream_);
   (void)cudaGetLastError();
   // Streams that waited on each other hold each other's state: break the cycle.
@@ -248,13 +251,37 @@ void CudaStream::synchronize() {
   raise_with_context(failure->error, failure->message, context);
 }
 
-cudaStream_t stream_handle(Stream& stream, const char* kernel) {
-  auto* cuda_stream = dynamic_cast<CudaStream*>(&stream);
-  if (cuda_stream == nullptr) {
+void* CudaStream::workspace(std::size_t bytes, const char* kernel) {
+  if (bytes <= workspace_.bytes()) return workspace_.data();
+  if (allocator_ == nullptr) {
+    throw Error(ErrorKind::kUsage, std::string(kernel) + ": stream '" + name_ +
+                                       "' has no allocator for a kernel workspace");
+  }
+  // The old scratch goes first: the pool frees it after this stream's earlier launches.
+  workspace_.reset();
+  workspace_ = allocator_->allocate(bytes, Category::kWorkspace);
+  return workspace_.data();
+}
+
+cublasLtHandle_t CudaStream::blas_handle() {
+  if (blas_ == nullptr) {
+    ZEST_CUDA_CHECK(cudaSetDevice(device_));
+    ZEST_CUBLAS_CHECK(cublasLtCreate(&blas_));
+  }
+  return blas_;
+}
+
+CudaStream& cuda_stream(Stream& stream, const char* kernel) {
+  auto* cuda = dynamic_cast<CudaStream*>(&stream);
+  if (cuda == nullptr) {
     throw Error(ErrorKind::kUsage, std::string(kernel) + ": stream '" + stream.name() +
                                        "' is not a CUDA stream");
   }
-  return cuda_stream->handle();
+  return *cuda;
+}
+
+cudaStream_t stream_handle(Stream& stream, const char* kernel) {
+  return cuda_stream(stream, kernel).handle();
 }
 
 }  // namespace zest::cuda

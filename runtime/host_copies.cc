@@ -1,0 +1,36 @@
+#include "runtime/host_copies.h"
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace zest {
+
+void read_to_host(Device& device, Stream& stream, void* host, const void* source,
+                  std::size_t bytes) {
+  if (device.kind() == DeviceKind::kCpu) {
+    // Device memory is host memory: no copy in stream order is needed, only the wait.
+    stream.synchronize();
+    std::memcpy(host, source, bytes);
+    return;
+  }
+  device.copy(stream, host, source, bytes);
+  stream.synchronize();
+}
+
+void write_from_host(Device& device, Stream& stream, void* destination, const void* host,
+                     std::size_t bytes) {
+  if (bytes == 0) return;
+  if (device.kind() == DeviceKind::kCpu) {
+    // The bytes are copied now, so the caller's source may go; the closure owns its copy.
+    auto bytes_copy = std::make_shared<std::vector<unsigned char>>(
+        static_cast<const unsigned char*>(host), static_cast<const unsigned char*>(host) + bytes);
+    stream.enqueue([destination, bytes_copy] {
+      std::memcpy(destination, bytes_copy->data(), bytes_copy->size());
+    });
+    return;
+  }
+  device.copy(stream, destination, host, bytes);
+}
+
+}  // namespace zest
