@@ -63,7 +63,9 @@ TEST(Bias, DispatchRunsTheCpuBodiesOnTheStream) {
   EXPECT_EQ(db, db_direct);
 }
 
-TEST(Bias, CudaStreamIsRefusedUntilItHasABody) {
+// A stream that only says CUDA is refused before anything is enqueued: in a CUDA build it is not
+// a CudaStream to launch on, and a CPU-only build has no CUDA body.
+TEST(Bias, AStreamThatIsNotARealCudaStreamIsRefused) {
   testing::FakeCudaStream stream;
   float x = 0.0f;
   EXPECT_THROW(add_bias(stream, &x, &x, 1, 1), Error);

@@ -198,7 +198,9 @@ TEST(CrossEntropy, DispatchRunsTheCpuBodiesOnTheStream) {
   EXPECT_EQ(grad, backward(p, 2.0f));
 }
 
-TEST(CrossEntropy, CudaStreamIsRefusedUntilItHasABody) {
+// A stream that only says CUDA is refused before anything is enqueued: in a CUDA build it is not
+// a CudaStream to launch on, and a CPU-only build has no CUDA body.
+TEST(CrossEntropy, AStreamThatIsNotARealCudaStreamIsRefused) {
   testing::FakeCudaStream stream;
   float x = 0.0f;
   std::int32_t t = 0;

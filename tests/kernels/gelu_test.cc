@@ -104,7 +104,9 @@ TEST(Gelu, DispatchRunsTheCpuBodiesOnTheStream) {
   EXPECT_EQ(dx, dx_direct);
 }
 
-TEST(Gelu, CudaStreamIsRefusedUntilItHasABody) {
+// A stream that only says CUDA is refused before anything is enqueued: in a CUDA build it is not
+// a CudaStream to launch on, and a CPU-only build has no CUDA body.
+TEST(Gelu, AStreamThatIsNotARealCudaStreamIsRefused) {
   testing::FakeCudaStream stream;
   float x = 0.0f;
   EXPECT_THROW(gelu_forward(stream, &x, &x, 1), Error);

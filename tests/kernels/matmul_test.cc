@@ -121,7 +121,9 @@ TEST(Matmul, DispatchRunsTheCpuBodyOnTheStream) {
   EXPECT_EQ(direct, queued);
 }
 
-TEST(Matmul, CudaStreamIsRefusedUntilItHasABody) {
+// A stream that only says CUDA is refused before anything is enqueued: in a CUDA build it is not
+// a CudaStream to launch on, and a CPU-only build has no CUDA body.
+TEST(Matmul, AStreamThatIsNotARealCudaStreamIsRefused) {
   testing::FakeCudaStream stream;
   float x = 0.0f;
   EXPECT_THROW(matmul(stream, false, false, 1, 1, 1, 1.0f, &x, &x, 0.0f, &x), Error);
