@@ -19,6 +19,7 @@
 #include "base/cuda_check.h"
 #include "base/error.h"
 #include "runtime/cuda_stream.h"
+#include "tests/support/capture_error.h"
 #include "tests/support/cuda_test_support.h"
 
 namespace zest::cuda {
@@ -26,16 +27,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-template <typename Call>
-Error capture_error(Call call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error;
-  }
-  ADD_FAILURE() << "expected a zest::Error";
-  return Error(ErrorKind::kInternal, "(none thrown)");
-}
+using testing::capture_error;
 
 cudaError_t returns(cudaError_t status) { return status; }
 

@@ -22,6 +22,7 @@
 #include "base/error.h"
 #include "runtime/cuda_stream.h"
 #include "runtime/nccl_check.h"
+#include "tests/support/capture_error.h"
 #include "tests/support/cuda_test_support.h"
 #include "tests/support/fake_cuda_stream.h"
 
@@ -33,16 +34,7 @@ using ::testing::AnyOf;
 using testing::DeviceArray;
 using ::testing::HasSubstr;
 
-template <typename Call>
-Error capture_error(Call call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error;
-  }
-  ADD_FAILURE() << "expected a zest::Error";
-  return Error(ErrorKind::kInternal, "(none thrown)");
-}
+using testing::capture_error;
 
 ncclResult_t returns(ncclResult_t status) { return status; }
 
