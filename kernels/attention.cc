@@ -8,6 +8,12 @@
 #include "kernels/dispatch.h"
 #include "kernels/matmul.h"
 
+#if ZEST_HAVE_CUDA
+#include "kernels/attention_cuda.h"
+#include "kernels/matmul_cuda.h"
+#include "runtime/cuda_stream.h"
+#endif
+
 namespace zest {
 namespace {
 
@@ -151,6 +157,16 @@ void attention_backward(const AttentionShape& s, const float* dy, const float* s
 void attention_forward(Stream& stream, const AttentionShape& shape, const float* qkv,
                        float* split, float* probs, float* y, float* scratch) {
   check_shape("attention_forward", shape);
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::CudaStream& cuda = cuda::cuda_stream(stream, "attention_forward");
+    const cuda::MatmulContext context{
+        cuda.blas_handle(), cuda.workspace(cuda::kMatmulWorkspaceBytes, "attention_forward"),
+        cuda::kMatmulWorkspaceBytes};
+    cuda::attention_forward(context, shape, qkv, split, probs, y, scratch, cuda.handle());
+    return;
+  }
+#endif
   dispatch_kernel(stream, "attention_forward", [=] {
     cpu::attention_forward(shape, qkv, split, probs, y, scratch);
   });
@@ -159,6 +175,24 @@ void attention_forward(Stream& stream, const AttentionShape& shape, const float*
 void attention_backward(Stream& stream, const AttentionShape& shape, const float* dy,
                         const float* split, const float* probs, float* dqkv, float* scratch) {
   check_shape("attention_backward", shape);
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::CudaStream& cuda = cuda::cuda_stream(stream, "attention_backward");
+    // Note: the CUDA body needs more scratch than the caller's (every pair's dP at once), and a
+    // launch has one workspace region (a larger request frees the old one), so the scratch and
+    // the GEMM's workspace are carved from one request: the scratch first, its bytes rounded up
+    // to a multiple of 256 so that the GEMM's part starts 256-byte aligned as cuBLASLt prefers.
+    const std::size_t scratch_bytes =
+        (cuda::attention_backward_scratch_elements(shape) * sizeof(float) + 255) / 256 * 256;
+    auto* workspace = static_cast<unsigned char*>(cuda.workspace(
+        scratch_bytes + cuda::kMatmulWorkspaceBytes, "attention_backward"));
+    const cuda::MatmulContext context{cuda.blas_handle(), workspace + scratch_bytes,
+                                      cuda::kMatmulWorkspaceBytes};
+    cuda::attention_backward(context, shape, dy, split, probs, dqkv,
+                             reinterpret_cast<float*>(workspace), cuda.handle());
+    return;
+  }
+#endif
   dispatch_kernel(stream, "attention_backward", [=] {
     cpu::attention_backward(shape, dy, split, probs, dqkv, scratch);
   });

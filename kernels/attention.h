@@ -41,7 +41,9 @@ void attention_backward(const AttentionShape& shape, const float* dy, const floa
 
 }  // namespace cpu
 
-// Throw a kUsage Error, on the host, unless every dimension of `shape` is >= 1.
+// Throw a kUsage Error, on the host, unless every dimension of `shape` is >= 1. On a CUDA stream
+// backward leaves `scratch` alone: it needs more (kernels/attention_cuda.h) and takes it from the
+// stream's workspace.
 void attention_forward(Stream& stream, const AttentionShape& shape, const float* qkv,
                        float* split, float* probs, float* y, float* scratch);
 void attention_backward(Stream& stream, const AttentionShape& shape, const float* dy,

@@ -4,10 +4,10 @@
 #include <cmath>
 #include <string>
 
-#include "base/cublas_check.h"
 #include "base/cuda_check.h"
 #include "base/error.h"
 #include "kernels/launch_cuda.cuh"
+#include "kernels/matmul_cuda.h"
 #include "kernels/reduce_cuda.cuh"
 
 namespace zest::cuda {
@@ -106,22 +106,30 @@ unsigned row_blocks(std::int64_t rows) {
   return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
 }
 
-// Row-major C_i = alpha op(A_i) op(B_i) + beta C_i for `batch` matrices `stride_*` floats apart,
-// as the column-major C_iᵀ = op(B_i)ᵀ op(A_i)ᵀ (see kernels/matmul_cuda.cu).
+// Row-major C_i = alpha op(A_i) op(B_i) for `batch` matrices `stride_*` floats apart, through
+// the GEMM of kernels/matmul_cuda.h (cuBLASLt, plain fp32).
 struct Batched {
-  cublasHandle_t handle;
-  int batch;
+  const MatmulContext& context;
+  std::int64_t batch;
+  cudaStream_t stream;
   void operator()(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
                   float alpha, const float* a, std::int64_t stride_a, const float* b,
                   std::int64_t stride_b, float* c, std::int64_t stride_c) const {
-    const float beta = 0.0f;
-    // Note: CUBLAS_COMPUTE_32F is plain fp32; TF32 would miss the CPU parity of 1e-5.
-    ZEST_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-        static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b, CUDA_R_32F,
-        static_cast<int>(trans_b ? k : n), stride_b, a, CUDA_R_32F,
-        static_cast<int>(trans_a ? m : k), stride_a, &beta, c, CUDA_R_32F, static_cast<int>(n),
-        stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    MatmulArgs args;
+    args.trans_a = trans_a;
+    args.trans_b = trans_b;
+    args.m = m;
+    args.n = n;
+    args.k = k;
+    args.alpha = alpha;
+    args.a = a;
+    args.b = b;
+    args.d = c;
+    args.batch = batch;
+    args.stride_a = stride_a;
+    args.stride_b = stride_b;
+    args.stride_d = stride_c;
+    matmul(args, context, stream);
   }
 };
 
@@ -132,7 +140,7 @@ std::size_t attention_backward_scratch_elements(const AttentionShape& s) {
   return 4 * head_elements(s) + s.probs_elements();
 }
 
-void attention_forward(cublasHandle_t handle, const AttentionShape& s, const float* qkv,
+void attention_forward(const MatmulContext& context, const AttentionShape& s, const float* qkv,
                        float* split, float* probs, float* y, float* scratch,
                        cudaStream_t stream) {
   check_shape("attention_forward", s);
@@ -140,8 +148,7 @@ void attention_forward(cublasHandle_t handle, const AttentionShape& s, const flo
   const std::int64_t d = s.head_dim;
   const std::size_t part = head_elements(s);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));  // the CPU body's, on the host
-  const Batched gemm{handle, static_cast<int>(s.batch * s.heads)};
-  ZEST_CUBLAS_CHECK(cublasSetStream(handle, stream));
+  const Batched gemm{context, s.batch * s.heads, stream};
   permute(s, 3, qkv, split, true, stream);
   const float* q = split;
   const float* k = split + part;
@@ -154,7 +161,7 @@ void attention_forward(cublasHandle_t handle, const AttentionShape& s, const flo
   permute(s, 1, scratch, y, false, stream);
 }
 
-void attention_backward(cublasHandle_t handle, const AttentionShape& s, const float* dy,
+void attention_backward(const MatmulContext& context, const AttentionShape& s, const float* dy,
                         const float* split, const float* probs, float* dqkv, float* scratch,
                         cudaStream_t stream) {
   check_shape("attention_backward", s);
@@ -162,8 +169,7 @@ void attention_backward(cublasHandle_t handle, const AttentionShape& s, const fl
   const std::int64_t d = s.head_dim;
   const std::size_t part = head_elements(s);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const Batched gemm{handle, static_cast<int>(s.batch * s.heads)};
-  ZEST_CUBLAS_CHECK(cublasSetStream(handle, stream));
+  const Batched gemm{context, s.batch * s.heads, stream};
   const float* q = split;
   const float* k = split + part;
   const float* v = split + 2 * part;

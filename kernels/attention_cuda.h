@@ -1,8 +1,8 @@
 // CUDA body of kernels/attention.h's causal multi-head attention, with the CPU body's layouts
 // (qkv [batch, seq, 3C] in, y [batch, seq, C] out; split Q | K | V [3][batch, heads, seq, d] and
 // probabilities [batch, heads, seq, seq] kept for backward) and math (scores scaled by 1/sqrt(d)
-// inside the product, the upper triangle masked after it). The products are cuBLAS
-// strided-batched GEMMs over every (batch, head) pair at once, in plain fp32
+// inside the product, the upper triangle masked after it). The products are strided-batched
+// cuBLASLt GEMMs (kernels/matmul_cuda.h) over every (batch, head) pair at once, in plain fp32
 // (CUBLAS_COMPUTE_32F, no TF32); the causal softmax and its backward are one warp per row.
 // Invariant: backward needs more scratch than the CPU body (every pair's dP at once, not one at a
 // time): size it with attention_backward_scratch_elements below, not the AttentionShape member.
@@ -13,12 +13,12 @@
 #error "kernels/attention_cuda.h is CUDA-side only; include it where ZEST_HAVE_CUDA is defined"
 #endif
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 
 #include "kernels/attention.h"
+#include "kernels/matmul_cuda.h"
 
 namespace zest::cuda {
 
@@ -26,12 +26,12 @@ namespace zest::cuda {
 std::size_t attention_backward_scratch_elements(const AttentionShape& shape);
 
 // Device pointers, sized as on the CPU (forward scratch: shape.forward_scratch_elements()).
-// `handle` is the caller's cuBLAS handle (its workspace set by the caller); it is bound to
-// `stream` here. Throw kUsage unless every dimension is >= 1 and batch * heads, seq and
-// head_dim are below 2^31; kDevice when cuBLAS fails.
-void attention_forward(cublasHandle_t handle, const AttentionShape& shape, const float* qkv,
+// `context` is the caller's cuBLASLt handle and GEMM workspace (as for matmul). Throw kUsage
+// unless every dimension is >= 1 and batch * heads, seq and head_dim are below 2^31; kDevice
+// when cuBLASLt fails.
+void attention_forward(const MatmulContext& context, const AttentionShape& shape, const float* qkv,
                        float* split, float* probs, float* y, float* scratch, cudaStream_t stream);
-void attention_backward(cublasHandle_t handle, const AttentionShape& shape, const float* dy,
+void attention_backward(const MatmulContext& context, const AttentionShape& shape, const float* dy,
                         const float* split, const float* probs, float* dqkv, float* scratch,
                         cudaStream_t stream);
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "base/cuda_check.h"
+#include "kernels/accumulate_cuda.h"
 #include "kernels/cast_cuda.h"
 #include "runtime/cuda_stream.h"
 #endif
@@ -149,6 +150,13 @@ void convert(Stream& stream, const void* source, DType source_type, void* destin
 
 void accumulate_into(Stream& stream, void* destination, DType destination_type,
                      const void* source, DType source_type, std::size_t count) {
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    const cudaStream_t handle = cuda::stream_handle(stream, "accumulate_into");
+    cuda::accumulate_into(destination, destination_type, source, source_type, count, handle);
+    return;
+  }
+#endif
   dispatch_kernel(stream, "accumulate_into", [=] {
     cpu::accumulate_into(destination, destination_type, source, source_type, count);
   });

@@ -5,6 +5,11 @@
 #include "base/error.h"
 #include "kernels/dispatch.h"
 
+#if ZEST_HAVE_CUDA
+#include "kernels/embedding_cuda.h"
+#include "runtime/cuda_stream.h"
+#endif
+
 namespace zest {
 namespace {
 
@@ -74,6 +79,13 @@ void embedding_forward(Stream& stream, const std::int32_t* tokens, std::int64_t 
                        std::int64_t seq, const float* wte, const float* wpe, std::int64_t vocab,
                        std::int64_t channels, float* out) {
   check_shape("embedding_forward", batch, seq, vocab, channels);
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::embedding_forward(tokens, batch, seq, wte, wpe, vocab, channels, out,
+                            cuda::stream_handle(stream, "embedding_forward"));
+    return;
+  }
+#endif
   dispatch_kernel(stream, "embedding_forward", [=] {
     cpu::embedding_forward(tokens, batch, seq, wte, wpe, vocab, channels, out);
   });
@@ -83,6 +95,17 @@ void embedding_backward(Stream& stream, const std::int32_t* tokens, std::int64_t
                         std::int64_t seq, const float* dout, std::int64_t vocab,
                         std::int64_t channels, float* dwte, float* dwpe) {
   check_shape("embedding_backward", batch, seq, vocab, channels);
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    // The stream first: the workspace size asks the device, which a stream that is not a
+    // CudaStream may not have.
+    cuda::CudaStream& cuda = cuda::cuda_stream(stream, "embedding_backward");
+    const std::size_t bytes = cuda::embedding_backward_workspace_bytes(batch, seq);
+    cuda::embedding_backward(tokens, batch, seq, dout, vocab, channels, dwte, dwpe,
+                             cuda.workspace(bytes, "embedding_backward"), bytes, cuda.handle());
+    return;
+  }
+#endif
   dispatch_kernel(stream, "embedding_backward", [=] {
     cpu::embedding_backward(tokens, batch, seq, dout, vocab, channels, dwte, dwpe);
   });

@@ -3,7 +3,8 @@
 // Backward scatters the output gradient into both tables in one fixed order (row-major over
 // [batch, seq]), so the sums are deterministic. Invariant: a token outside [0, vocab) is a
 // kData Error naming its position [b, t] and value, raised by the body (so on the stream) before
-// anything is written; backward ACCUMULATES into dwte and dwpe.
+// anything is written (on a CUDA stream, where a kernel cannot throw, its output row is NaN
+// instead: kernels/embedding_cuda.h); backward ACCUMULATES into dwte and dwpe.
 #pragma once
 
 #include <cstdint>

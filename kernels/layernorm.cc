@@ -6,6 +6,11 @@
 #include "base/error.h"
 #include "kernels/dispatch.h"
 
+#if ZEST_HAVE_CUDA
+#include "kernels/layernorm_cuda.h"
+#include "runtime/cuda_stream.h"
+#endif
+
 namespace zest {
 namespace {
 
@@ -83,6 +88,13 @@ void layernorm_forward(Stream& stream, const float* x, const float* weight, cons
                        float* rstd) {
   check_shape("layernorm_forward", rows, cols);
   if (rows == 0) return;
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::layernorm_forward(x, weight, bias, rows, cols, eps, y, mean, rstd,
+                            cuda::stream_handle(stream, "layernorm_forward"));
+    return;
+  }
+#endif
   dispatch_kernel(stream, "layernorm_forward", [=] {
     cpu::layernorm_forward(x, weight, bias, rows, cols, eps, y, mean, rstd);
   });
@@ -93,6 +105,15 @@ void layernorm_backward(Stream& stream, const float* dy, const float* x, const f
                         std::int64_t cols, float* dx, float* dweight, float* dbias) {
   check_shape("layernorm_backward", rows, cols);
   if (rows == 0) return;
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::CudaStream& cuda = cuda::cuda_stream(stream, "layernorm_backward");
+    const std::size_t bytes = cuda::layernorm_backward_workspace_bytes(rows, cols);
+    cuda::layernorm_backward(dy, x, weight, mean, rstd, rows, cols, dx, dweight, dbias,
+                             cuda.workspace(bytes, "layernorm_backward"), bytes, cuda.handle());
+    return;
+  }
+#endif
   dispatch_kernel(stream, "layernorm_backward", [=] {
     cpu::layernorm_backward(dy, x, weight, mean, rstd, rows, cols, dx, dweight, dbias);
   });

@@ -59,6 +59,9 @@ void check_args(const MatmulArgs& x) {
     usage(std::string("no ") + dtype_name(x.input_type) + " -> " + dtype_name(x.output_type) +
           " product");
   }
+  check_dimension("batch", x.batch, 1);
+  if (x.stride_a < 0 || x.stride_b < 0 || x.stride_d < 0) usage("batch strides must be >= 0");
+  if (x.epilogue != MatmulEpilogue::kNone && x.batch > 1) usage("no epilogue with batch > 1");
   if (x.epilogue != MatmulEpilogue::kNone && x.bias == nullptr) usage("the epilogue needs a bias");
   if (x.epilogue == MatmulEpilogue::kGeluBias) {
     if (x.gelu_input == nullptr) usage("kGeluBias needs gelu_input");
@@ -66,19 +69,32 @@ void check_args(const MatmulArgs& x) {
   }
 }
 
-// The largest power of two (up to 256, cuBLASLt's default assumption) dividing the address.
-std::uint32_t alignment_of(const void* pointer) {
+// The largest power of two (up to 256, cuBLASLt's default assumption) dividing the address and,
+// in a batch, the stride between operands (operand i sits at pointer + i * stride_bytes).
+std::uint32_t alignment_of(const void* pointer, std::int64_t batch, std::int64_t stride,
+                           DType type) {
   const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+  const auto stride_bytes =
+      batch > 1 ? static_cast<std::uintptr_t>(stride) * dtype_size(type) : std::uintptr_t{0};
   std::uint32_t bytes = 256;
-  while (bytes > 1 && address % bytes != 0) bytes /= 2;
+  while (bytes > 1 && (address % bytes != 0 || stride_bytes % bytes != 0)) bytes /= 2;
   return bytes;
 }
 
-Layout layout(cudaDataType_t type, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+Layout layout(cudaDataType_t type, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+              std::int64_t batch, std::int64_t stride) {
   cublasLtMatrixLayout_t raw = nullptr;
   ZEST_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&raw, type, static_cast<std::uint64_t>(rows),
                                                static_cast<std::uint64_t>(cols), ld));
-  return Layout(raw);
+  Layout owned(raw);
+  if (batch > 1) {
+    const auto count = static_cast<std::int32_t>(batch);
+    ZEST_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+        raw, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+    ZEST_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+        raw, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  }
+  return owned;
 }
 
 template <typename T>
@@ -124,11 +140,11 @@ void matmul(const MatmulArgs& x, const MatmulContext& context, cudaStream_t stre
     }
   }
   // Stored shapes: B is [k, n] (or [n, k] transposed), A is [m, k] (or [k, m]).
-  const Layout b_layout =
-      x.trans_b ? layout(in_type, x.k, x.n, x.k) : layout(in_type, x.n, x.k, x.n);
-  const Layout a_layout =
-      x.trans_a ? layout(in_type, x.m, x.k, x.m) : layout(in_type, x.k, x.m, x.k);
-  const Layout d_layout = layout(out_type, x.n, x.m, x.n);
+  const Layout b_layout = x.trans_b ? layout(in_type, x.k, x.n, x.k, x.batch, x.stride_b)
+                                    : layout(in_type, x.n, x.k, x.n, x.batch, x.stride_b);
+  const Layout a_layout = x.trans_a ? layout(in_type, x.m, x.k, x.m, x.batch, x.stride_a)
+                                    : layout(in_type, x.k, x.m, x.k, x.batch, x.stride_a);
+  const Layout d_layout = layout(out_type, x.n, x.m, x.n, x.batch, x.stride_d);
 
   cublasLtMatmulPreference_t raw_pref = nullptr;
   ZEST_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
@@ -137,10 +153,14 @@ void matmul(const MatmulArgs& x, const MatmulContext& context, cudaStream_t stre
   // Note: parameters are views into flat buffers and activations offsets into one saved buffer,
   // so operands need not be 256-byte aligned (cuBLASLt's default assumption, under which it may
   // pick an algorithm that faults on them): say what they really are.
-  set(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(x.b));
-  set(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(x.a));
-  set(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(c));
-  set(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(x.d));
+  set(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+      alignment_of(x.b, x.batch, x.stride_b, x.input_type));
+  set(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      alignment_of(x.a, x.batch, x.stride_a, x.input_type));
+  set(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+      alignment_of(c, x.batch, x.stride_d, x.output_type));
+  set(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+      alignment_of(x.d, x.batch, x.stride_d, x.output_type));
 
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
@@ -150,7 +170,8 @@ void matmul(const MatmulArgs& x, const MatmulContext& context, cudaStream_t stre
   if (found == 0) {
     throw Error(ErrorKind::kDevice,
                 "matmul (CUDA): cuBLASLt has no algorithm for m = " + std::to_string(x.m) +
-                    ", n = " + std::to_string(x.n) + ", k = " + std::to_string(x.k) + " (" +
+                    ", n = " + std::to_string(x.n) + ", k = " + std::to_string(x.k) +
+                    ", batch = " + std::to_string(x.batch) + " (" +
                     dtype_name(x.input_type) + " -> " + dtype_name(x.output_type) + ") within " +
                     std::to_string(context.workspace_bytes) + " workspace bytes");
   }

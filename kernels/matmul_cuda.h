@@ -4,7 +4,8 @@
 // (CUBLAS_COMPUTE_32F, never TF32: the CPU parity holds 1e-5); bf16 / fp16 inputs accumulate in
 // fp32 and write fp32 or their own type. The epilogues fuse the GPT's neighbours of a product:
 // the bias add, a residual (C is another buffer than D), and bias + GELU keeping the pre-GELU
-// values for backward. Invariant: the handle and workspace are the caller's, made once outside
+// values for backward. A strided batch runs many same-shaped products in one call (attention's
+// (batch, head) pairs). Invariant: the handle and workspace are the caller's, made once outside
 // the step; nothing is allocated here.
 // CUDA-side only: include it from .cu files and *_cuda.cc sources.
 #pragma once
@@ -58,14 +59,22 @@ struct MatmulArgs {
   MatmulEpilogue epilogue = MatmulEpilogue::kNone;
   const void* bias = nullptr;  // [n], for kBias and kGeluBias
   void* gelu_input = nullptr;  // [m, n], written by kGeluBias: what gelu_backward takes as x
+  // `batch` products, product i on a + i * stride_a elements, b + i * stride_b, and C and D
+  // + i * stride_d (C is D's shape). 1: a single product, the strides unused. No epilogue with
+  // batch > 1.
+  std::int64_t batch = 1;
+  std::int64_t stride_a = 0;
+  std::int64_t stride_b = 0;
+  std::int64_t stride_d = 0;
 };
 
 // Enqueues the multiply on `stream`. Throws, on the host, a kUsage Error for m or n outside
-// [0, 2^31), k outside [1, 2^31), an unsupported type pair, a missing bias / gelu_input, or
-// kGeluBias with n not a multiple of 8 (cuBLASLt's rule for the pre-GELU matrix), and kDevice
+// [0, 2^31), k outside [1, 2^31), batch outside [1, 2^31) or negative strides, an epilogue with
+// batch > 1, an unsupported type pair, a missing bias / gelu_input, or kGeluBias with n not a
+// multiple of 8 (cuBLASLt's rule for the pre-GELU matrix), and kDevice
 // when cuBLASLt fails or has no algorithm for the shape within the workspace. m == 0 or n == 0
 // does nothing. Operands may sit at any element offset: the algorithm is chosen for the
-// pointers' actual alignment.
+// pointers' (and the batch strides') actual alignment.
 void matmul(const MatmulArgs& args, const MatmulContext& context, cudaStream_t stream);
 
 }  // namespace zest::cuda

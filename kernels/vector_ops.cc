@@ -1,6 +1,13 @@
 #include "kernels/vector_ops.h"
 
-#include "base/error.h"
+#include "kernels/dispatch.h"
+
+#if ZEST_HAVE_CUDA
+#include "base/dtype.h"
+#include "kernels/accumulate_cuda.h"
+#include "kernels/gradient_statistics_cuda.h"
+#include "runtime/cuda_stream.h"
+#endif
 
 namespace zest {
 
@@ -18,22 +25,32 @@ double sum_of_squares(const float* data, std::size_t count) {
 
 }  // namespace cpu
 
-namespace {
-void require_cpu(Stream& stream, const char* kernel) {
-  if (stream.device_kind() != DeviceKind::kCpu) {
-    throw Error(ErrorKind::kUsage, std::string(kernel) + ": no body for this device yet");
-  }
-}
-}  // namespace
-
 void accumulate(Stream& stream, float* destination, const float* source, std::size_t count) {
-  require_cpu(stream, "accumulate");
-  stream.enqueue([=] { cpu::accumulate(destination, source, count); });
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    const cudaStream_t handle = cuda::stream_handle(stream, "accumulate");
+    cuda::accumulate_into(destination, DType::kFloat32, source, DType::kFloat32, count, handle);
+    return;
+  }
+#endif
+  dispatch_kernel(stream, "accumulate", [=] { cpu::accumulate(destination, source, count); });
 }
 
 void add_sum_of_squares(Stream& stream, const float* data, std::size_t count, double* result) {
-  require_cpu(stream, "add_sum_of_squares");
-  stream.enqueue([=] { *result += cpu::sum_of_squares(data, count); });
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    // The stream first: the workspace size asks the device, which a stream that is not a
+    // CudaStream may not have.
+    cuda::CudaStream& cuda = cuda::cuda_stream(stream, "add_sum_of_squares");
+    if (count == 0) return;
+    const std::size_t bytes = cuda::gradient_statistics_workspace_bytes(DType::kFloat32, count);
+    cuda::add_sum_of_squares(data, count, result, cuda.workspace(bytes, "add_sum_of_squares"),
+                             bytes, cuda.handle());
+    return;
+  }
+#endif
+  dispatch_kernel(stream, "add_sum_of_squares",
+                  [=] { *result += cpu::sum_of_squares(data, count); });
 }
 
 }  // namespace zest

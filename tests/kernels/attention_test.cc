@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "runtime/cpu_device.h"
+#include "tests/kernels/cuda_refusal.h"
 #include "tests/support/fake_cuda_stream.h"
 
 namespace zest {
@@ -157,6 +158,18 @@ TEST(Attention, BadShapesAndCudaStreamsAreRefusedOnTheHost) {
   testing::FakeCudaStream cuda;
   EXPECT_THROW(attention_forward(cuda, kShape, &v, &v, &v, &v, &v), Error);
   EXPECT_EQ(cuda.enqueued, 0);
+}
+
+// With CUDA built a CudaStream launches the CUDA bodies (tests/kernels/attention_cuda_test.cc);
+// a stream that only claims CUDA is refused by name, before anything runs.
+TEST(Attention, AStreamThatIsNotARealCudaStreamIsRefusedByName) {
+  float v = 0.0f;
+  testing::expect_cuda_stream_refused("attention_forward", [&](Stream& stream) {
+    attention_forward(stream, kShape, &v, &v, &v, &v, &v);
+  });
+  testing::expect_cuda_stream_refused("attention_backward", [&](Stream& stream) {
+    attention_backward(stream, kShape, &v, &v, &v, &v, &v);
+  });
 }
 
 }  // namespace

@@ -14,6 +14,8 @@
 
 #include "base/error.h"
 #include "kernels/embedding.h"
+#include "runtime/cpu_device.h"
+#include "runtime/cuda_device.h"
 #include "tests/support/cuda_test_support.h"
 
 namespace zest {
@@ -86,6 +88,40 @@ TEST(EmbeddingCuda, TokenOutsideTheVocabularyGivesANaNRow) {
   const auto out = d_out.download();
   EXPECT_TRUE(std::isnan(out[3 * kChannels]));
   EXPECT_FALSE(std::isnan(out[4 * kChannels]));
+}
+
+// The dispatch functions on a CudaStream (the stream's workspace for backward's sort) against
+// the same dispatch on the CPU device: bit for bit, as the bodies above.
+TEST(EmbeddingCuda, DispatchOnACudaStreamIsTheCpuDispatchBitForBit) {
+  ZEST_SKIP_WITHOUT_CUDA();
+  const auto t = tokens();
+  const auto wte = testing::random_floats(kVocab * kChannels, 1);
+  const auto wpe = testing::random_floats(kSeq * kChannels, 2);
+  const auto dout = testing::random_floats(t.size() * kChannels, 3);
+  std::vector<float> out(t.size() * kChannels);
+  std::vector<float> dwte = testing::random_floats(kVocab * kChannels, 4);  // accumulated into
+  std::vector<float> dwpe = testing::random_floats(kSeq * kChannels, 5);
+  DeviceArray<float> d_dwte(dwte), d_dwpe(dwpe);
+  cpu::CpuDevice host(0);
+  auto host_stream = host.create_stream("compute");
+  embedding_forward(*host_stream, t.data(), kBatch, kSeq, wte.data(), wpe.data(), kVocab,
+                    kChannels, out.data());
+  embedding_backward(*host_stream, t.data(), kBatch, kSeq, dout.data(), kVocab, kChannels,
+                     dwte.data(), dwpe.data());
+  host_stream->synchronize();
+
+  cuda::CudaDevice device(0);
+  auto stream = device.create_stream("compute");
+  DeviceArray<std::int32_t> d_t(t);
+  DeviceArray<float> d_wte(wte), d_wpe(wpe), d_dout(dout), d_out(out.size());
+  embedding_forward(*stream, d_t.data(), kBatch, kSeq, d_wte.data(), d_wpe.data(), kVocab,
+                    kChannels, d_out.data());
+  embedding_backward(*stream, d_t.data(), kBatch, kSeq, d_dout.data(), kVocab, kChannels,
+                     d_dwte.data(), d_dwpe.data());
+  stream->synchronize();
+  testing::expect_bit_identical(d_out.download(), out, "out");
+  testing::expect_bit_identical(d_dwte.download(), dwte, "dwte");
+  testing::expect_bit_identical(d_dwpe.download(), dwpe, "dwpe");
 }
 
 TEST(EmbeddingCudaArguments, ShapesAreCheckedOnTheHost) {

@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "runtime/cpu_device.h"
+#include "tests/kernels/cuda_refusal.h"
 #include "tests/support/fake_cuda_stream.h"
 
 namespace zest {
@@ -137,6 +138,20 @@ TEST(Embedding, BadShapesAndCudaStreamsAreRefusedOnTheHost) {
   testing::FakeCudaStream cuda;
   EXPECT_THROW(embedding_forward(cuda, &token, 1, 1, &v, &v, 1, 1, &v), Error);
   EXPECT_EQ(cuda.enqueued, 0);
+}
+
+// With CUDA built a CudaStream launches the CUDA bodies (tests/kernels/embedding_cuda_test.cc);
+// a stream that only claims CUDA is refused by name, before anything runs (backward before its
+// workspace size, which would ask a device).
+TEST(Embedding, AStreamThatIsNotARealCudaStreamIsRefusedByName) {
+  std::int32_t token = 0;
+  float v = 0.0f;
+  testing::expect_cuda_stream_refused("embedding_forward", [&](Stream& stream) {
+    embedding_forward(stream, &token, 1, 1, &v, &v, 1, 1, &v);
+  });
+  testing::expect_cuda_stream_refused("embedding_backward", [&](Stream& stream) {
+    embedding_backward(stream, &token, 1, 1, &v, 1, 1, &v, &v);
+  });
 }
 
 }  // namespace

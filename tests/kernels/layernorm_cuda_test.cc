@@ -16,6 +16,8 @@
 
 #include "base/error.h"
 #include "kernels/layernorm.h"
+#include "runtime/cpu_device.h"
+#include "runtime/cuda_device.h"
 #include "tests/support/cuda_test_support.h"
 
 namespace zest {
@@ -81,6 +83,42 @@ TEST(LayerNormCuda, BackwardAccumulatesAsTheCpuBodyAndIsDeterministic) {
     runs.push_back(std::move(all));
   }
   testing::expect_bit_identical(runs[1], runs[0], "second run");
+}
+
+// The dispatch functions on a CudaStream (the stream's workspace for backward's column sums)
+// against the same dispatch on the CPU device: they launch the bodies above, so the same
+// tolerances hold. Backward starts from the CPU's mean and rstd, so only backward's error counts.
+TEST(LayerNormCuda, DispatchOnACudaStreamMatchesTheCpuDispatch) {
+  ZEST_SKIP_WITHOUT_CUDA();
+  const Inputs in;
+  cpu::CpuDevice host(0);
+  auto host_stream = host.create_stream("compute");
+  std::vector<float> y(in.x.size()), mean(kRows), rstd(kRows);
+  std::vector<float> dx = in.dx, dweight = in.dweight, dbias = in.dbias;
+  layernorm_forward(*host_stream, in.x.data(), in.weight.data(), in.bias.data(), kRows, kCols,
+                    kLayerNormEps, y.data(), mean.data(), rstd.data());
+  layernorm_backward(*host_stream, in.dy.data(), in.x.data(), in.weight.data(), mean.data(),
+                     rstd.data(), kRows, kCols, dx.data(), dweight.data(), dbias.data());
+  host_stream->synchronize();
+
+  cuda::CudaDevice device(0);
+  auto stream = device.create_stream("compute");
+  DeviceArray<float> d_x(in.x), d_w(in.weight), d_b(in.bias), d_y(y.size()), d_mean(kRows),
+      d_rstd(kRows), d_dy(in.dy), d_dx(in.dx), d_dw(in.dweight), d_db(in.dbias);
+  layernorm_forward(*stream, d_x.data(), d_w.data(), d_b.data(), kRows, kCols, kLayerNormEps,
+                    d_y.data(), d_mean.data(), d_rstd.data());
+  stream->synchronize();
+  testing::expect_close(d_y.download(), y, 1e-6, 1e-6, "y");
+  testing::expect_close(d_mean.download(), mean, 1e-6, 1e-6, "mean");
+  testing::expect_close(d_rstd.download(), rstd, 1e-6, 1e-6, "rstd");
+  d_mean.upload(mean);
+  d_rstd.upload(rstd);
+  layernorm_backward(*stream, d_dy.data(), d_x.data(), d_w.data(), d_mean.data(), d_rstd.data(),
+                     kRows, kCols, d_dx.data(), d_dw.data(), d_db.data());
+  stream->synchronize();
+  testing::expect_close(d_dx.download(), dx, 1e-5, 1e-5, "dx");
+  testing::expect_close(d_dw.download(), dweight, 1e-5, 1e-5 * kRows, "dweight");
+  testing::expect_close(d_db.download(), dbias, 1e-5, 1e-5 * kRows, "dbias");
 }
 
 TEST(LayerNormCudaArguments, ShapesAndWorkspaceAreCheckedOnTheHost) {

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "runtime/cpu_device.h"
+#include "tests/kernels/cuda_refusal.h"
 #include "tests/support/fake_cuda_stream.h"
 
 namespace zest {
@@ -141,6 +142,18 @@ TEST(LayerNorm, BadShapesAndCudaStreamsAreRefusedOnTheHost) {
   testing::FakeCudaStream cuda;
   EXPECT_THROW(layernorm_forward(cuda, &v, &v, &v, 1, 1, kLayerNormEps, &v, &v, &v), Error);
   EXPECT_EQ(cuda.enqueued, 0);
+}
+
+// With CUDA built a CudaStream launches the CUDA bodies (tests/kernels/layernorm_cuda_test.cc);
+// a stream that only claims CUDA is refused by name, before anything runs.
+TEST(LayerNorm, AStreamThatIsNotARealCudaStreamIsRefusedByName) {
+  float v = 0.0f;
+  testing::expect_cuda_stream_refused("layernorm_forward", [&](Stream& stream) {
+    layernorm_forward(stream, &v, &v, &v, 1, 1, kLayerNormEps, &v, &v, &v);
+  });
+  testing::expect_cuda_stream_refused("layernorm_backward", [&](Stream& stream) {
+    layernorm_backward(stream, &v, &v, &v, &v, &v, 1, 1, &v, &v, &v);
+  });
 }
 
 }  // namespace

@@ -1,16 +1,17 @@
 // ctest-labels: gpu
 // The cuBLASLt matmul against the CPU body (cblas_sgemm) on the same inputs, every transpose
 // pair, accumulating and not, at a misaligned offset, with the bias / residual / GELU epilogues,
-// and with bf16 inputs. Tolerance: both sides compute in fp32 in different orders; any order's
-// error is at most k * 2^-24 of the sum of the terms' magnitudes |alpha| sum|a b| + |beta c|,
-// and k <= 96 here, so each element is held to 1e-5 of that sum (6e-6 is the worst case). bf16
-// inputs are rounded on the host first, so both sides multiply the same values (a product of two
-// bf16 is exact in fp32) and the same bound holds; a bf16 output adds its own rounding, 2^-9 of
-// the value. The argument checks need no GPU and run everywhere.
+// with bf16 inputs, and as a strided batch. Tolerance: both sides compute in fp32 in different
+// orders; any order's error is at most k * 2^-24 of the sum of the terms' magnitudes
+// |alpha| sum|a b| + |beta c|, and k <= 96 here, so each element is held to 1e-5 of that sum
+// (6e-6 is the worst case). bf16 inputs are rounded on the host first, so both sides multiply the
+// same values (a product of two bf16 is exact in fp32) and the same bound holds; a bf16 output
+// adds its own rounding, 2^-9 of the value. The argument checks need no GPU and run everywhere.
 #include "kernels/matmul_cuda.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -182,6 +183,45 @@ TEST_F(MatmulCuda, GeluBiasEpilogueMatchesMatmulBiasThenGelu) {
   testing::expect_close(dg.download(), g, 1e-4, 1.0, "g");
 }
 
+// Attention's products: a strided batch, each product the CPU body's on its slices. The strides
+// leave gaps and are odd multiples of 4 bytes, so cuBLASLt is told 4-byte alignment for every
+// operand after the first; the tolerance is check_fp32's, per product.
+TEST_F(MatmulCuda, StridedBatchIsEachProductOfTheCpuBody) {
+  const Problem p{false, true, 7, 12, 9, 0.5f, 0.0f};
+  const std::int64_t batch = 5;
+  const std::int64_t stride_a = p.m * p.k + 2, stride_b = p.n * p.k + 1, stride_d = p.m * p.n + 5;
+  const auto a = testing::random_floats(static_cast<std::size_t>(batch * stride_a), 13);
+  const auto b = testing::random_floats(static_cast<std::size_t>(batch * stride_b), 14);
+  std::vector<float> want(static_cast<std::size_t>(batch * stride_d), 0.0f);
+  DeviceArray<float> da(a), db(b), dd(want);
+  std::vector<double> scale(want.size(), 0.0);
+  for (std::int64_t i = 0; i < batch; ++i) {
+    const std::vector<float> ai(a.begin() + i * stride_a, a.begin() + i * stride_a + p.m * p.k);
+    const std::vector<float> bi(b.begin() + i * stride_b, b.begin() + i * stride_b + p.n * p.k);
+    cpu::matmul(p.trans_a, p.trans_b, p.m, p.n, p.k, p.alpha, ai.data(), bi.data(), 0.0f,
+                want.data() + i * stride_d);
+    const auto scale_i = term_magnitudes(p, ai, bi, std::vector<float>(p.m * p.n, 0.0f));
+    std::copy(scale_i.begin(), scale_i.end(), scale.begin() + i * stride_d);
+  }
+  cuda::MatmulArgs args;
+  args.trans_b = p.trans_b;
+  args.m = p.m;
+  args.n = p.n;
+  args.k = p.k;
+  args.alpha = p.alpha;
+  args.a = da.data();
+  args.b = db.data();
+  args.d = dd.data();
+  args.batch = batch;
+  args.stride_a = stride_a;
+  args.stride_b = stride_b;
+  args.stride_d = stride_d;
+  cuda::matmul(args, context(), nullptr);
+  // The gaps between products stay 0: their scale is 0, so they are held to exactly 0.
+  testing::expect_within(
+      dd.download(), want, [&](std::size_t i) { return 1e-5 * scale[i]; }, "D");
+}
+
 TEST_F(MatmulCuda, Bfloat16InputsAccumulateInFp32) {
   const Problem p{false, true, 40, 56, 96, 1.0f, 0.0f};
   const auto a =
@@ -253,6 +293,16 @@ TEST(MatmulCudaArguments, BadArgumentsAreUsageErrorsBeforeAnyCudaCall) {
   EXPECT_TRUE(refused(args));
   args.gelu_input = &args;
   args.n = 12;  // not a multiple of 8
+  EXPECT_TRUE(refused(args));
+  args = ok;
+  args.batch = 0;
+  EXPECT_TRUE(refused(args));
+  args.batch = 2;
+  args.stride_a = -1;
+  EXPECT_TRUE(refused(args));
+  args.stride_a = 64;
+  args.epilogue = cuda::MatmulEpilogue::kBias;  // no epilogue in a batch
+  args.bias = &args;
   EXPECT_TRUE(refused(args));
   args = ok;
   args.m = 0;  // nothing to do, and nothing touched

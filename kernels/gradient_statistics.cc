@@ -1,0 +1,81 @@
+#include "kernels/gradient_statistics.h"
+
+#include <cmath>
+#include <string>
+
+#include "base/error.h"
+#include "kernels/dispatch.h"
+
+#if ZEST_HAVE_CUDA
+#include "kernels/gradient_statistics_cuda.h"
+#include "runtime/cuda_stream.h"
+#endif
+
+namespace zest {
+namespace {
+
+void check_type(DType type) {
+  if (type != DType::kFloat32 && type != DType::kBFloat16 && type != DType::kFloat16) {
+    throw Error(ErrorKind::kUsage, std::string("add_gradient_statistics: ") + dtype_name(type) +
+                                       " is not supported (fp32, bf16, fp16)");
+  }
+}
+
+inline float to_float(float value) { return value; }
+inline float to_float(BFloat16 value) { return static_cast<float>(value); }
+inline float to_float(Float16 value) { return static_cast<float>(value); }
+
+template <typename T>
+void add_statistics(const T* values, std::size_t count, GradientStatistics* statistics) {
+  double sum = 0.0;
+  std::uint64_t non_finite = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const float value = to_float(values[i]);
+    sum += static_cast<double>(value) * static_cast<double>(value);  // exact in double
+    non_finite += std::isfinite(value) ? 0 : 1;
+  }
+  // Summed apart and added once, as the CUDA body adds its reduction's result.
+  statistics->sum_of_squares += sum;
+  statistics->non_finite += non_finite;
+}
+
+}  // namespace
+
+namespace cpu {
+
+void add_gradient_statistics(const void* data, DType type, std::size_t count,
+                             GradientStatistics* statistics) {
+  check_type(type);
+  switch (type) {
+    case DType::kFloat32:
+      return add_statistics(static_cast<const float*>(data), count, statistics);
+    case DType::kBFloat16:
+      return add_statistics(static_cast<const BFloat16*>(data), count, statistics);
+    default:
+      return add_statistics(static_cast<const Float16*>(data), count, statistics);
+  }
+}
+
+}  // namespace cpu
+
+void add_gradient_statistics(Stream& stream, const void* data, DType type, std::size_t count,
+                             GradientStatistics* statistics) {
+  check_type(type);
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    // The stream first: the workspace size asks the device, which a stream that is not a
+    // CudaStream may not have.
+    cuda::CudaStream& cuda = cuda::cuda_stream(stream, "add_gradient_statistics");
+    if (count == 0) return;
+    const std::size_t bytes = cuda::gradient_statistics_workspace_bytes(type, count);
+    cuda::add_gradient_statistics(data, type, count, statistics,
+                                  cuda.workspace(bytes, "add_gradient_statistics"), bytes,
+                                  cuda.handle());
+    return;
+  }
+#endif
+  dispatch_kernel(stream, "add_gradient_statistics",
+                  [=] { cpu::add_gradient_statistics(data, type, count, statistics); });
+}
+
+}  // namespace zest
