@@ -6,10 +6,6 @@
 // source and schedule, trains at every stage on 1 and 4 ranks, and once through the zest-train
 // binary, and every number must agree. (Under tests/tools/ for zest-train's config loader, data
 // factory and binary.)
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -37,11 +33,10 @@
 #include "optim/safetensors.h"
 #include "runtime/world.h"
 #include "tests/optim/checkpoint_test_support.h"
+#include "tests/support/subprocess.h"
 #include "tools/common/batch_source_factory.h"
 #include "tools/common/model_factory.h"
 #include "tools/common/train_config.h"
-
-extern char** environ;
 
 namespace zest {
 namespace {
@@ -326,26 +321,6 @@ TEST(PytorchParityData, GptBatchesAreZestTrainsBatches) {
   }
 }
 
-// Runs `args` (the program first) with stdout and stderr in `log`; returns the exit status.
-int run_program(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<std::string> copy = args;
-  std::vector<char*> argv;
-  for (std::string& arg : copy) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  pid_t pid = -1;
-  const int error = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (error != 0) return -1;
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 // The zest-train binary itself — its loop, its metrics, its checkpoint exported as safetensors —
 // on the most sharded of the runs above.
 TEST(PytorchParityZestTrain, GptAtStage3OnFourRanksMatches) {
@@ -353,13 +328,13 @@ TEST(PytorchParityZestTrain, GptAtStage3OnFourRanksMatches) {
   const std::string dir = kFixtures + "gpt_tiny/";
   const std::string metrics = scratch.path("metrics.jsonl");
   const std::string checkpoints = scratch.path("checkpoints");
-  const int status = run_program(
-      {ZEST_BINARY_DIR "/bin/zest-train", "--config", dir + "config.json", "--set",
-       "data.path=" + dir + "tokens.bin", "--set", "model.init_from=" + dir + "init.safetensors",
-       "--set", "world.ranks=4", "--set", "zero_optimization.stage=3", "--set",
-       "checkpoint.dir=" + checkpoints, "--metrics", metrics},
-      scratch.path("log.txt"));
-  ASSERT_EQ(status, 0) << testing::read_whole_file(scratch.path("log.txt"));
+  const testing::ProcessResult result = testing::run_program(
+      ZEST_BINARY_DIR "/bin/zest-train",
+      {"--config", dir + "config.json", "--set", "data.path=" + dir + "tokens.bin", "--set",
+       "model.init_from=" + dir + "init.safetensors", "--set", "world.ranks=4", "--set",
+       "zero_optimization.stage=3", "--set", "checkpoint.dir=" + checkpoints, "--metrics", metrics},
+      {scratch.path("log.txt")});
+  ASSERT_EQ(result.status, 0) << result.out;
 
   ZestRun run;
   std::istringstream lines(testing::read_whole_file(metrics));

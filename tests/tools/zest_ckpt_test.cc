@@ -2,15 +2,7 @@
 // summarizes, verify names a corrupt file and exits 1, export writes a safetensors file the
 // strict reader accepts, reshard writes a checkpoint that loads at the new world size; bad
 // input exits 2 with one line on stderr.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstring>
-#include <filesystem>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,25 +12,19 @@
 #include "optim/checkpoint_manifest.h"
 #include "optim/safetensors.h"
 #include "tests/optim/checkpoint_test_support.h"
-
-extern char** environ;
+#include "tests/support/subprocess.h"
 
 namespace zest {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::ProcessResult;
 using testing::ScratchDirectory;
 using ::testing::StartsWith;
 using testing::train_mlp;
 using testing::TrainSpec;
 
 const std::string kBinary = ZEST_BINARY_DIR "/bin/zest-ckpt";
-
-struct Result {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
 
 class ZestCkpt : public ::testing::Test {
  protected:
@@ -53,38 +39,14 @@ class ZestCkpt : public ::testing::Test {
   }
   std::string root() const { return scratch_.path("ckpt"); }
 
-  Result run(std::vector<std::string> args) const {
-    args.insert(args.begin(), kBinary);
-    std::vector<char*> argv;
-    for (std::string& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    const std::string out = scratch_.path("stdout.txt");
-    const std::string err = scratch_.path("stderr.txt");
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid = 0;
-    const int spawned = posix_spawn(&pid, kBinary.c_str(), &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    Result result;
-    if (spawned != 0) {
-      ADD_FAILURE() << "cannot run " << kBinary << ": " << std::strerror(spawned);
-      return result;
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (WIFEXITED(status)) result.status = WEXITSTATUS(status);
-    result.out = testing::read_whole_file(out);
-    result.err = testing::read_whole_file(err);
-    return result;
+  ProcessResult run(const std::vector<std::string>& args) const {
+    return testing::run_program(kBinary, args,
+                                {scratch_.path("stdout.txt"), scratch_.path("stderr.txt")});
   }
 
   void expect_error(const std::vector<std::string>& args, int status,
                     const std::string& text) const {
-    const Result result = run(args);
+    const ProcessResult result = run(args);
     EXPECT_EQ(result.status, status) << result.err;
     EXPECT_THAT(result.err, StartsWith("zest-ckpt: error: "));
     EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
@@ -96,7 +58,7 @@ class ZestCkpt : public ::testing::Test {
 };
 
 TEST_F(ZestCkpt, InspectSummarizesTheCheckpoint) {
-  const Result result = run({"inspect", root()});
+  const ProcessResult result = run({"inspect", root()});
   ASSERT_EQ(result.status, 0) << result.err;
   EXPECT_THAT(result.out, HasSubstr("step-2"));
   EXPECT_THAT(result.out,
@@ -107,7 +69,7 @@ TEST_F(ZestCkpt, InspectSummarizesTheCheckpoint) {
 }
 
 TEST_F(ZestCkpt, VerifyPassesThenNamesTheCorruptFile) {
-  const Result good = run({"verify", root()});
+  const ProcessResult good = run({"verify", root()});
   EXPECT_EQ(good.status, 0) << good.err;
   EXPECT_THAT(good.out, HasSubstr("4 files verified"));
   testing::flip_byte(root() + "/step-2/rank-2.bin", 33);
@@ -116,7 +78,7 @@ TEST_F(ZestCkpt, VerifyPassesThenNamesTheCorruptFile) {
 
 TEST_F(ZestCkpt, ExportWritesTheFullParameters) {
   const std::string out = scratch_.path("model.safetensors");
-  const Result result = run({"export", root(), "--out", out, "--dtype", "bf16"});
+  const ProcessResult result = run({"export", root(), "--out", out, "--dtype", "bf16"});
   ASSERT_EQ(result.status, 0) << result.err;
   const SafetensorsReader reader(out);
   ASSERT_EQ(reader.tensors().size(), 6u);
@@ -131,7 +93,8 @@ TEST_F(ZestCkpt, ExportWritesTheFullParameters) {
 
 TEST_F(ZestCkpt, ReshardWritesACheckpointForTheNewWorld) {
   const std::string out = scratch_.path("two");
-  const Result result = run({"reshard", root(), "--world", "2", "--stage", "3", "--out", out});
+  const ProcessResult result =
+      run({"reshard", root(), "--world", "2", "--stage", "3", "--out", out});
   ASSERT_EQ(result.status, 0) << result.err;
   const CheckpointManifest manifest = read_manifest(out);
   EXPECT_EQ(manifest.world_size, 2);

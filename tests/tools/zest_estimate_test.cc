@@ -1,16 +1,10 @@
 // Runs the built zest-estimate binary: its numbers for a small GPT equal the memory planner's and
 // zest-train's measured peaks for the same config; bad input is one clear line and exit status
 // 2; --fit answers monotonically in the stage.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,16 +13,18 @@
 #include <nlohmann/json.hpp>
 
 #include "optim/peak_plan.h"
+#include "tests/support/subprocess.h"
 #include "tools/common/train_config.h"
 #include "tools/common/memory_estimate.h"
-
-extern char** environ;
 
 namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
+using zest::testing::lines_of;
+using zest::testing::ProcessResult;
+using zest::testing::read_file;
 
 const std::string kEstimate = ZEST_BINARY_DIR "/bin/zest-estimate";
 const std::string kTrain = ZEST_BINARY_DIR "/bin/zest-train";
@@ -41,26 +37,6 @@ const std::vector<std::string> kTinyGpt = {
     "--set", "model.seq_len=32",  "--set", "train_batch_size=16",
     "--set", "train_micro_batch_size_per_gpu=4", "--set", "scheduler={}",
     "--set", "eval_every=0",      "--set", "bf16={\"enabled\": true}"};
-
-struct Result {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream file(path);
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream stream(text);
-  for (std::string line; std::getline(stream, line);) lines.push_back(line);
-  return lines;
-}
 
 class ZestEstimate : public ::testing::Test {
  protected:
@@ -76,45 +52,19 @@ class ZestEstimate : public ::testing::Test {
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   // Runs `binary` with `args`, stdout and stderr captured in files.
-  Result run(const std::string& binary, const std::vector<std::string>& args) const {
-    std::vector<std::string> strings = {binary};
-    strings.insert(strings.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& arg : strings) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    const std::string out_path = path("stdout.txt");
-    const std::string err_path = path("stderr.txt");
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid = 0;
-    const int spawned = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    Result result;
-    if (spawned != 0) {
-      ADD_FAILURE() << "cannot run " << binary << ": " << std::strerror(spawned);
-      return result;
-    }
-    int wait_status = 0;
-    waitpid(pid, &wait_status, 0);
-    if (WIFEXITED(wait_status)) result.status = WEXITSTATUS(wait_status);
-    result.out = read_file(out_path);
-    result.err = read_file(err_path);
-    return result;
+  ProcessResult run(const std::string& binary, const std::vector<std::string>& args) const {
+    return zest::testing::run_program(binary, args, {path("stdout.txt"), path("stderr.txt")});
   }
 
   json estimate_json(std::vector<std::string> args) const {
     args.push_back("--json");
-    const Result result = run(kEstimate, args);
+    const ProcessResult result = run(kEstimate, args);
     EXPECT_EQ(result.status, 0) << result.err;
     return json::parse(result.out);
   }
 
   void expect_input_error(const std::vector<std::string>& args, const std::string& expected) const {
-    const Result result = run(kEstimate, args);
+    const ProcessResult result = run(kEstimate, args);
     EXPECT_EQ(result.status, 2) << result.err;
     const std::vector<std::string> lines = lines_of(result.err);
     ASSERT_EQ(lines.size(), 1u) << result.err;
@@ -151,7 +101,7 @@ TEST_F(ZestEstimate, PrintsThePlannersNumbersForASmallGpt) {
   EXPECT_EQ(printed["ranks"], 4);
   EXPECT_EQ(printed["stage"], 3);
   // The text form shows the same bytes.
-  const Result text = run(kEstimate, tiny_gpt_args());
+  const ProcessResult text = run(kEstimate, tiny_gpt_args());
   ASSERT_EQ(text.status, 0) << text.err;
   EXPECT_THAT(text.out, HasSubstr(std::to_string(planned.device_total)));
   EXPECT_THAT(text.out, HasSubstr("verdict: fits in 512.00 MiB per rank"));
@@ -182,7 +132,7 @@ TEST_F(ZestEstimate, MatchesZestTrainsMeasuredPeaks) {
     return true;
   };
   for (int attempt = 0; attempt < 3 && (attempt == 0 || !within()); ++attempt) {
-    const Result trained = run(kTrain, args);
+    const ProcessResult trained = run(kTrain, args);
     ASSERT_EQ(trained.status, 0) << trained.err;
     const json peaks = json::parse(lines_of(read_file(metrics)).back())["peak_bytes"];
     ASSERT_EQ(peaks.size(), 4u);

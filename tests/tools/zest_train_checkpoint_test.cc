@@ -2,15 +2,11 @@
 // resumed run (--resume PATH or checkpoint.resume "auto") whose metrics continue the
 // uninterrupted run's exactly, SIGTERM saving after the step in progress and exiting 143, and
 // the block's bad values as one-line config errors.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <sys/types.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -22,60 +18,34 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/optim/checkpoint_test_support.h"
-
-extern char** environ;
+#include "tests/support/subprocess.h"
 
 namespace zest {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::ProcessResult;
 using testing::ScratchDirectory;
 using ::testing::StartsWith;
 
 const std::string kBinary = ZEST_BINARY_DIR "/bin/zest-train";
 const std::string kConfig = ZEST_SOURCE_DIR "/configs/mlp.json";
 
-struct Result {
-  int status = -1;  // exit status; 128 + the signal when a signal ended it
-  std::string out;
-  std::string err;
-};
-
 class ZestTrainCheckpoint : public ::testing::Test {
  protected:
   std::string path(const std::string& name) const { return scratch_.path(name); }
 
+  testing::OutputFiles output_files() const { return {path("stdout.txt"), path("stderr.txt")}; }
+
   pid_t spawn(std::vector<std::string> args) const {
-    args.insert(args.begin(), {kBinary, "--config", kConfig, "--set", "world.ranks=2", "--set",
+    args.insert(args.begin(), {"--config", kConfig, "--set", "world.ranks=2", "--set",
                                "zero_optimization.stage=2", "--set", "steps_per_print=1"});
-    std::vector<char*> argv;
-    for (std::string& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, path("stdout.txt").c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, path("stderr.txt").c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid = -1;
-    const int error = posix_spawn(&pid, kBinary.c_str(), &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    EXPECT_EQ(error, 0) << "cannot run " << kBinary << ": " << std::strerror(error);
-    return pid;
+    return testing::start_program(kBinary, args, output_files());
   }
 
-  Result wait_for(pid_t pid) const {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    Result result;
-    if (WIFEXITED(status)) result.status = WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) result.status = 128 + WTERMSIG(status);
-    result.out = testing::read_whole_file(path("stdout.txt"));
-    result.err = testing::read_whole_file(path("stderr.txt"));
-    return result;
-  }
+  ProcessResult wait_for(pid_t pid) const { return testing::wait_for_program(pid, output_files()); }
 
-  Result run(const std::vector<std::string>& args) const { return wait_for(spawn(args)); }
+  ProcessResult run(const std::vector<std::string>& args) const { return wait_for(spawn(args)); }
 
   // The metrics lines of the steps, without their timings.
   std::vector<std::string> step_lines(const std::string& metrics) const {
@@ -95,9 +65,10 @@ class ZestTrainCheckpoint : public ::testing::Test {
 };
 
 TEST_F(ZestTrainCheckpoint, SavesPeriodicallyAndResumesExactly) {
-  const Result whole = run({"--set", "steps=6", "--set", "checkpoint.dir=" + path("ckpt"), "--set",
-                            "checkpoint.every_steps=2", "--set", "checkpoint.keep_last=2",
-                            "--metrics", path("whole.jsonl")});
+  const ProcessResult whole =
+      run({"--set", "steps=6", "--set", "checkpoint.dir=" + path("ckpt"), "--set",
+           "checkpoint.every_steps=2", "--set", "checkpoint.keep_last=2", "--metrics",
+           path("whole.jsonl")});
   ASSERT_EQ(whole.status, 0) << whole.err;
   EXPECT_THAT(whole.out, HasSubstr("saved checkpoint " + path("ckpt") + "/step-2"));
   std::vector<std::string> names;
@@ -108,8 +79,8 @@ TEST_F(ZestTrainCheckpoint, SavesPeriodicallyAndResumesExactly) {
   EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-4", "step-6"}));
 
   // Resume the step-4 checkpoint at the same world size: steps 5 and 6 as before, bit for bit.
-  const Result resumed = run({"--set", "steps=6", "--resume", path("ckpt") + "/step-4", "--metrics",
-                              path("resumed.jsonl")});
+  const ProcessResult resumed = run({"--set", "steps=6", "--resume", path("ckpt") + "/step-4",
+                                     "--metrics", path("resumed.jsonl")});
   ASSERT_EQ(resumed.status, 0) << resumed.err;
   EXPECT_THAT(resumed.out, HasSubstr("resumed from " + path("ckpt") + "/step-4 at step 4"));
   const std::vector<std::string> all = step_lines(path("whole.jsonl"));
@@ -122,14 +93,14 @@ TEST_F(ZestTrainCheckpoint, AutoResumeStartsFreshThenContinues) {
                                            "checkpoint.resume=auto"};
   std::vector<std::string> first = common;
   first.insert(first.end(), {"--set", "steps=3"});
-  const Result fresh = run(first);
+  const ProcessResult fresh = run(first);
   ASSERT_EQ(fresh.status, 0) << fresh.err;
   EXPECT_THAT(fresh.out, HasSubstr("no checkpoint in " + path("ckpt") + " yet"));
   EXPECT_THAT(fresh.out, HasSubstr("step-3"));  // save_on_exit
 
   std::vector<std::string> second = common;
   second.insert(second.end(), {"--set", "steps=5"});
-  const Result continued = run(second);
+  const ProcessResult continued = run(second);
   ASSERT_EQ(continued.status, 0) << continued.err;
   EXPECT_THAT(continued.out, HasSubstr("at step 3"));
   EXPECT_THAT(continued.out, HasSubstr("step 4/5"));
@@ -139,6 +110,7 @@ TEST_F(ZestTrainCheckpoint, AutoResumeStartsFreshThenContinues) {
 
 TEST_F(ZestTrainCheckpoint, SigtermSavesAfterTheStepInProgressAndExits143) {
   const pid_t pid = spawn({"--set", "steps=1000000", "--set", "checkpoint.dir=" + path("ckpt")});
+  ASSERT_GT(pid, 0);  // not kill(-1, ...) below
   // Wait for training to be under way.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (testing::read_whole_file(path("stdout.txt")).find("3/1000000") == std::string::npos &&
@@ -146,7 +118,7 @@ TEST_F(ZestTrainCheckpoint, SigtermSavesAfterTheStepInProgressAndExits143) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ::kill(pid, SIGTERM);
-  const Result result = wait_for(pid);
+  const ProcessResult result = wait_for(pid);
   EXPECT_EQ(result.status, 128 + SIGTERM) << result.err;
   EXPECT_THAT(result.out, HasSubstr("stopped by signal 15 after step"));
   const std::string latest = testing::read_whole_file(path("ckpt") + "/latest");
@@ -158,7 +130,7 @@ TEST_F(ZestTrainCheckpoint, SigtermSavesAfterTheStepInProgressAndExits143) {
 
 TEST_F(ZestTrainCheckpoint, BadCheckpointConfigIsOneLine) {
   auto expect_config_error = [&](const std::vector<std::string>& args, const std::string& text) {
-    const Result result = run(args);
+    const ProcessResult result = run(args);
     EXPECT_EQ(result.status, 2) << result.err;
     EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
     EXPECT_THAT(result.err, StartsWith("zest-train: error: "));

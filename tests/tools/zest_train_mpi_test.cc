@@ -4,16 +4,11 @@
 // model as `world.ranks: 4` with threads — the same per-step losses within 1e-6 relative, at
 // stages 1 and 3 — with rank 0 alone printing and writing metrics, and every rank's peak bytes
 // gathered into them. Starts mpirun itself, bounded by `timeout`.
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,30 +16,17 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/subprocess.h"
+
 namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using zest::testing::ProcessResult;
 
 const std::string kBinary = ZEST_BINARY_DIR "/bin/zest-train";
 const std::string kDefaultConfig = ZEST_SOURCE_DIR "/configs/mlp.json";
 constexpr int kSteps = 12;
-
-struct Result {
-  int status = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Result run_shell(const std::string& command) {
-  Result result;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) throw std::runtime_error("popen failed: " + command);
-  std::array<char, 4096> chunk;
-  while (std::fgets(chunk.data(), chunk.size(), pipe) != nullptr) result.output += chunk.data();
-  const int status = pclose(pipe);
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return result;
-}
 
 std::vector<json> read_lines(const std::filesystem::path& path) {
   std::vector<json> lines;
@@ -66,18 +48,24 @@ class ZestTrainMpi : public ::testing::Test {
 
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
+  // Runs `command` in a shell, its stdout and stderr together in `out`.
+  ProcessResult run_shell(const std::string& command) const {
+    return zest::testing::run_program("/bin/sh", {"-c", command}, {path("output.txt")});
+  }
+
   static std::string common_arguments(int stage) {
     return " --config '" + kDefaultConfig + "' --set steps=" + std::to_string(kSteps) +
            " --set zero_optimization.stage=" + std::to_string(stage) +
            " --set world.timeout_s=60";
   }
 
-  Result run_threads(int stage, const std::string& metrics) const {
+  ProcessResult run_threads(int stage, const std::string& metrics) const {
     return run_shell("timeout -k 5 120 '" + kBinary + "'" + common_arguments(stage) +
                      " --set world.backend=local --set world.ranks=4 --metrics '" + metrics + "'");
   }
 
-  Result run_processes(int stage, const std::string& metrics, const std::string& extra = "") const {
+  ProcessResult run_processes(int stage, const std::string& metrics,
+                              const std::string& extra = "") const {
     return run_shell("timeout -k 5 240 " ZEST_MPIEXEC " " ZEST_MPIEXEC_FLAGS " -np 4 '" +
                      kBinary + "'" + common_arguments(stage) + " --set world.backend=mpi" +
                      extra + " --metrics '" + metrics + "'");
@@ -91,16 +79,16 @@ TEST_F(ZestTrainMpi, ProcessesTrainLikeThreadsAtStages1And3) {
     SCOPED_TRACE("stage " + std::to_string(stage));
     const std::string threads_metrics = path("threads_" + std::to_string(stage) + ".jsonl");
     const std::string processes_metrics = path("processes_" + std::to_string(stage) + ".jsonl");
-    const Result threads = run_threads(stage, threads_metrics);
-    ASSERT_EQ(threads.status, 0) << threads.output;
-    const Result processes = run_processes(stage, processes_metrics);
-    ASSERT_EQ(processes.status, 0) << processes.output;
-    EXPECT_THAT(processes.output, HasSubstr("4 processes (Open MPI), rank 0 local 0"));
+    const ProcessResult threads = run_threads(stage, threads_metrics);
+    ASSERT_EQ(threads.status, 0) << threads.out;
+    const ProcessResult processes = run_processes(stage, processes_metrics);
+    ASSERT_EQ(processes.status, 0) << processes.out;
+    EXPECT_THAT(processes.out, HasSubstr("4 processes (Open MPI), rank 0 local 0"));
     // Rank 0 alone prints: one line per logged step, not four.
     const std::string first_step = "step  1/" + std::to_string(kSteps);
-    const auto first = processes.output.find(first_step);
-    ASSERT_NE(first, std::string::npos) << processes.output;
-    EXPECT_EQ(processes.output.find(first_step, first + 1), std::string::npos) << processes.output;
+    const auto first = processes.out.find(first_step);
+    ASSERT_NE(first, std::string::npos) << processes.out;
+    EXPECT_EQ(processes.out.find(first_step, first + 1), std::string::npos) << processes.out;
 
     const std::vector<json> expected = read_lines(threads_metrics);
     const std::vector<json> actual = read_lines(processes_metrics);
@@ -134,23 +122,23 @@ TEST_F(ZestTrainMpi, ProcessesStartedWithDifferentConfigsStopBeforeTraining) {
   // Rank 2's override differs: the config check names it, and nothing is trained or written.
   const std::string metrics = path("metrics.jsonl");
   const std::string per_rank_seed = "seed=$((1234 + (OMPI_COMM_WORLD_RANK == 2)))";
-  const Result result = run_shell(
+  const ProcessResult result = run_shell(
       "timeout -k 5 120 " ZEST_MPIEXEC " " ZEST_MPIEXEC_FLAGS " -np 4 sh -c '" + kBinary +
       " --config " + kDefaultConfig + " --set steps=2 --set world.backend=mpi --set " +
       per_rank_seed + " --metrics " + metrics + "'");
-  EXPECT_EQ(result.status, 2) << result.output;
-  EXPECT_THAT(result.output, HasSubstr("zest-train: error: the processes were started with "
-                                       "different configs: rank(s) 2 ("));
-  EXPECT_THAT(result.output, ::testing::Not(HasSubstr("step  1/")));
+  EXPECT_EQ(result.status, 2) << result.out;
+  EXPECT_THAT(result.out, HasSubstr("zest-train: error: the processes were started with "
+                                    "different configs: rank(s) 2 ("));
+  EXPECT_THAT(result.out, ::testing::Not(HasSubstr("step  1/")));
   EXPECT_FALSE(std::filesystem::exists(metrics));
 }
 
 TEST_F(ZestTrainMpi, WorldRanksThatDisagreeWithMpirunAreAConfigError) {
-  const Result result = run_shell("timeout -k 5 120 " ZEST_MPIEXEC " " ZEST_MPIEXEC_FLAGS
-                                  " -np 2 '" + kBinary + "'" + common_arguments(1) +
-                                  " --set world.backend=mpi");
-  EXPECT_EQ(result.status, 2) << result.output;
-  EXPECT_THAT(result.output, HasSubstr("world.ranks: is 4, but Open MPI started 2 processes"));
+  const ProcessResult result = run_shell("timeout -k 5 120 " ZEST_MPIEXEC " " ZEST_MPIEXEC_FLAGS
+                                         " -np 2 '" + kBinary + "'" + common_arguments(1) +
+                                         " --set world.backend=mpi");
+  EXPECT_EQ(result.status, 2) << result.out;
+  EXPECT_THAT(result.out, HasSubstr("world.ranks: is 4, but Open MPI started 2 processes"));
 }
 
 }  // namespace

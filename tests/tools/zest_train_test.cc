@@ -1,14 +1,9 @@
 // Runs the built zest-train binary as a user would: bad input exits 2 with exactly one line on
 // stderr and no output file left behind; a short good run writes its metrics.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,14 +13,16 @@
 
 #include "data/token_data.h"
 #include "optim/safetensors.h"
-
-extern char** environ;
+#include "tests/support/subprocess.h"
 
 namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
+using zest::testing::lines_of;
+using zest::testing::ProcessResult;
+using zest::testing::read_file;
 
 const std::string kBinary = ZEST_BINARY_DIR "/bin/zest-train";
 // The MLP job (fast) for most checks; the default job, a GPT on the repository's text, for the
@@ -40,26 +37,6 @@ const std::vector<std::string> kTinyGpt = {"--set",
                                            "--set", "train_batch_size=8", "--set",
                                            "train_micro_batch_size_per_gpu=2", "--set",
                                            "scheduler={}"};
-
-struct Result {
-  int status = -1;  // exit status, or -1 when it did not exit normally
-  std::string out;
-  std::string err;
-};
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream file(path);
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream stream(text);
-  for (std::string line; std::getline(stream, line);) lines.push_back(line);
-  return lines;
-}
 
 class ZestTrain : public ::testing::Test {
  protected:
@@ -78,36 +55,9 @@ class ZestTrain : public ::testing::Test {
     return path(name);
   }
 
-  // Runs zest-train with `args`, stdout and stderr captured in files (no pipes to drain).
-  Result run(const std::vector<std::string>& args) const {
-    std::vector<std::string> argv_strings = {kBinary};
-    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& arg : argv_strings) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    const std::string out_path = path("stdout.txt");
-    const std::string err_path = path("stderr.txt");
-
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid = 0;
-    const int spawned = posix_spawn(&pid, kBinary.c_str(), &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    Result result;
-    if (spawned != 0) {
-      ADD_FAILURE() << "cannot run " << kBinary << ": " << std::strerror(spawned);
-      return result;
-    }
-    int wait_status = 0;
-    waitpid(pid, &wait_status, 0);
-    if (WIFEXITED(wait_status)) result.status = WEXITSTATUS(wait_status);
-    result.out = read_file(out_path);
-    result.err = read_file(err_path);
-    return result;
+  // Runs zest-train with `args`, stdout and stderr captured in files.
+  ProcessResult run(const std::vector<std::string>& args) const {
+    return zest::testing::run_program(kBinary, args, {path("stdout.txt"), path("stderr.txt")});
   }
 
   // A bad input: exit status 2, exactly one line on stderr naming the problem, and neither the
@@ -115,7 +65,7 @@ class ZestTrain : public ::testing::Test {
   void expect_input_error(std::vector<std::string> args, const std::string& expected) const {
     const std::string metrics = path("metrics.jsonl");
     args.insert(args.end(), {"--metrics", metrics});
-    const Result result = run(args);
+    const ProcessResult result = run(args);
     EXPECT_EQ(result.status, 2) << result.err;
     const std::vector<std::string> lines = lines_of(result.err);
     ASSERT_EQ(lines.size(), 1u) << result.err;
@@ -132,7 +82,7 @@ class ZestTrain : public ::testing::Test {
                                      "steps=" + std::to_string(steps), "--metrics", metrics};
     args.insert(args.end(), kTinyGpt.begin(), kTinyGpt.end());
     args.insert(args.end(), extra.begin(), extra.end());
-    const Result result = run(args);
+    const ProcessResult result = run(args);
     EXPECT_EQ(result.status, 0) << result.err;
     std::vector<json> records;
     for (const std::string& line : lines_of(read_file(metrics))) {
@@ -207,7 +157,7 @@ TEST_F(ZestTrain, CommandLineMisuse) {
 }
 
 TEST_F(ZestTrain, HelpExitsZero) {
-  const Result result = run({"--help"});
+  const ProcessResult result = run({"--help"});
   EXPECT_EQ(result.status, 0);
   EXPECT_THAT(result.out, HasSubstr("--config"));
   EXPECT_THAT(result.out, HasSubstr("--set"));
@@ -217,8 +167,8 @@ TEST_F(ZestTrain, HelpExitsZero) {
 TEST_F(ZestTrain, FailureAtRunTimeExitsOne) {
   // 64 KiB per rank cannot hold even a shard of the default model's state.
   const std::string metrics = path("metrics.jsonl");
-  const Result result = run({"--config", kMlpConfig, "--set", "world.device_memory=64KiB",
-                             "--metrics", metrics});
+  const ProcessResult result = run(
+      {"--config", kMlpConfig, "--set", "world.device_memory=64KiB", "--metrics", metrics});
   EXPECT_EQ(result.status, 1) << result.err;
   const std::vector<std::string> lines = lines_of(result.err);
   ASSERT_EQ(lines.size(), 1u) << result.err;
@@ -230,7 +180,7 @@ TEST_F(ZestTrain, FailureAtRunTimeExitsOne) {
 
 TEST_F(ZestTrain, ShortRunWritesMetrics) {
   const std::string metrics = path("metrics.jsonl");
-  const Result result =
+  const ProcessResult result =
       run({"--config", kMlpConfig, "--set", "steps=5", "--set", "steps_per_print=1",
            "--metrics", metrics});
   ASSERT_EQ(result.status, 0) << result.err;
@@ -295,7 +245,7 @@ TEST_F(ZestTrain, ShortRunWritesMetrics) {
 }
 
 TEST_F(ZestTrain, PrintConfigShowsTheResolvedConfig) {
-  const Result result = run({"--config", kMlpConfig, "--set", "steps=3", "--print-config"});
+  const ProcessResult result = run({"--config", kMlpConfig, "--set", "steps=3", "--print-config"});
   ASSERT_EQ(result.status, 0) << result.err;
   const json resolved = json::parse(result.out);
   EXPECT_EQ(resolved["steps"], 3);
@@ -307,7 +257,7 @@ TEST_F(ZestTrain, GptOnTextTrainsAndEvaluates) {
   std::vector<std::string> args = {"--config", kGptConfig, "--set", "steps=12", "--set",
                                    "eval_every=6", "--metrics", metrics};
   args.insert(args.end(), kTinyGpt.begin(), kTinyGpt.end());
-  const Result result = run(args);
+  const ProcessResult result = run(args);
   ASSERT_EQ(result.status, 0) << result.err;
   EXPECT_EQ(result.err, "");
   EXPECT_THAT(result.out, HasSubstr("gpt 2L 2H 32C vocab 256 seq 32"));
@@ -347,7 +297,7 @@ TEST_F(ZestTrain, InitFromStartsFromTheFilesParameters) {
     std::vector<std::string> args = {"--config", kGptConfig, "--export-initial", file};
     args.insert(args.end(), kTinyGpt.begin(), kTinyGpt.end());
     args.insert(args.end(), extra.begin(), extra.end());
-    const Result result = run(args);
+    const ProcessResult result = run(args);
     EXPECT_EQ(result.status, 0) << result.err;
   };
   auto losses = [&](const std::vector<std::string>& extra) {
@@ -385,7 +335,7 @@ TEST_F(ZestTrain, TokenShardConfigTrainsOnShards) {
   zest::write_token_shard(path("train_001.bin"), tokens);
   zest::write_token_shard(path("val.bin"), std::vector<std::uint16_t>(tokens.begin(), tokens.begin() + 2000));
   const std::string metrics = path("metrics.jsonl");
-  const Result result = run(
+  const ProcessResult result = run(
       {"--config", ZEST_SOURCE_DIR "/configs/gpt_tokens.json", "--set", "data.path=" + path("train_*.bin"),
        "--set", "data.val_path=" + path("val.bin"), "--set", "model.vocab_size=512", "--set",
        "model.n_layer=1", "--set", "model.n_embd=32", "--set", "model.n_head=2", "--set",
@@ -423,7 +373,7 @@ TEST_F(ZestTrain, ANanGradientStopsTheRunNamingWhere) {
       "debug={\"check_collectives\": true, \"fault\": {\"kind\": \"nan_gradient\", "
       "\"rank\": 1, \"step\": 2, \"unit\": \"block0\"}}"};
   args.insert(args.end(), kTinyGpt.begin(), kTinyGpt.end());
-  const Result result = run(args);
+  const ProcessResult result = run(args);
   EXPECT_EQ(result.status, 1) << result.err;
   const std::vector<std::string> lines = lines_of(result.err);
   ASSERT_EQ(lines.size(), 1u) << result.err;
@@ -461,7 +411,7 @@ TEST_F(ZestTrain, OffloadOptimizerTrainsAndReportsTheHostArena) {
   std::vector<std::string> args = {"--config", kGptConfig, "--set", "steps=2", "--set", offload,
                                    "--metrics", path("offload.jsonl")};
   args.insert(args.end(), kTinyGpt.begin(), kTinyGpt.end());
-  const Result result = run(args);
+  const ProcessResult result = run(args);
   ASSERT_EQ(result.status, 0) << result.err;
   EXPECT_THAT(result.out, HasSubstr("optimizer offloaded to cpu"));
   const std::vector<std::string> lines = lines_of(read_file(path("offload.jsonl")));

@@ -25,6 +25,7 @@
 #include "optim/checkpoint_reader.h"
 #include "optim/checkpoint_reshard.h"
 #include "optim/checkpoint_source.h"
+#include "tools/common/tool_main.h"
 
 namespace {
 
@@ -89,15 +90,6 @@ int verify(const std::string& path) {
   return 0;
 }
 
-// One line, whatever the message holds.
-int fail(std::string message, int status) {
-  for (char& c : message) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  std::cerr << kProgram << ": error: " << message << std::endl;
-  return status;
-}
-
 int run(int argc, char** argv) {
   CLI::App app{"Inspects, verifies, exports and reshards zest checkpoints.", kProgram};
   app.require_subcommand(1);
@@ -129,12 +121,7 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(0, 3));
   reshard_command->add_option("--out", out, "the new checkpoint directory (must not exist)")
       ->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    if (error.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(error);
-    return fail(std::string(error.what()) + " (see --help)", 2);
-  }
+  if (!zest::parse_command_line(app, argc, argv)) return 0;
 
   if (*inspect_command) return inspect(dir);
   if (*verify_command) return verify(dir);
@@ -153,13 +140,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const zest::Error& error) {
-    return fail(error.what(), zest::is_input_error(error.kind()) ? 2 : 1);
-  } catch (const std::exception& error) {
-    return fail(error.what(), 1);
-  } catch (...) {
-    return fail("unknown failure", 1);
-  }
+  return zest::run_tool(kProgram, [&] { return run(argc, argv); });
 }

@@ -21,19 +21,12 @@
 #include "base/error.h"
 #include "tools/common/train_config.h"
 #include "tools/common/memory_estimate.h"
+#include "tools/common/tool_main.h"
 #include "tools/estimate/estimate_report.h"
 
 namespace {
 
 constexpr const char* kProgram = "zest-estimate";
-
-int fail(std::string message, int status) {
-  for (char& c : message) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  std::cerr << kProgram << ": error: " << message << std::endl;
-  return status;
-}
 
 zest::DType parse_dtype(const std::string& name) {
   if (name == "fp32") return zest::DType::kFloat32;
@@ -118,17 +111,13 @@ int run(int argc, char** argv) {
   app.add_flag("--fit", options.fit, "the largest GPT / parameter count that fits, per stage");
   app.add_flag("--json", options.json, "machine-readable output");
   config->excludes(params);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    if (error.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(error);
-    return fail(std::string(error.what()) + " (see --help)", 2);
-  }
+  if (!zest::parse_command_line(app, argc, argv)) return 0;
   if (options.config_path.empty() && params->count() == 0) {
-    return fail("give --config FILE, or --params N --world N --stage S (see --help)", 2);
+    throw zest::Error(zest::ErrorKind::kUsage,
+                      "give --config FILE, or --params N --world N --stage S (see --help)");
   }
   if (params->count() > 0 && (world->count() == 0 || stage->count() == 0)) {
-    return fail("--params needs --world and --stage (see --help)", 2);
+    throw zest::Error(zest::ErrorKind::kUsage, "--params needs --world and --stage (see --help)");
   }
   return estimate(options, params->count() > 0);
 }
@@ -136,13 +125,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const zest::Error& error) {
-    return fail(error.what(), zest::is_input_error(error.kind()) ? 2 : 1);
-  } catch (const std::exception& error) {
-    return fail(error.what(), 1);
-  } catch (...) {
-    return fail("unknown failure", 1);
-  }
+  return zest::run_tool(kProgram, [&] { return run(argc, argv); });
 }

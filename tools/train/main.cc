@@ -20,8 +20,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "base/error.h"
 #include "runtime/world_detection.h"
+#include "tools/common/tool_main.h"
 #include "tools/common/train_config.h"
 #include "tools/train/training_run.h"
 
@@ -55,15 +55,6 @@ std::vector<std::string> with_launcher_world_size(const std::string& config_path
   return overrides;
 }
 
-// One line, whatever the message holds.
-int fail(std::string message, int status) {
-  for (char& c : message) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  std::cerr << kProgram << ": error: " << message << std::endl;
-  return status;
-}
-
 int run(int argc, char** argv) {
   CLI::App app{"Trains a built-in model with the ZeRO engine from one JSON config.", kProgram};
   std::string config_path;
@@ -85,12 +76,7 @@ int run(int argc, char** argv) {
                  "same as --set checkpoint.resume=PATH");
   app.add_flag("--print-config", print_config,
                "print the resolved config (overrides and defaults applied) and exit");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    if (error.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(error);
-    return fail(std::string(error.what()) + " (see --help)", 2);
-  }
+  if (!zest::parse_command_line(app, argc, argv)) return 0;
 
   if (!resume_path.empty()) {
     // Quoted, so that the override reads it as a string whatever it looks like.
@@ -108,13 +94,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const zest::Error& error) {
-    return fail(error.what(), zest::is_input_error(error.kind()) ? 2 : 1);
-  } catch (const std::exception& error) {
-    return fail(error.what(), 1);
-  } catch (...) {
-    return fail("unknown failure", 1);
-  }
+  return zest::run_tool(kProgram, [&] { return run(argc, argv); });
 }

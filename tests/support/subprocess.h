@@ -1,0 +1,101 @@
+// Runs a program as a user would (a tool's binary, mpirun, a shell), for the tests that check
+// what it prints and how it exits. Its stdout and stderr go to files, not pipes, so a chatty
+// child never blocks on a pipe nobody drains; they are read back once it has exited.
+// Invariant: ProcessResult::status is the exit status, 128 + the signal when a signal ended the
+// child (as a shell reports it), and -1 (with a test failure) when it could not be started.
+#pragma once
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+extern char** environ;
+
+namespace zest::testing {
+
+struct ProcessResult {
+  int status = -1;
+  std::string out;  // stdout; stdout and stderr together when they shared a file
+  std::string err;  // stderr; empty when it went to the stdout file
+};
+
+// Where a child's stdout and stderr go, truncated first.
+struct OutputFiles {
+  std::string stdout_path;
+  std::string stderr_path = {};  // empty: stderr goes to the stdout file, in the order written
+};
+
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+inline std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream stream(text);
+  for (std::string line; std::getline(stream, line);) lines.push_back(line);
+  return lines;
+}
+
+// Starts `program` (a path; PATH is not searched) with `arguments`, in this process's working
+// directory and environment. Returns its pid, or -1 when it could not be started.
+inline pid_t start_program(const std::string& program, const std::vector<std::string>& arguments,
+                           const OutputFiles& files) {
+  std::vector<std::string> strings = {program};
+  strings.insert(strings.end(), arguments.begin(), arguments.end());
+  std::vector<char*> argv;
+  for (std::string& argument : strings) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, files.stdout_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (files.stderr_path.empty()) {
+    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  } else {
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, files.stderr_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  }
+  pid_t pid = -1;
+  const int error = posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (error != 0) {
+    ADD_FAILURE() << "cannot run " << program << ": " << std::strerror(error);
+    return -1;
+  }
+  return pid;
+}
+
+// Waits for the child `pid` (from start_program with the same `files`) to end.
+inline ProcessResult wait_for_program(pid_t pid, const OutputFiles& files) {
+  ProcessResult result;
+  if (pid == -1) return result;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) result.status = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.status = 128 + WTERMSIG(status);
+  result.out = read_file(files.stdout_path);
+  if (!files.stderr_path.empty()) result.err = read_file(files.stderr_path);
+  return result;
+}
+
+inline ProcessResult run_program(const std::string& program,
+                                 const std::vector<std::string>& arguments,
+                                 const OutputFiles& files) {
+  return wait_for_program(start_program(program, arguments, files), files);
+}
+
+}  // namespace zest::testing
