@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "runtime/host_collectives.h"
+
 namespace zest {
 namespace {
 
@@ -29,8 +31,7 @@ std::vector<PhaseRecord> exchange_records(RankContext& context, const PhaseRecor
                                           const std::optional<Error>& own) {
   std::vector<PhaseRecord> all(static_cast<std::size_t>(context.world_size));
   try {
-    context.communicator.all_gather(context.comm, &mine, all.data(), kWords, DType::kInt32);
-    context.comm.synchronize();
+    all_gather_host(context, &mine, all.data(), kWords, DType::kInt32);
   } catch (...) {
     if (own) raise(*own);
     throw;
@@ -42,8 +43,7 @@ PhaseRecord share_record(RankContext& context, const PhaseRecord& mine, int root
                          const std::optional<Error>& own) {
   PhaseRecord shared = mine;
   try {
-    context.communicator.broadcast(context.comm, &shared, kWords, DType::kInt32, root);
-    context.comm.synchronize();
+    broadcast_host(context, &shared, kWords, DType::kInt32, root);
   } catch (...) {
     if (own) raise(*own);
     throw;

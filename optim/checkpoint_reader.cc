@@ -11,6 +11,7 @@
 #include "optim/checkpoint_files.h"
 #include "optim/checkpoint_manifest.h"
 #include "optim/checkpoint_source.h"
+#include "optim/state_shard_copies.h"
 
 namespace zest {
 namespace {
@@ -84,11 +85,6 @@ std::string resolve_checkpoint(const std::string& path) {
 }
 
 LoadedCheckpoint load_checkpoint(RankContext& context, Trainer& trainer, const std::string& path) {
-  // Note: the state views are read and written by the host. The CUDA device needs a staging
-  // copy of each shard (and the agreement records in device memory for NCCL): not built yet.
-  if (context.device.kind() != DeviceKind::kCpu) {
-    throw Error(ErrorKind::kUsage, "checkpoints are built for the CPU device only so far");
-  }
   LoadedCheckpoint loaded;
   TrainerCounters counters;
   PhaseRecord record;
@@ -112,8 +108,12 @@ LoadedCheckpoint load_checkpoint(RankContext& context, Trainer& trainer, const s
     for (std::size_t u = 0; u < shards.size(); ++u) {
       for (const StateShard& shard : shards[u]) {
         const int tensor = source.source_for(shard.name, shard.dtype);
-        source.read(u, static_cast<std::size_t>(tensor), shard.begin, shard.end, shard.data,
-                    shard.dtype);
+        write_state_elements(context, shard.data, shard.dtype, shard.end - shard.begin,
+                             [&](void* host, std::size_t first, std::size_t count) {
+                               source.read(u, static_cast<std::size_t>(tensor),
+                                           shard.begin + first, shard.begin + first + count, host,
+                                           shard.dtype);
+                             });
       }
     }
     loaded.step = manifest.step;

@@ -13,6 +13,7 @@
 #include "optim/checkpoint_agreement.h"
 #include "optim/checkpoint_files.h"
 #include "optim/checkpoint_manifest.h"
+#include "optim/state_shard_copies.h"
 
 namespace zest {
 namespace {
@@ -32,8 +33,9 @@ std::vector<CheckpointTensor> state_tensors(Trainer& trainer) {
 }
 
 // Writes this rank's shard of every unit's state tensors, unit by unit, tensor by tensor.
-FileDigest write_rank_file(Trainer& trainer, const std::vector<CheckpointTensor>& tensors,
-                           const std::string& path, std::optional<std::uint64_t>* budget) {
+FileDigest write_rank_file(const RankContext& context, Trainer& trainer,
+                           const std::vector<CheckpointTensor>& tensors, const std::string& path,
+                           std::optional<std::uint64_t>* budget) {
   HashingFileWriter writer(path, budget);
   const std::vector<ShardLayout>& layouts = trainer.layouts();
   for (std::size_t u = 0; u < layouts.size(); ++u) {
@@ -52,7 +54,11 @@ FileDigest write_rank_file(Trainer& trainer, const std::vector<CheckpointTensor>
         throw Error(ErrorKind::kInternal, "state tensor '" + shard.name + "' of unit '" +
                                               layouts[u].unit_name() + "' is not one shard long");
       }
-      writer.write(shard.data, (shard.end - shard.begin) * dtype_size(shard.dtype));
+      const std::size_t size = dtype_size(shard.dtype);
+      read_state_elements(context, shard.data, shard.dtype, shard.end - shard.begin,
+                          [&](const void* host, std::size_t, std::size_t count) {
+                            writer.write(host, count * size);
+                          });
     }
   }
   return writer.finish();
@@ -128,11 +134,6 @@ void make_directory(const std::string& path) {
 SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
                                 const CheckpointOptions& options, const nlohmann::json& config,
                                 const nlohmann::json& extra) {
-  // Note: the state views are read and written by the host. The CUDA device needs a staging
-  // copy of each shard (and the agreement records in device memory for NCCL): not built yet.
-  if (context.device.kind() != DeviceKind::kCpu) {
-    throw Error(ErrorKind::kUsage, "checkpoints are built for the CPU device only so far");
-  }
   const TrainerCounters counters = trainer.counters();
   const std::string root = options.dir;
   const std::string final_name = step_directory_name(counters.steps_taken);
@@ -175,7 +176,8 @@ SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
   record = PhaseRecord{};
   failure = capture(record, [&] {
     const FileDigest digest =
-        write_rank_file(trainer, tensors, join(temporary, rank_file_name(context.rank)), &budget);
+        write_rank_file(context, trainer, tensors, join(temporary, rank_file_name(context.rank)),
+                        &budget);
     record.bytes = digest.bytes;
     record.xxh3 = digest.xxh3;
   });

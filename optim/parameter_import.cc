@@ -11,6 +11,7 @@
 #include "kernels/convert.h"
 #include "optim/checkpoint_agreement.h"
 #include "optim/safetensors.h"
+#include "optim/state_shard_copies.h"
 
 namespace zest {
 
@@ -65,9 +66,9 @@ void check_fits(const SafetensorsReader& file, const std::vector<ShardLayout>& l
 }
 
 // Copies this rank's part of unit `u` out of the file into every parameter-valued shard view.
-void fill_unit(const SafetensorsReader& file, const ShardLayout& layout, int rank,
-               const std::vector<StateShard>& shards) {
-  for (const ShardPiece& piece : layout.pieces(rank)) {
+void fill_unit(const RankContext& context, const SafetensorsReader& file,
+               const ShardLayout& layout, const std::vector<StateShard>& shards) {
+  for (const ShardPiece& piece : layout.pieces(context.rank)) {
     const ParamSlot& slot = layout.params()[piece.param_index];
     const std::vector<float> values = file.read_float32(layout.unit_name() + "." + slot.name);
     const float* source = values.data() + piece.param_elements.begin;
@@ -76,7 +77,11 @@ void fill_unit(const SafetensorsReader& file, const ShardLayout& layout, int ran
       char* destination = static_cast<char*>(shard.data) + piece.shard_offset * dtype_size(shard.dtype);
       // Note: rounded to nearest even into a 2-byte compute copy; the master keeps the fp32
       // value itself, as a fresh initialization does.
-      cpu::convert(source, DType::kFloat32, destination, shard.dtype, piece.param_elements.size());
+      write_state_elements(context, destination, shard.dtype, piece.param_elements.size(),
+                           [&](void* host, std::size_t first, std::size_t count) {
+                             cpu::convert(source + first, DType::kFloat32, host, shard.dtype,
+                                          count);
+                           });
     }
   }
 }
@@ -99,7 +104,7 @@ ImportResult import_parameters(RankContext& context, Trainer& trainer, const std
   PhaseRecord copied;
   const std::optional<Error> copy_failure = capture(copied, [&] {
     for (std::size_t u = 0; u < layouts.size(); ++u) {
-      fill_unit(*file, layouts[u], context.rank, trainer.state_shards(u));
+      fill_unit(context, *file, layouts[u], trainer.state_shards(u));
       result.tensors += layouts[u].params().size();
       result.parameters += layouts[u].numel();
     }

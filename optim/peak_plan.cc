@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "kernels/gradient_statistics.h"
 #include "memory/shard_layout.h"
 #include "optim/flat_unit.h"
 #include "optim/gather_ring.h"
@@ -93,6 +94,8 @@ void Replay::construct() {
     }
   }
   ledger_.allocate(sizeof(float), Category::kWorkspace);  // the loss
+  // The gradient checks: a slot per unit and one for the step's norm.
+  ledger_.allocate((units_.size() + 1) * sizeof(GradientStatistics), Category::kWorkspace);
 }
 
 void Replay::gradient_target(int u) {

@@ -1,12 +1,13 @@
 #include "optim/zero_trainer.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "base/error.h"
 #include "kernels/convert.h"
+#include "optim/device_batch.h"
 #include "optim/memory_plan.h"
 #include "optim/parameter_init.h"
+#include "runtime/host_collectives.h"
 #include "runtime/host_copies.h"
 #include "runtime/release_after.h"
 
@@ -112,6 +113,15 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
                 "zero_optimization.stage 1, 2 or 3 (got 0): only a sharded optimizer state is "
                 "offloaded; raise the stage or set \"none\"");
   }
+  if (offloaded() && context.device.kind() != DeviceKind::kCpu) {
+    // Note: the offloaded optimizer runs on a host stream whose events the device's streams
+    // must wait on (and page-locked host memory to copy through while compute runs); CUDA
+    // streams wait on CUDA events only, so that bridge comes first.
+    throw Error(ErrorKind::kConfig,
+                "zero_optimization.offload_optimizer.device: \"cpu\" is not built for "
+                "world.device " + context.device.name() +
+                    " yet; set \"none\" (or train on world.device \"cpu\")");
+  }
   std::vector<Unit*> units = module.units();
   if (units.empty()) throw Error(ErrorKind::kUsage, "the module has no units");
   for (std::size_t i = 0; i < units.size(); ++i) {
@@ -129,7 +139,7 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
     bucket_released_.push_back(context.device.create_event());
   }
   activations_.resize(units_.size());
-  local_non_finite_.assign(units_.size(), 0);
+  local_checks_.assign(units_.size() + 1, GradientStatistics{});
   optimizer_done_ = context.device.create_event();
   serialize_ = context.device.create_event();
   for (std::size_t i = 0; i < units_.size(); ++i) unit_gathered_.push_back(context.device.create_event());
@@ -206,6 +216,9 @@ void ZeroTrainer::allocate_state() {
                                          gather_ring_slots(sizing));
   }
   loss_buffer_ = allocator.allocate(sizeof(float), Category::kWorkspace);
+  gradient_checks_ = allocator.allocate((units_.size() + 1) * sizeof(GradientStatistics),
+                                        Category::kWorkspace);
+  context_.device.fill_zero(context_.compute, gradient_checks_.data(), gradient_checks_.bytes());
 }
 
 void ZeroTrainer::allocate_model_state() {
@@ -237,12 +250,17 @@ void ZeroTrainer::initialize_parameters() {
       fill_initial_values(unit.specs[p].init, options_.seed, unit.index, p, begin - slot.offset,
                           end - begin, values.data() + (begin - first));
     }
-    cpu::convert(values.data(), DType::kFloat32, unit.params.data(), options_.compute_dtype, length);
+    // Drawn on the host, written in compute-stream order (a copy to the device on CUDA).
+    std::vector<unsigned char> params(length * element_size());
+    cpu::convert(values.data(), DType::kFloat32, params.data(), options_.compute_dtype, length);
+    write_from_host(context_.device, context_.compute, unit.params.data(), params.data(),
+                    params.size());
     if (!unit.master.empty()) {
       // The master starts from the fp32 draw itself, not from its 2-byte rounding, so every
       // stage starts from the same master weights.
       const std::size_t master_begin = stage == 0 || stage == 3 ? 0 : shard_begin;
-      std::memcpy(unit.master.data(), values.data() + master_begin, unit.master.bytes());
+      write_from_host(context_.device, context_.compute, unit.master.data(),
+                      values.data() + master_begin, unit.master.bytes());
     }
   }
 }
@@ -376,10 +394,11 @@ float ZeroTrainer::forward_backward(const Batch& batch) {
   ++micro_batches_;
   const bool last_micro_batch = micro_batches_ == options_.gradient_accumulation_steps;
   try {
-    run_forward(batch);
+    const DeviceBatch staged(context_.device, context_.compute, batch);
+    run_forward(staged.batch());
     // Stages 0-1 keep full gradients and reduce them once per step; stages 2-3 must reduce
     // every micro-batch, since only the shard is kept between them.
-    run_backward(batch, options_.stage >= 2 || last_micro_batch);
+    run_backward(staged.batch(), options_.stage >= 2 || last_micro_batch);
   } catch (const OutOfMemory& error) {
     throw OutOfMemory(std::string(error.what()) + "; " + training_memory_advice(batch));
   }
@@ -397,7 +416,8 @@ float ZeroTrainer::evaluate(const Batch& batch) {
   }
   evaluating_ = true;
   try {
-    run_forward(batch);
+    const DeviceBatch staged(context_.device, context_.compute, batch);
+    run_forward(staged.batch());
   } catch (...) {
     evaluating_ = false;
     throw;
@@ -409,9 +429,7 @@ float ZeroTrainer::evaluate(const Batch& batch) {
   read_to_host(context_.device, context_.compute, &loss, loss_buffer_.data(), sizeof loss);
   loss /= static_cast<float>(context_.world_size);
   context_.communicator.label_next("evaluation loss");
-  context_.communicator.all_reduce(context_.comm, &loss, &loss, 1, DType::kFloat32,
-                                   Reduction::kSum);
-  context_.comm.synchronize();
+  all_reduce_host(context_, &loss, &loss, 1, DType::kFloat32, Reduction::kSum);
   return loss;
 }
 
@@ -462,16 +480,8 @@ void ZeroTrainer::reduce_gradients(FlatUnit& unit) {
   // Note: checked before the reduction mixes the ranks' gradients, so that a NaN is traced to
   // the rank where it arose; in compute-stream order, so the comm stream waits for the check.
   const void* local = options_.stage >= 2 ? unit.bucket.data() : unit.grads.data();
-  if (context_.device.kind() != DeviceKind::kCpu) {
-    // Note: the closure below reads device memory from the host; a device check (CUDA's
-    // squared-norm kernel counts non-finite elements) is not wired yet.
-    throw Error(ErrorKind::kUsage, "engine: the non-finite gradient check has no " +
-                                       context_.device.name() + " body yet");
-  }
-  context_.compute.enqueue([flag = &local_non_finite_[unit.index], local,
-                            dtype = options_.compute_dtype, count = unit.layout.flat_length()] {
-    if (cpu::has_non_finite(local, dtype, count)) *flag = 1;
-  });
+  add_gradient_statistics(context_.compute, local, options_.compute_dtype,
+                          unit.layout.flat_length(), gradient_check(unit.index));
   // The comm stream reduces this unit's gradients while compute goes on to the previous unit.
   Event& written = *backward_done_[unit.index];
   context_.compute.record(written);
@@ -544,9 +554,11 @@ std::vector<float> ZeroTrainer::full_parameter(const std::string& name) {
         context_.comm.synchronize();
         params = gathered.data();
       }
+      std::vector<unsigned char> held(slot.numel * element_size());
+      read_to_host(context_.device, context_.comm, held.data(),
+                   static_cast<const char*>(params) + slot.offset * element_size(), held.size());
       std::vector<float> value(slot.numel);
-      cpu::convert(static_cast<const char*>(params) + slot.offset * element_size(),
-                   options_.compute_dtype, value.data(), DType::kFloat32, slot.numel);
+      cpu::convert(held.data(), options_.compute_dtype, value.data(), DType::kFloat32, slot.numel);
       return value;
     }
   }

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/gradient_statistics.h"
 #include "optim/engine.h"
 #include "optim/flat_unit.h"
 #include "optim/gather_ring.h"
@@ -106,11 +107,9 @@ class ZeroTrainer final : public Trainer {
   void trace_end(const std::shared_ptr<std::int64_t>& begin, std::string name);
 
   // zero_trainer_step.cc
-  struct LocalGradientState {
-    double square_sum = 0.0;
-    bool non_finite = false;
-  };
-  LocalGradientState inspect_local_gradients();
+  // Fills local_checks_: each unit's pre-reduction check, and the local norm of the reduced
+  // gradients this rank updates (the last slot).
+  void inspect_local_gradients();
   void apply_optimizer(float lr, float grad_scale);
   void update_unit(FlatUnit& unit, const UpdateArgs& args);
   void zero_gradients();
@@ -149,10 +148,15 @@ class ZeroTrainer final : public Trainer {
   // shard's copy back to the device, which the unit's next gather (prefetch stream) waits for.
   std::vector<std::unique_ptr<Event>> unit_gathered_;
   std::vector<bool> awaiting_gather_;
-  // Per unit: this rank's own gradient held a NaN or inf before it was reduced (checked in
-  // compute-stream order before each reduction, read after the streams synchronize), so a
-  // divergence can be traced to the rank and unit where it arose.
-  std::vector<std::uint8_t> local_non_finite_;
+  // Device memory, units + 1 GradientStatistics: slot u, unit u's own gradient before it was
+  // reduced (checked in compute-stream order before each reduction), so a divergence can be
+  // traced to the rank and unit where it arose; the last slot, the step's local gradient norm.
+  // Read back once per step into local_checks_ (one copy, not one per unit).
+  Buffer gradient_checks_;
+  std::vector<GradientStatistics> local_checks_;
+  GradientStatistics* gradient_check(std::size_t slot) {
+    return gradient_checks_.as<GradientStatistics>() + slot;
+  }
   bool evaluating_ = false;  // inside evaluate(): units keep nothing for a backward
   int micro_batches_ = 0;  // since the last step
   double loss_sum_ = 0.0;  // this rank's micro-batch losses since the last step

@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "kernels/convert.h"
 #include "optim/zero_trainer.h"
+#include "runtime/host_collectives.h"
 #include "runtime/host_copies.h"
 
 namespace zest {
@@ -57,13 +58,12 @@ void ZeroTrainer::inject_gradient_fault(FlatUnit& unit) {
 void ZeroTrainer::raise_divergence(std::int64_t step) {
   // Every rank says which of its units saw a non-finite gradient first (-1: none).
   std::int32_t mine = -1;
-  for (std::size_t u = 0; u < local_non_finite_.size() && mine < 0; ++u) {
-    if (local_non_finite_[u]) mine = static_cast<std::int32_t>(u);
+  for (std::size_t u = 0; u < units_.size() && mine < 0; ++u) {
+    if (local_checks_[u].non_finite != 0) mine = static_cast<std::int32_t>(u);
   }
   std::vector<std::int32_t> all(static_cast<std::size_t>(context_.world_size));
   context_.communicator.label_next("divergence report");
-  context_.communicator.all_gather(context_.comm, &mine, all.data(), 1, DType::kInt32);
-  context_.comm.synchronize();
+  all_gather_host(context_, &mine, all.data(), 1, DType::kInt32);
   std::vector<std::string> where;
   for (std::size_t rank = 0; rank < all.size(); ++rank) {
     if (all[rank] < 0) continue;

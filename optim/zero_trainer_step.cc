@@ -6,6 +6,8 @@
 #include "base/error.h"
 #include "kernels/convert.h"
 #include "optim/zero_trainer.h"
+#include "runtime/host_collectives.h"
+#include "runtime/host_copies.h"
 
 namespace zest {
 
@@ -15,26 +17,23 @@ const char* byte_offset(const void* base, std::size_t bytes) {
 }
 }  // namespace
 
-ZeroTrainer::LocalGradientState ZeroTrainer::inspect_local_gradients() {
-  LocalGradientState state;
-  if (context_.device.kind() != DeviceKind::kCpu) {
-    // Note: the sums below read device memory on the host; on CUDA they become the squared-norm
-    // kernel (kernels/norm_cuda.h) into device memory and one read-back, not wired yet.
-    throw Error(ErrorKind::kUsage, "engine: the gradient norm has no " + context_.device.name() +
-                                       " body yet");
-  }
-  const bool check_overflow = options_.loss_scale.enabled;
+void ZeroTrainer::inspect_local_gradients() {
+  // The reduced gradients were last written on the comm stream; the per-unit checks ran on
+  // compute before each reduction, which comm waited for. So, on comm: the norm's slot is
+  // zeroed and summed over this rank's update ranges, then every slot is read back at once.
+  Stream& comm = context_.comm;
+  const std::size_t norm_slot = units_.size();
+  context_.device.fill_zero(comm, gradient_check(norm_slot), sizeof(GradientStatistics));
   for (FlatUnit& unit : units_) {
     const std::size_t base = options_.stage >= 2 ? unit.layout.shard_range(context_.rank).begin : 0;
     for (const FlatUnit::UpdateRange& range : unit.update_ranges) {
       const void* grads = byte_offset(unit.grads.data(), (range.flat_offset - base) * element_size());
-      state.square_sum += cpu::sum_of_squares(grads, options_.compute_dtype, range.count);
-      if (check_overflow && !state.non_finite) {
-        state.non_finite = cpu::has_non_finite(grads, options_.compute_dtype, range.count);
-      }
+      add_gradient_statistics(comm, grads, options_.compute_dtype, range.count,
+                              gradient_check(norm_slot));
     }
   }
-  return state;
+  read_to_host(context_.device, comm, local_checks_.data(), gradient_checks_.data(),
+               gradient_checks_.bytes());
 }
 
 StepStats ZeroTrainer::step(float lr) {
@@ -47,17 +46,16 @@ StepStats ZeroTrainer::step(float lr) {
   // One all-reduce carries the loss, the squared gradient norm and the overflow flag. At stage 0
   // every rank holds the same full gradients, so each contributes a world-th of the norm.
   const int world = context_.world_size;
-  const LocalGradientState local = inspect_local_gradients();
-  bool non_finite = local.non_finite;
-  for (std::uint8_t flag : local_non_finite_) non_finite = non_finite || flag != 0;
+  inspect_local_gradients();
+  bool non_finite = false;
+  for (const GradientStatistics& check : local_checks_) non_finite = non_finite || check.non_finite;
+  const double square_sum = local_checks_.back().sum_of_squares;
   float totals[3] = {
       static_cast<float>(loss_sum_ / options_.gradient_accumulation_steps / world),
-      static_cast<float>(options_.stage == 0 ? local.square_sum / world : local.square_sum),
+      static_cast<float>(options_.stage == 0 ? square_sum / world : square_sum),
       non_finite ? 1.0f : 0.0f};
   context_.communicator.label_next("step loss, norm, overflow");
-  context_.communicator.all_reduce(context_.comm, totals, totals, 3, DType::kFloat32,
-                                   Reduction::kSum);
-  context_.comm.synchronize();
+  all_reduce_host(context_, totals, totals, 3, DType::kFloat32, Reduction::kSum);
 
   StepStats stats;
   stats.loss_scale = scaler_.scale();
@@ -68,7 +66,8 @@ StepStats ZeroTrainer::step(float lr) {
   stats.step = ++steps_taken_;
   const bool overflow = totals[2] > 0.0f || !std::isfinite(totals[1]);
   if (overflow && !options_.loss_scale.enabled) raise_divergence(stats.step);
-  local_non_finite_.assign(units_.size(), 0);
+  // The per-unit checks start again from zero for the next step's reductions (compute order).
+  context_.device.fill_zero(context_.compute, gradient_checks_.data(), gradient_checks_.bytes());
   if (options_.loss_scale.enabled && overflow) {
     // Every rank saw the same flag, so every rank skips: nothing is updated or gathered.
     stats.skipped = true;

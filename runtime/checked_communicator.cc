@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "runtime/release_after.h"
 
 namespace zest {
 
@@ -96,13 +97,14 @@ bool collective_check_from_environment() {
   return text != nullptr && *text != '\0' && std::strcmp(text, "0") != 0;
 }
 
-Communicator& maybe_checked(Communicator& inner, std::optional<bool> enabled,
+Communicator& maybe_checked(Communicator& inner, std::optional<bool> enabled, Device* device,
                             std::optional<CheckedCommunicator>& checked) {
   if (!enabled.value_or(collective_check_from_environment())) return inner;
-  return checked.emplace(inner);
+  return checked.emplace(inner, device);
 }
 
-CheckedCommunicator::CheckedCommunicator(Communicator& inner) : inner_(inner) {}
+CheckedCommunicator::CheckedCommunicator(Communicator& inner, Device* device)
+    : inner_(inner), device_(device && device->kind() != DeviceKind::kCpu ? device : nullptr) {}
 
 void CheckedCommunicator::label_next(const char* label) {
   label_ = label == nullptr ? "" : label;
@@ -128,7 +130,17 @@ void CheckedCommunicator::check(Stream& stream, Op op, std::size_t count, DType 
   // Both buffers live until the stream has run the comparison that reads them.
   auto send = std::make_shared<Record>(mine);
   auto all = std::make_shared<std::vector<Record>>(static_cast<std::size_t>(inner_.world_size()));
-  inner_.all_gather(stream, send.get(), all->data(), kRecordWords, DType::kInt32);
+  if (device_ == nullptr) {
+    inner_.all_gather(stream, send.get(), all->data(), kRecordWords, DType::kInt32);
+  } else {
+    const std::size_t total = all->size() * sizeof(Record);
+    Buffer staged = device_->allocator().allocate(total, Category::kWorkspace);
+    char* mine_staged = staged.as<char>() + static_cast<std::size_t>(inner_.rank()) * sizeof(Record);
+    device_->copy(stream, mine_staged, send.get(), sizeof(Record));
+    inner_.all_gather(stream, mine_staged, staged.data(), kRecordWords, DType::kInt32);
+    device_->copy(stream, all->data(), staged.data(), total);
+    release_after(*device_, stream, std::move(staged));
+  }
   stream.enqueue([send, all] { compare(*all); });
 }
 

@@ -9,6 +9,9 @@
 // hang and never a wrong result.
 // Note: the record's all-gather is one collective that every rank issues alike whatever the
 // real one is, so it always pairs up; the cost is one small extra collective per collective.
+// On a device whose memory is not host memory (NCCL moves device memory only) the records go
+// through a device buffer, and reading them back blocks the host until the stream reaches the
+// check: a debugging aid that gives up the host's lead over the streams.
 #pragma once
 
 #include <cstdint>
@@ -17,12 +20,15 @@
 #include <string>
 
 #include "runtime/communicator.h"
+#include "runtime/device.h"
 
 namespace zest {
 
 class CheckedCommunicator final : public Communicator {
  public:
-  explicit CheckedCommunicator(Communicator& inner);
+  // `device`: where the records are staged when its memory is not host memory; null or the CPU
+  // device: the records are all-gathered from host memory.
+  explicit CheckedCommunicator(Communicator& inner, Device* device = nullptr);
 
   int rank() const override { return inner_.rank(); }
   int world_size() const override { return inner_.world_size(); }
@@ -47,6 +53,7 @@ class CheckedCommunicator final : public Communicator {
   void check(Stream& stream, Op op, std::size_t count, DType dtype, std::int32_t detail);
 
   Communicator& inner_;
+  Device* const device_;  // null: records stay in host memory
   std::uint64_t sequence_ = 0;
   std::uint64_t running_hash_ = 0;
   std::string label_;  // for the next collective
@@ -57,7 +64,7 @@ bool collective_check_from_environment();
 
 // The communicator a rank uses: `inner`, or `inner` checked (held in `checked`) when `enabled`
 // says so (unset: the environment).
-Communicator& maybe_checked(Communicator& inner, std::optional<bool> enabled,
+Communicator& maybe_checked(Communicator& inner, std::optional<bool> enabled, Device* device,
                             std::optional<CheckedCommunicator>& checked);
 
 }  // namespace zest

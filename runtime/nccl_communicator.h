@@ -60,6 +60,10 @@ class NcclCommunicator final : public Communicator {
   int world_size() const override;
   std::chrono::milliseconds timeout() const override;
   int device() const;
+  // Fails this communicator with `reason` (kPeerFailure) and aborts it, from any thread: how a
+  // World whose rank failed releases the peers waiting for it in a collective, at once instead
+  // of at the timeout. Its later calls and its streams' checks raise `reason`.
+  void abort(const std::string& reason);
 
   void all_gather(Stream& stream, const void* send, void* recv, std::size_t count,
                   DType dtype) override;

@@ -146,6 +146,8 @@ int NcclCommunicator::device() const { return comm_->device(); }
 
 void NcclCommunicator::label_next(const char* label) { label_ = label ? label : ""; }
 
+void NcclCommunicator::abort(const std::string& reason) { comm_->abort(reason); }
+
 std::string NcclCommunicator::describe(const char* op, std::size_t count, DType dtype) {
   std::string text =
       std::string(op) + " of " + std::to_string(count) + " " + dtype_name(dtype) + " elements";

@@ -60,7 +60,7 @@ void run_process_rank(const WorldOptions& options, const DetectedWorld& world,
     auto comm = device.create_stream(prefix + "comm");
     auto prefetch = device.create_stream(prefix + "prefetch");
     std::optional<CheckedCommunicator> checked;
-    Communicator& used = maybe_checked(communicator, options.check_collectives, checked);
+    Communicator& used = maybe_checked(communicator, options.check_collectives, &device, checked);
     RankContext context{rank, world.size, device, *compute, *comm, *prefetch, used,
                         options.trace.get()};
     work(context);

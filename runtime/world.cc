@@ -9,8 +9,10 @@
 #include "base/error.h"
 #include "runtime/checked_communicator.h"
 #include "runtime/cpu_device.h"
+#include "runtime/first_failure.h"
 #if ZEST_HAVE_CUDA
 #include "runtime/cuda_device.h"
+#include "runtime/cuda_world.h"
 #endif
 #include "runtime/local_communicator.h"
 #if ZEST_HAVE_MPI
@@ -56,17 +58,38 @@ std::chrono::milliseconds collective_delay(const WorldOptions& options) {
   return std::chrono::milliseconds(text ? std::atol(text) : 0);
 }
 
-// Why world.device "cuda" is refused, most basic reason first: a build without CUDA, no GPU
-// visible, or (until the engine runs on it) a CUDA device that the engine does not use yet.
-std::string cuda_refusal(const std::string& backend) {
+// Which backends run on which device (DESIGN.md): `local` and `mpi` move host memory, so they
+// serve the CPU device; `nccl` moves device memory and serves the CUDA device; `auto` picks the
+// device's. Throws a kConfig Error that says what to set instead.
+void check_backend_for_device(const WorldOptions& options) {
+  const std::string& backend = options.backend;
+  if (options.device == DeviceKind::kCpu) {
+    if (backend == "nccl") {
+      throw Error(ErrorKind::kConfig,
+                  "world.backend: 'nccl' moves GPU memory and runs with world.device \"cuda\"; "
+                  "with world.device \"cpu\" use one of: " + std::string(kBackends));
+    }
+    const bool known = backend == "local" || backend == "auto" || (kHaveMpi && backend == "mpi");
+    if (!known) {
+      throw Error(ErrorKind::kConfig, "world.backend: '" + backend +
+                                          "' is not available in this build (allowed: " +
+                                          kBackends + ")");
+    }
+    return;
+  }
 #if ZEST_HAVE_CUDA
+  if (backend != "nccl" && backend != "auto") {
+    throw Error(ErrorKind::kConfig,
+                "world.device: \"cuda\" needs world.backend \"nccl\" (or \"auto\"): the '" +
+                    backend + "' backend moves host memory, and NCCL moves the GPUs' (for "
+                    "processes, MPI only sends NCCL its unique id)");
+  }
   cuda::select_device(0);  // a kConfig Error saying what CUDA reported when no GPU is visible
-  return "world.device: \"cuda\": the CUDA device and its kernels are built, but the engine and "
-         "the " + backend + " backend do not run on it yet (allowed: cpu)";
 #else
-  (void)backend;
-  return "world.device: \"cuda\" needs zest built with CUDA (configure with -DZEST_CUDA=ON "
-         "where nvcc is installed); this build has the cpu device only (allowed: cpu)";
+  throw Error(ErrorKind::kConfig,
+              "world.device: \"cuda\" needs zest built with CUDA (configure with "
+              "-DZEST_CUDA=ON where nvcc is installed); this build has the cpu device only "
+              "(allowed: cpu)");
 #endif
 }
 
@@ -77,22 +100,15 @@ World::World(WorldOptions options) : options_(std::move(options)) {
     throw Error(ErrorKind::kConfig,
                 "world.ranks: must be >= 1, got " + std::to_string(options_.ranks));
   }
-  // Note: the nccl backend (CUDA devices) slots in here: detection is the same, and with
-  // processes its bootstrap is an MpiCommunicator::broadcast of rank 0's ncclUniqueId.
-  const bool known = options_.backend == "local" || options_.backend == "auto" ||
-                     (kHaveMpi && options_.backend == "mpi");
-  if (!known) {
-    throw Error(ErrorKind::kConfig, "world.backend: '" + options_.backend +
-                                        "' is not available in this build (allowed: " +
-                                        kBackends + ")");
-  }
-  if (options_.device != DeviceKind::kCpu) {
-    throw Error(ErrorKind::kConfig, cuda_refusal(options_.backend));
-  }
+  check_backend_for_device(options_);
   if (options_.timeout.count() <= 0) {
     throw Error(ErrorKind::kConfig, "world.timeout_s: must be > 0");
   }
-  detected_ = detect_world(options_.backend, options_.ranks);
+  // Note: nccl's ranks are found as auto's are: threads, unless a launcher started processes
+  // (whose NCCL unique id then travels over MPI).
+  const bool nccl = options_.device == DeviceKind::kCuda;
+  detected_ = detect_world(nccl ? "auto" : options_.backend, options_.ranks);
+  if (nccl) detected_.backend = "nccl";
   if (detected_.processes) {
 #if ZEST_HAVE_MPI
     detected_ = detail::start_processes(detected_);
@@ -110,30 +126,8 @@ World::World(WorldOptions options) : options_(std::move(options)) {
 
 namespace {
 
-// Keeps the first failure of a run; a failure that is only a peer's echo of another rank's
-// failure is kept only if nothing better arrives.
-class FirstFailure {
- public:
-  void offer(int rank, const std::exception& error) {
-    const auto* zest_error = dynamic_cast<const Error*>(&error);
-    const bool echo = zest_error && zest_error->kind() == ErrorKind::kPeerFailure;
-    std::lock_guard lock(mutex_);
-    if (failure_ && (echo || !failure_is_echo_)) return;
-    failure_ = with_context(error, "rank " + std::to_string(rank));
-    failure_is_echo_ = echo;
-  }
-  void rethrow() const {
-    if (failure_) raise(*failure_);
-  }
-
- private:
-  std::mutex mutex_;
-  std::optional<Error> failure_;
-  bool failure_is_echo_ = false;
-};
-
 void run_rank(int rank, const WorldOptions& options, LocalCommunicator& communicator,
-              const std::function<void(RankContext&)>& work, FirstFailure& failures) {
+              const std::function<void(RankContext&)>& work, detail::FirstFailure& failures) {
   LocalGroup& group = communicator.group();
   try {
     cpu::CpuDevice device(rank, options.device_memory, options.host_memory);
@@ -144,7 +138,7 @@ void run_rank(int rank, const WorldOptions& options, LocalCommunicator& communic
     auto comm = device.create_stream(prefix + "comm");
     auto prefetch = device.create_stream(prefix + "prefetch");
     std::optional<CheckedCommunicator> checked;
-    Communicator& used = maybe_checked(communicator, options.check_collectives, checked);
+    Communicator& used = maybe_checked(communicator, options.check_collectives, &device, checked);
     RankContext context{rank, options.ranks, device, *compute, *comm, *prefetch, used,
                         options.trace.get()};
     try {
@@ -165,15 +159,25 @@ void run_rank(int rank, const WorldOptions& options, LocalCommunicator& communic
 }  // namespace
 
 void World::run(const std::function<void(RankContext&)>& work) const {
+  const bool cuda = options_.device == DeviceKind::kCuda;
 #if ZEST_HAVE_MPI
-  if (detected_.processes) return detail::run_process_rank(options_, detected_, work);
+  if (detected_.processes) {
+#if ZEST_HAVE_CUDA
+    if (cuda) return detail::run_cuda_process_rank(options_, detected_, work);
 #endif
+    return detail::run_process_rank(options_, detected_, work);
+  }
+#endif
+#if ZEST_HAVE_CUDA
+  if (cuda) return detail::run_cuda_threads(options_, work);
+#endif
+  (void)cuda;
   auto communicators = LocalCommunicator::create_group(options_.ranks, options_.timeout);
   for (auto& communicator : communicators) {
     communicator->set_delay(collective_delay(options_));
     communicator->set_trace(options_.trace.get());
   }
-  FirstFailure failures;
+  detail::FirstFailure failures;
   std::vector<std::thread> threads;
   threads.reserve(options_.ranks);
   for (int rank = 0; rank < options_.ranks; ++rank) {

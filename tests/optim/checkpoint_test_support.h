@@ -31,6 +31,7 @@ struct TrainSpec {
   int stage = 0;
   int world = 1;
   std::string backend = "local";  // "mpi": the processes of the job (world = their count)
+  DeviceKind device = DeviceKind::kCpu;  // kCuda: backend nccl, one GPU per rank
   std::string optimizer = "AdamW";
   std::vector<std::int64_t> sizes = {13, 31, 17, 7};
   int global_batch = 60;
@@ -67,7 +68,8 @@ inline TrainResult train_mlp(const TrainSpec& spec) {
   TrainResult result;
   WorldOptions world_options;
   world_options.ranks = spec.world;
-  world_options.backend = spec.backend;
+  world_options.backend = spec.device == DeviceKind::kCuda ? "nccl" : spec.backend;
+  world_options.device = spec.device;
   world_options.timeout = std::chrono::seconds(60);
   World world(world_options);
   world.run([&](RankContext& context) {

@@ -308,6 +308,19 @@ TEST(World, CudaDeviceWithLocalBackendIsAConfigError) {
   const Error error = construction_error(options);
   EXPECT_EQ(error.kind(), ErrorKind::kConfig);
   EXPECT_THAT(error.what(), HasSubstr("world.device: \"cuda\""));
+#if ZEST_HAVE_CUDA
+  // Built with CUDA, the backend is what is wrong, whether or not a GPU is visible.
+  EXPECT_THAT(error.what(), HasSubstr("nccl"));
+#endif
+}
+
+TEST(World, NcclBackendOnTheCpuDeviceIsAConfigErrorNamingCuda) {
+  WorldOptions options = options_with_ranks(2);
+  options.backend = "nccl";
+  const Error error = construction_error(options);
+  EXPECT_EQ(error.kind(), ErrorKind::kConfig);
+  EXPECT_THAT(error.what(), HasSubstr("world.device"));
+  EXPECT_THAT(error.what(), HasSubstr("cuda"));
 }
 
 TEST(World, NonPositiveTimeoutIsAConfigError) {

@@ -125,6 +125,18 @@ TEST(TrainConfig, ShippedConfigsLoad) {
   EXPECT_EQ(config.world.ranks, 4);
 }
 
+TEST(TrainConfig, TheDefaultBackendIsTheDevices) {
+  json config = base_config();
+  config["world"].erase("backend");
+  EXPECT_EQ(parse_train_config(config).world.backend, "local");
+  config["world"]["device"] = "cuda";
+  const TrainConfig cuda = parse_train_config(config);
+  EXPECT_EQ(cuda.world.backend, "nccl");
+  EXPECT_EQ(cuda.json["world"]["backend"], "nccl");  // the resolved config says so too
+  config["world"]["backend"] = "local";  // given: kept, and World says what to set instead
+  EXPECT_EQ(parse_train_config(config).world.backend, "local");
+}
+
 TEST(TrainConfig, DeviceMemoryTakesBytesOrAUnit) {
   json config = base_config();
   config["world"]["device_memory"] = "2GiB";

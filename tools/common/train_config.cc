@@ -27,7 +27,11 @@ void parse_world(Block& root, TrainConfig& out) {
   Block block(root.object_or_empty("world"), "world",
               {"backend", "ranks", "device", "device_memory", "host_memory", "timeout_s"});
 
-  out.world.backend = read_string(block.get_or("backend", "local"), block.path("backend"));
+  // The default backend is the device's: local (threads) for cpu, nccl for cuda.
+  const bool cuda = block.find("device") != nullptr && block.find("device")->is_string() &&
+                    block.find("device")->get<std::string>() == "cuda";
+  out.world.backend =
+      read_string(block.get_or("backend", cuda ? "nccl" : "local"), block.path("backend"));
   const std::vector<std::string> backends = {"local", "nccl", "mpi", "auto"};
   if (std::find(backends.begin(), backends.end(), out.world.backend) == backends.end()) {
     config_error(block.path("backend"),

@@ -12,6 +12,7 @@
 #include "memory/allocator.h"
 #include "optim/checkpoint_reader.h"
 #include "optim/checkpoint_writer.h"
+#include "runtime/host_collectives.h"
 #include "tools/train/console.h"
 
 namespace zest {
@@ -96,8 +97,7 @@ bool TrainCheckpoints::after_step(RankContext& context, Trainer& trainer, std::i
   if (signals_.enabled()) {
     float mine = StopSignals::caught() != 0 ? 1.0f : 0.0f;
     float any = 0.0f;
-    context.communicator.all_reduce(context.comm, &mine, &any, 1, DType::kFloat32, Reduction::kSum);
-    context.comm.synchronize();
+    all_reduce_host(context, &mine, &any, 1, DType::kFloat32, Reduction::kSum);
     stop = any > 0.0f;
   }
   const CheckpointConfig& checkpoint = config_.checkpoint;

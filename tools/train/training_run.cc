@@ -20,6 +20,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/parameter_import.h"
 #include "optim/safetensors.h"
+#include "runtime/host_collectives.h"
 #include "runtime/world.h"
 #include "tools/common/atomic_output_file.h"
 #include "tools/common/batch_source_factory.h"
@@ -210,9 +211,7 @@ void train_rank(RankContext& context, RunState& run) {
   const auto mine = pack_memory(rank_memory_usage(context.device), trainer->predicted_memory());
   const auto ranks = static_cast<std::size_t>(context.world_size);
   std::vector<std::uint64_t> all(kMemoryWords * ranks);
-  context.communicator.all_gather(context.comm, mine.data(), all.data(), 2 * kMemoryWords,
-                                  DType::kInt32);
-  context.comm.synchronize();
+  all_gather_host(context, mine.data(), all.data(), 2 * kMemoryWords, DType::kInt32);
   if (!leader) return;
   run.usage.resize(ranks);
   run.predicted.resize(ranks);

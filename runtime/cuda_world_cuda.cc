@@ -1,0 +1,71 @@
+// World's ranks as threads of this process, one GPU each (rank r on GPU r), with NCCL.
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/checked_communicator.h"
+#include "runtime/cuda_device.h"
+#include "runtime/cuda_world.h"
+#include "runtime/first_failure.h"
+#include "runtime/nccl_communicator.h"
+
+namespace zest::detail {
+
+namespace {
+
+using Group = std::vector<std::unique_ptr<NcclCommunicator>>;
+
+// Note: every communicator of the group is aborted, the failed rank's own included. Its peers
+// may wait in a collective it will never join, and its own queued collectives wait for peers
+// that will not join them either; aborting makes those kernels exit, so every stream drains
+// now instead of at the watchdog's timeout.
+void abort_group(Group& group, int rank, const std::string& what) {
+  const std::string reason = "rank " + std::to_string(rank) + " failed: " + what;
+  for (auto& communicator : group) communicator->abort(reason);
+}
+
+void run_rank(int rank, const WorldOptions& options, Group& group,
+              const std::function<void(RankContext&)>& work, FirstFailure& failures) {
+  try {
+    cuda::CudaDevice device(rank, options.device_memory, options.host_memory);
+    const std::string prefix = "rank " + std::to_string(rank) + " ";
+    // Streams are destroyed (drained) before the device, after a failure has aborted the group.
+    auto compute = device.create_stream(prefix + "compute");
+    auto comm = device.create_stream(prefix + "comm");
+    auto prefetch = device.create_stream(prefix + "prefetch");
+    std::optional<CheckedCommunicator> checked;
+    Communicator& used = maybe_checked(*group[rank], options.check_collectives, &device, checked);
+    RankContext context{rank, options.ranks, device, *compute, *comm, *prefetch, used,
+                        options.trace.get()};
+    try {
+      work(context);
+      context.synchronize();
+    } catch (const std::exception& error) {
+      failures.offer(rank, error);
+      abort_group(group, rank, error.what());
+    }
+  } catch (const std::exception& error) {
+    failures.offer(rank, error);
+    abort_group(group, rank, error.what());
+  }
+}
+
+}  // namespace
+
+void run_cuda_threads(const WorldOptions& options, const std::function<void(RankContext&)>& work) {
+  Group group = NcclCommunicator::create_group(options.ranks, options.timeout);
+  FirstFailure failures;
+  std::vector<std::thread> threads;
+  threads.reserve(options.ranks);
+  for (int rank = 0; rank < options.ranks; ++rank) {
+    threads.emplace_back(run_rank, rank, std::cref(options), std::ref(group), std::cref(work),
+                         std::ref(failures));
+  }
+  for (auto& thread : threads) thread.join();
+  NcclCommunicator::destroy_group(group);
+  failures.rethrow();
+}
+
+}  // namespace zest::detail
