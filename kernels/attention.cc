@@ -162,7 +162,7 @@ void attention_forward(Stream& stream, const AttentionShape& shape, const float*
     cuda::CudaStream& cuda = cuda::cuda_stream(stream, "attention_forward");
     const cuda::MatmulContext context{
         cuda.blas_handle(), cuda.workspace(cuda::kMatmulWorkspaceBytes, "attention_forward"),
-        cuda::kMatmulWorkspaceBytes};
+        cuda::kMatmulWorkspaceBytes, cuda.fp32_matmul_rounding()};
     cuda::attention_forward(context, shape, qkv, split, probs, y, scratch, cuda.handle());
     return;
   }
@@ -187,7 +187,7 @@ void attention_backward(Stream& stream, const AttentionShape& shape, const float
     auto* workspace = static_cast<unsigned char*>(cuda.workspace(
         scratch_bytes + cuda::kMatmulWorkspaceBytes, "attention_backward"));
     const cuda::MatmulContext context{cuda.blas_handle(), workspace + scratch_bytes,
-                                      cuda::kMatmulWorkspaceBytes};
+                                      cuda::kMatmulWorkspaceBytes, cuda.fp32_matmul_rounding()};
     cuda::attention_backward(context, shape, dy, split, probs, dqkv,
                              reinterpret_cast<float*>(workspace), cuda.handle());
     return;

@@ -49,6 +49,24 @@ void matmul(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int
 
 }  // namespace cpu
 
+void set_fp32_matmul_rounding(Stream& stream, DType rounding) {
+  if (rounding != DType::kFloat32 && rounding != DType::kBFloat16 &&
+      rounding != DType::kFloat16) {
+    throw Error(ErrorKind::kUsage, std::string("set_fp32_matmul_rounding: ") +
+                                       dtype_name(rounding) + " is not fp32, bf16 or fp16");
+  }
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::cuda_stream(stream, "set_fp32_matmul_rounding").set_fp32_matmul_rounding(rounding);
+    return;
+  }
+#endif
+  if (stream.device_kind() != DeviceKind::kCpu) {
+    throw Error(ErrorKind::kUsage, "set_fp32_matmul_rounding: no CUDA body yet");
+  }
+  // The CPU device multiplies exactly: nothing to set.
+}
+
 void matmul(Stream& stream, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
             std::int64_t k, float alpha, const float* a, const float* b, float beta, float* c) {
   check_dimensions(m, n, k);
@@ -69,7 +87,7 @@ void matmul(Stream& stream, bool trans_a, bool trans_b, std::int64_t m, std::int
     args.d = c;  // c stays null: beta reads D in place, as the CPU body reads C
     const cuda::MatmulContext context{
         cuda.blas_handle(), cuda.workspace(cuda::kMatmulWorkspaceBytes, "matmul"),
-        cuda::kMatmulWorkspaceBytes};
+        cuda::kMatmulWorkspaceBytes, cuda.fp32_matmul_rounding()};
     cuda::matmul(args, context, cuda.handle());
     return;
   }

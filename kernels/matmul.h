@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "base/dtype.h"
 #include "runtime/stream.h"
 
 namespace zest {
@@ -18,6 +19,14 @@ void matmul(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int
             const float* a, const float* b, float beta, float* c);
 
 }  // namespace cpu
+
+// How the fp32 products on `stream` treat their inputs from now on: kFloat32 (the default)
+// multiplies them exactly; kBFloat16 / kFloat16 lets the GPU round them to that type for its
+// tensor cores, accumulating in fp32 (torch.set_float32_matmul_precision("medium"), or what
+// autocast does to a product's inputs). The CUDA device's products and attention's follow it;
+// the CPU device always multiplies exactly (OpenBLAS has no such mode), so this is a no-op
+// there. Throws kUsage for another type.
+void set_fp32_matmul_rounding(Stream& stream, DType rounding);
 
 // Enqueues the multiply on `stream`. Dimensions are checked here, on the host.
 void matmul(Stream& stream, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,

@@ -108,6 +108,15 @@ void set(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t a
   ZEST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof(value)));
 }
 
+cublasComputeType_t compute_type(const MatmulArgs& x, const MatmulContext& context) {
+  if (x.input_type != DType::kFloat32) return CUBLAS_COMPUTE_32F;
+  switch (context.fp32_rounding) {
+    case DType::kBFloat16: return CUBLAS_COMPUTE_32F_FAST_16BF;
+    case DType::kFloat16: return CUBLAS_COMPUTE_32F_FAST_16F;
+    default: return CUBLAS_COMPUTE_32F;
+  }
+}
+
 }  // namespace
 
 void matmul(const MatmulArgs& x, const MatmulContext& context, cudaStream_t stream) {
@@ -122,9 +131,10 @@ void matmul(const MatmulArgs& x, const MatmulContext& context, cudaStream_t stre
   // transposes keep their meaning, and the bias (one value per column-major row of Dᵀ, i.e. per
   // row-major column of D) is broadcast over the rows of D as add_bias does.
   cublasLtMatmulDesc_t raw_desc = nullptr;
-  // Note: CUBLAS_COMPUTE_32F is true fp32 (the _FAST_TF32 variant would round the inputs to
-  // TF32's 10-bit mantissa); for 16-bit inputs it is fp32 accumulation.
-  ZEST_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // Note: CUBLAS_COMPUTE_32F is true fp32 (never TF32, whose 10-bit mantissa is neither exact
+  // nor bf16 training's rounding); for 16-bit inputs it is fp32 accumulation. 2-byte training
+  // asks for fp32 inputs rounded to its type instead: the tensor cores' rate, as autocast.
+  ZEST_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, compute_type(x, context), CUDA_R_32F));
   const OpDesc desc(raw_desc);
   set(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, x.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
   set(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, x.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);

@@ -33,6 +33,10 @@ struct MatmulContext {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
+  // fp32 inputs only: kFloat32 multiplies them exactly (CUBLAS_COMPUTE_32F); kBFloat16 / kFloat16
+  // lets cuBLAS round them to that type for the tensor cores, accumulating in fp32
+  // (CUBLAS_COMPUTE_32F_FAST_16BF / _16F): the stream's setting (kernels/matmul.h).
+  DType fp32_rounding = DType::kFloat32;
 };
 
 enum class MatmulEpilogue {

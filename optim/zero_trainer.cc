@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "kernels/convert.h"
+#include "kernels/matmul.h"
 #include "optim/device_batch.h"
 #include "optim/memory_plan.h"
 #include "optim/parameter_init.h"
@@ -122,6 +123,9 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
                 "world.device " + context.device.name() +
                     " yet; set \"none\" (or train on world.device \"cpu\")");
   }
+  // Note: 2-byte training multiplies in its own type where the device can (CUDA's tensor
+  // cores take the units' fp32 views rounded to it, as autocast does); fp32 training exactly.
+  set_fp32_matmul_rounding(context.compute, options_.compute_dtype);
   std::vector<Unit*> units = module.units();
   if (units.empty()) throw Error(ErrorKind::kUsage, "the module has no units");
   for (std::size_t i = 0; i < units.size(); ++i) {

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <string>
 
+#include "base/dtype.h"
 #include "memory/allocator.h"
 #include "runtime/stream.h"
 
@@ -78,6 +79,10 @@ class CudaStream final : public Stream {
   void* workspace(std::size_t bytes, const char* kernel);
   // This stream's cuBLASLt handle, made at first use (cublasLtCreate), destroyed with it.
   cublasLtHandle_t blas_handle();
+  // What the fp32 products launched on this stream may round their inputs to (kFloat32: none);
+  // set through kernels/matmul.h's set_fp32_matmul_rounding, read by the product kernels.
+  void set_fp32_matmul_rounding(DType rounding) { fp32_matmul_rounding_ = rounding; }
+  DType fp32_matmul_rounding() const { return fp32_matmul_rounding_; }
 
  private:
   const std::string name_;
@@ -87,6 +92,7 @@ class CudaStream final : public Stream {
   Allocator* const allocator_;
   Buffer workspace_;  // invariant: freed before the device's allocator (streams die first)
   cublasLtHandle_t blas_ = nullptr;
+  DType fp32_matmul_rounding_ = DType::kFloat32;
 };
 
 // The cudaStream_t of a CudaStream, for launching kernels on it; a kUsage Error naming `kernel`

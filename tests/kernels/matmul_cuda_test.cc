@@ -261,6 +261,45 @@ TEST_F(MatmulCuda, Bfloat16InputsAccumulateInFp32) {
       "bf16 out");
 }
 
+TEST_F(MatmulCuda, Fp32InputsRoundedToBfloat16MultiplyAsTheRoundedInputs) {
+  // 2-byte training's products: fp32 operands that the tensor cores take as bf16. The want is
+  // the exact product of the operands rounded to bf16 (round to nearest even, as the engine's
+  // casts), accumulated in fp32. cuBLAS documents the conversion, not its rounding mode, so
+  // the bound allows one bf16 ulp (2^-8 relative) per term; the exact fp32 product of the
+  // unrounded operands differs by about that much too, so a mode that ignored the rounding
+  // request would still pass: the second check catches that.
+  const Problem p{false, false, 48, 40, 64, 1.0f, 0.0f};
+  const auto a = testing::random_floats(static_cast<std::size_t>(p.m * p.k), 21);
+  const auto b = testing::random_floats(static_cast<std::size_t>(p.k * p.n), 22);
+  const auto ra = rounded_to_bfloat16(a);
+  const auto rb = rounded_to_bfloat16(b);
+  std::vector<float> want(static_cast<std::size_t>(p.m * p.n));
+  cpu::matmul(false, false, p.m, p.n, p.k, 1.0f, ra.data(), rb.data(), 0.0f, want.data());
+  std::vector<float> exact(want.size());
+  cpu::matmul(false, false, p.m, p.n, p.k, 1.0f, a.data(), b.data(), 0.0f, exact.data());
+  const auto scale = term_magnitudes(p, a, b, want);
+  DeviceArray<float> da(a), db(b), dd(want.size());
+  cuda::MatmulArgs args;
+  args.m = p.m;
+  args.n = p.n;
+  args.k = p.k;
+  args.a = da.data();
+  args.b = db.data();
+  args.d = dd.data();
+  cuda::MatmulContext rounding = context();
+  rounding.fp32_rounding = DType::kBFloat16;
+  cuda::matmul(args, rounding, nullptr);
+  const std::vector<float> got = dd.download();
+  testing::expect_within(
+      got, want, [&](std::size_t i) { return std::ldexp(scale[i], -8); }, "rounded product");
+  double to_rounded = 0.0, to_exact = 0.0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    to_rounded += std::fabs(static_cast<double>(got[i]) - want[i]);
+    to_exact += std::fabs(static_cast<double>(got[i]) - exact[i]);
+  }
+  EXPECT_LT(to_rounded, to_exact) << "the product is closer to the unrounded operands'";
+}
+
 TEST(MatmulCudaArguments, BadArgumentsAreUsageErrorsBeforeAnyCudaCall) {
   const cuda::MatmulContext none;
   auto refused = [&](cuda::MatmulArgs args) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/error.h"
@@ -119,6 +120,26 @@ TEST(Matmul, DispatchRunsTheCpuBodyOnTheStream) {
   matmul(*stream, false, false, 8, 10, 6, 1.0f, a.data(), b.data(), 1.0f, queued.data());
   stream->synchronize();
   EXPECT_EQ(direct, queued);
+}
+
+TEST(Matmul, Fp32RoundingIsANoOpOnTheCpuAndRefusesOtherTypes) {
+  cpu::CpuDevice device(0);
+  auto stream = device.create_stream("compute");
+  EXPECT_NO_THROW(set_fp32_matmul_rounding(*stream, DType::kBFloat16));
+  // Still exact: the CPU device has no rounding mode.
+  const std::vector<float> a = random_vector(4 * 3, 5), b = random_vector(3 * 2, 6);
+  std::vector<float> direct(4 * 2, 0.0f), queued(4 * 2, 0.0f);
+  cpu::matmul(false, false, 4, 2, 3, 1.0f, a.data(), b.data(), 0.0f, direct.data());
+  matmul(*stream, false, false, 4, 2, 3, 1.0f, a.data(), b.data(), 0.0f, queued.data());
+  stream->synchronize();
+  EXPECT_EQ(direct, queued);
+  try {
+    set_fp32_matmul_rounding(*stream, DType::kInt32);
+    FAIL() << "int32 rounding was accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(error.what()).find("set_fp32_matmul_rounding"), std::string::npos);
+  }
 }
 
 // A stream that only says CUDA is refused before anything is enqueued: in a CUDA build it is not
