@@ -115,10 +115,11 @@ TEST(GptCuda, Fp32MatchesTheCpuDeviceWithin1e4) {
 
 TEST(GptCuda, Bf16TracksTheCpuDeviceOver20Steps) {
   ZEST_SKIP_WITHOUT_CUDA();
-  // Both devices round to bf16 bit-identically, but a product that differs by 1e-7 can round to
-  // the neighbouring bf16 value (2^-8 relative), and such flips compound over the steps. 2e-2 of
-  // the loss over 20 steps is the stated bf16 tolerance; a wrong cast or a lost gradient moves
-  // the loss by more than 1e-1 within a few steps.
+  // Both devices cast to bf16 bit-identically, but the GPU's products round their inputs to
+  // bf16 (as autocast) where the CPU multiplies exactly, and a result that such a difference
+  // tips rounds to the neighbouring bf16 value (2^-8 relative); these compound over the steps.
+  // 2e-2 of the loss over 20 steps is the stated bf16 tolerance; a wrong cast or a lost gradient
+  // moves the loss by more than 1e-1 within a few steps.
   constexpr int kSteps = 20;
   for (int stage : {0, 3}) {
     const RunResult cpu = run_gpt(DeviceKind::kCpu, stage, DType::kBFloat16, kSteps);

@@ -118,9 +118,11 @@ TEST(EngineCuda, OneGpuGivesTheSameNumbersAtEveryStage) {
 
 TEST(EngineCuda, Bf16TrainingTracksTheCpuDevice) {
   ZEST_SKIP_WITHOUT_CUDA();
-  // The casts are bit-identical to the CPU's; the fp32 GEMMs between them are not, and a bf16
-  // rounding (2^-8 relative) that one side's 1e-6 difference tips moves a value by a bf16 ulp.
-  // Over 10 steps that stays below 1e-2 of the loss; a wrong cast moves it far more.
+  // The casts are bit-identical to the CPU's; the products are not: on the GPU they take their
+  // inputs rounded to bf16 (2^-9 relative each, as autocast), on the CPU exactly, and a bf16
+  // rounding of a result that such a difference tips moves it by a bf16 ulp. Both are noise of
+  // bf16's own size; over 10 steps it stays within 1e-2 of the loss, while a wrong cast or a
+  // lost gradient moves the loss by more than 1e-1.
   for (int stage : {0, 3}) {
     RunSpec spec;
     spec.stage = stage;
