@@ -32,7 +32,8 @@ enum class OffloadDevice { kNone, kCpu };
 
 struct OffloadOptions {
   OffloadDevice device = OffloadDevice::kNone;
-  // Page-locked host buffers (CUDA). Recorded; the CPU device's host memory is ordinary memory.
+  // Page-locked host buffers. Recorded only: the CUDA device's host arena is always page-locked
+  // (its copies are asynchronous only then), the CPU device's is ordinary memory.
   bool pin_memory = false;
   bool enabled() const { return device != OffloadDevice::kNone; }
 };

@@ -114,15 +114,6 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
                 "zero_optimization.stage 1, 2 or 3 (got 0): only a sharded optimizer state is "
                 "offloaded; raise the stage or set \"none\"");
   }
-  if (offloaded() && context.device.kind() != DeviceKind::kCpu) {
-    // Note: the offloaded optimizer runs on a host stream whose events the device's streams
-    // must wait on (and page-locked host memory to copy through while compute runs); CUDA
-    // streams wait on CUDA events only, so that bridge comes first.
-    throw Error(ErrorKind::kConfig,
-                "zero_optimization.offload_optimizer.device: \"cpu\" is not built for "
-                "world.device " + context.device.name() +
-                    " yet; set \"none\" (or train on world.device \"cpu\")");
-  }
   // Note: 2-byte training multiplies in its own type where the device can (CUDA's tensor
   // cores take the units' fp32 views rounded to it, as autocast does); fp32 training exactly.
   set_fp32_matmul_rounding(context.compute, options_.compute_dtype);
@@ -150,10 +141,11 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
   awaiting_gather_.assign(units_.size(), false);
   if (offloaded()) {
     for (std::size_t i = 0; i < units_.size(); ++i) {
-      gradients_on_host_.push_back(context.device.create_event());
-      host_updated_.push_back(context.device.create_event());
+      gradients_on_host_.push_back(context.device.create_event());  // recorded by comm
+      host_updated_.push_back(context.device.create_host_event());  // by the host stream
     }
-    host_stream_ = context.device.create_stream("rank " + std::to_string(context.rank) + " host");
+    host_stream_ =
+        context.device.create_host_stream("rank " + std::to_string(context.rank) + " host");
   }
   try {
     allocate_model_state();

@@ -5,6 +5,7 @@
 // same order, as the device path, so results are bit-identical); the comm stream copies the
 // updated shard back into the device's parameters and, at stages 1-2, all-gathers it. The next
 // forward waits for a unit only when it reaches it, so later units' updates overlap it.
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -44,8 +45,12 @@ void ZeroTrainer::allocate_offload_state() {
     unit.master = host.allocate(shard * sizeof(float), Category::kOffload);
     for (std::size_t s = 0; s < optimizer_->state_count(); ++s) {
       unit.optimizer_state.push_back(host.allocate(shard * sizeof(float), Category::kOffload));
-      context_.device.fill_zero(context_.compute, unit.optimizer_state.back().data(),
-                                unit.optimizer_state.back().bytes());
+      // Host memory, zeroed by the host stream that will update it (on CUDA the device's fill
+      // is a GPU memset, which does not reach host memory).
+      host_stream_->enqueue([data = unit.optimizer_state.back().data(),
+                             bytes = unit.optimizer_state.back().bytes()] {
+        std::memset(data, 0, bytes);
+      });
     }
     unit.transfer = host.allocate(shard * element_size(), Category::kOffload);
   }

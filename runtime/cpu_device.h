@@ -20,6 +20,10 @@ class CpuDevice final : public Device {
   Allocator& host_allocator() override { return host_allocator_; }
   std::unique_ptr<Stream> create_stream(const std::string& name) override;
   std::unique_ptr<Event> create_event() override;
+  std::unique_ptr<Stream> create_host_stream(const std::string& name) override {
+    return create_stream(name);
+  }
+  std::unique_ptr<Event> create_host_event() override { return create_event(); }
   void copy(Stream& stream, void* destination, const void* source, std::size_t bytes) override;
   void fill_zero(Stream& stream, void* destination, std::size_t bytes) override;
 

@@ -55,7 +55,12 @@ void CpuStream::push(Task task) {
 void CpuStream::enqueue(std::function<void()> work) { push({std::move(work), false}); }
 
 void CpuStream::record(Event& event) {
-  auto& cpu_event = static_cast<CpuEvent&>(event);
+  auto* own_kind = dynamic_cast<CpuEvent*>(&event);
+  if (own_kind == nullptr) {
+    throw Error(ErrorKind::kUsage, "stream '" + name_ + "': record() of another device's event "
+                                   "(make it with the device that made this stream)");
+  }
+  CpuEvent& cpu_event = *own_kind;
   std::uint64_t sequence;
   {
     std::lock_guard lock(cpu_event.mutex_);
@@ -75,7 +80,22 @@ void CpuStream::record(Event& event) {
 }
 
 void CpuStream::wait(Event& event) {
-  auto& cpu_event = static_cast<CpuEvent&>(event);
+  auto* own_kind = dynamic_cast<CpuEvent*>(&event);
+  if (own_kind == nullptr) {
+    // Another device's event (a CUDA stream's, waited on by a host stream): its synchronize
+    // blocks this worker until the work before its last record() has run.
+    push({[this, &event] {
+            try {
+              event.synchronize();
+            } catch (...) {
+              std::lock_guard lock(mutex_);
+              if (!failure_) throw;
+            }
+          },
+          true});
+    return;
+  }
+  CpuEvent& cpu_event = *own_kind;
   std::uint64_t sequence;
   {
     std::lock_guard lock(cpu_event.mutex_);

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "memory/cuda_pool_allocator.h"
-#include "memory/host_allocator.h"
+#include "memory/pinned_host_allocator.h"
 #include "runtime/device.h"
 
 namespace zest::cuda {
@@ -32,6 +32,10 @@ class CudaDevice final : public Device {
   Allocator& host_allocator() override { return host_allocator_; }
   std::unique_ptr<Stream> create_stream(const std::string& name) override;
   std::unique_ptr<Event> create_event() override;
+  // A CPU stream and event (runtime/cpu_stream.h): the host's work, ordered against this
+  // device's streams through Stream::wait.
+  std::unique_ptr<Stream> create_host_stream(const std::string& name) override;
+  std::unique_ptr<Event> create_host_event() override;
   // cudaMemcpyAsync with cudaMemcpyDefault: unified addressing tells the direction.
   void copy(Stream& stream, void* destination, const void* source, std::size_t bytes) override;
   void fill_zero(Stream& stream, void* destination, std::size_t bytes) override;
@@ -44,9 +48,8 @@ class CudaDevice final : public Device {
   const int ordinal_;
   std::string name_;
   CudaPoolAllocator allocator_;
-  // Note: pageable for now; page-locked memory (cudaHostAlloc) comes with optimizer offload on
-  // CUDA, which is what would copy through it while compute runs.
-  HostAllocator host_allocator_;
+  // Page-locked, so that the offloaded optimizer's copies run while compute goes on.
+  PinnedHostAllocator host_allocator_;
 };
 
 // How many CUDA devices this process sees, or why it sees none: the reason names what

@@ -4,6 +4,7 @@
 
 #include "base/cuda_check.h"
 #include "base/error.h"
+#include "runtime/cpu_stream.h"
 #include "runtime/cuda_stream.h"
 
 namespace zest::cuda {
@@ -20,6 +21,14 @@ CudaDevice::CudaDevice(int ordinal, std::size_t capacity, std::size_t host_capac
 
 std::unique_ptr<Stream> CudaDevice::create_stream(const std::string& name) {
   return std::make_unique<CudaStream>(name, ordinal_, &allocator_);
+}
+
+std::unique_ptr<Stream> CudaDevice::create_host_stream(const std::string& name) {
+  return std::make_unique<cpu::CpuStream>(name);
+}
+
+std::unique_ptr<Event> CudaDevice::create_host_event() {
+  return std::make_unique<cpu::CpuEvent>();
 }
 
 std::unique_ptr<Event> CudaDevice::create_event() {

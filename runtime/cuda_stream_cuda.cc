@@ -196,7 +196,12 @@ void CudaStream::enqueue(std::function<void()> work) {
 }
 
 void CudaStream::record(Event& event) {
-  auto& cuda_event = static_cast<CudaEvent&>(event);
+  auto* own_kind = dynamic_cast<CudaEvent*>(&event);
+  if (own_kind == nullptr) {
+    throw Error(ErrorKind::kUsage, "stream '" + name_ + "': record() of another device's event "
+                                   "(make it with the device that made this stream)");
+  }
+  CudaEvent& cuda_event = *own_kind;
   std::uint64_t mark;
   {
     std::lock_guard lock(state_->mutex);
@@ -213,7 +218,15 @@ void CudaStream::record(Event& event) {
 }
 
 void CudaStream::wait(Event& event) {
-  auto& cuda_event = static_cast<CudaEvent&>(event);
+  auto* own_kind = dynamic_cast<CudaEvent*>(&event);
+  if (own_kind == nullptr) {
+    // Note: host work (a host stream's event) cannot be waited on by CUDA without a host
+    // function that blocks, and a blocked host function stalls every stream's host functions
+    // behind it; so the calling thread waits, and what it enqueues next starts after.
+    event.synchronize();
+    return;
+  }
+  CudaEvent& cuda_event = *own_kind;
   std::shared_ptr<detail::StreamState> source;
   std::uint64_t mark;
   {

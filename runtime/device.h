@@ -25,6 +25,11 @@ class Device {
 
   virtual std::unique_ptr<Stream> create_stream(const std::string& name) = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
+  // A stream whose work runs on the host over host_allocator() memory (an offloaded
+  // optimizer's), with CPU kernels, and its events; it may wait on this device's events and
+  // they on its (Stream::wait). The CPU device's ordinary stream and event.
+  virtual std::unique_ptr<Stream> create_host_stream(const std::string& name) = 0;
+  virtual std::unique_ptr<Event> create_host_event() = 0;
 
   // Stream-ordered copy between device memory and host_allocator() memory, either way.
   virtual void copy(Stream& stream, void* destination, const void* source, std::size_t bytes) = 0;

@@ -39,7 +39,10 @@ class Stream {
   virtual void record(Event& event) = 0;
 
   // Work enqueued after this call waits until the work before `event`'s last record() has run.
-  // Waiting on an event that was never recorded is a no-op, as in CUDA.
+  // Waiting on an event that was never recorded is a no-op, as in CUDA. `event` may come from
+  // another kind of stream (a device's host stream, Device::create_host_stream): a CPU stream
+  // then blocks its worker on it in order; a CUDA stream, which cannot wait for host work
+  // without blocking CUDA's own thread, makes the calling host thread wait for it now.
   virtual void wait(Event& event) = 0;
 
   // Blocks until all enqueued work has run; throws the stream's error if it failed.

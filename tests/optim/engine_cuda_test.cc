@@ -25,16 +25,24 @@ using ::testing::HasSubstr;
 using testing::RunResult;
 using testing::RunSpec;
 
-void on_cuda(RunSpec& spec) {
-  spec.configure_world = [](WorldOptions& world) {
+// `device_memory`: each rank's GPU capped at that many bytes (an emulated smaller GPU).
+void on_cuda(RunSpec& spec, std::size_t device_memory = kUnlimitedCapacity) {
+  spec.configure_world = [device_memory](WorldOptions& world) {
     world.device = DeviceKind::kCuda;
     world.backend = "nccl";
+    world.device_memory = device_memory;
   };
 }
 
 RunResult run_on(DeviceKind device, RunSpec spec) {
   if (device == DeviceKind::kCuda) on_cuda(spec);
   return testing::run_mlp(spec);
+}
+
+void offload(RunSpec& spec) {
+  spec.configure_engine = [](EngineOptions& options) {
+    options.offload_optimizer.device = OffloadDevice::kCpu;
+  };
 }
 
 int visible_gpus() { return cuda::visible_devices().count; }
@@ -150,6 +158,55 @@ TEST(EngineCuda, TwoGpusMatchTwoCpuRanks) {
     spec.steps = 10;
     expect_losses_close(run_on(DeviceKind::kCuda, spec), run_on(DeviceKind::kCpu, spec),
                         "2 ranks, stage " + std::to_string(stage));
+  }
+}
+
+TEST(EngineCuda, TheOffloadedOptimizerGivesTheGpusNumbersBitForBit) {
+  ZEST_SKIP_WITHOUT_CUDA();
+  // The host runs the CPU bodies of AdamW and the casts, which the GPU's equal to 0 ulps
+  // (tests/kernels/adamw_cuda_test.cc, cast_cuda_test.cc), in the same order over the same
+  // shards: moving the optimizer to the host changes where the numbers are made, not them.
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (int stage = 1; stage <= 3; ++stage) {
+      RunSpec spec;
+      spec.stage = stage;
+      spec.steps = 6;
+      spec.compute_dtype = dtype;
+      const RunResult on_gpu = run_on(DeviceKind::kCuda, spec);
+      offload(spec);
+      const RunResult offloaded = run_on(DeviceKind::kCuda, spec);
+      const std::string what =
+          std::string(dtype_name(dtype)) + ", stage " + std::to_string(stage);
+      testing::expect_bit_identical(offloaded.losses, on_gpu.losses, what + " losses");
+      for (const auto& [name, values] : on_gpu.params) {
+        testing::expect_bit_identical(offloaded.params.at(name), values, what + " " + name);
+      }
+      EXPECT_GT(offloaded.host_usage[0].total_peak, 0u) << what << ": nothing in host memory";
+    }
+  }
+}
+
+TEST(EngineCuda, OffloadTrainsWhereTheOptimizerStateDoesNotFitTheGpu) {
+  ZEST_SKIP_WITHOUT_CUDA();
+  // A GPU capped at what the offloaded run needs: without offload the AdamW moments (8 bytes a
+  // parameter of the shard, more than the 1 KiB margin) come back to the GPU and do not fit.
+  RunSpec spec;
+  spec.stage = 2;
+  spec.steps = 3;
+  spec.sizes = {64, 256, 256, 16};
+  offload(spec);
+  const RunResult measured = run_on(DeviceKind::kCuda, spec);
+  const std::size_t capacity = measured.usage[0].total_peak + 1024;
+  on_cuda(spec, capacity);
+  const RunResult capped = testing::run_mlp(spec);
+  EXPECT_LT(capped.losses.back(), capped.losses.front());
+  spec.configure_engine = nullptr;
+  try {
+    testing::run_mlp(spec);
+    FAIL() << "the optimizer state fit a GPU capped at " << capacity << " bytes without offload";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kOutOfMemory) << error.what();
+    EXPECT_THAT(error.what(), HasSubstr("optimizer"));
   }
 }
 

@@ -7,9 +7,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -131,6 +133,58 @@ TEST(CpuEvent, WaitCoversOnlyWorkBeforeTheRecord) {
   EXPECT_TRUE(reader_ran.load());
   release = true;
   writer.synchronize();
+}
+
+// Another device's event, as a host stream sees a CUDA stream's: done when released.
+class ForeignEvent final : public Event {
+ public:
+  void synchronize() override {
+    std::unique_lock lock(mutex_);
+    released_cv_.wait(lock, [&] { return released_; });
+    if (!failure_.empty()) throw Error(ErrorKind::kDevice, failure_);
+  }
+  void release(std::string failure = "") {
+    std::lock_guard lock(mutex_);
+    released_ = true;
+    failure_ = std::move(failure);
+    released_cv_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable released_cv_;
+  bool released_ = false;
+  std::string failure_;
+};
+
+TEST(CpuEvent, WaitOnAnotherDevicesEventBlocksTheWorkAfterIt) {
+  CpuStream stream("host");
+  ForeignEvent event;
+  std::atomic<bool> ran{false};
+  stream.wait(event);  // returns at once: the host is not blocked
+  stream.enqueue([&] { ran = true; });
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_FALSE(ran) << "work after the wait ran before the other device's event completed";
+  event.release();
+  stream.synchronize();
+  EXPECT_TRUE(ran);
+}
+
+TEST(CpuEvent, AFailedForeignEventFailsTheWaitingStream) {
+  CpuStream stream("host");
+  ForeignEvent event;
+  stream.wait(event);
+  event.release("the GPU copy failed");
+  const Error error = capture_error([&] { stream.synchronize(); });
+  EXPECT_THAT(error.what(), HasSubstr("the GPU copy failed"));
+}
+
+TEST(CpuEvent, RecordingAnotherDevicesEventIsAUsageError) {
+  CpuStream stream("host");
+  ForeignEvent event;
+  const Error error = capture_error([&] { stream.record(event); });
+  EXPECT_EQ(error.kind(), ErrorKind::kUsage);
+  EXPECT_THAT(error.what(), HasSubstr("another device's event"));
 }
 
 TEST(CpuEvent, WaitingOnANeverRecordedEventIsANoOp) {

@@ -164,8 +164,9 @@ void parse_offload_optimizer(Block& zero, TrainConfig& out) {
     config_error(block.path("device"), "must be cpu, nvme or none, got \"" + device + "\"");
   }
   // Note: pin_memory asks for page-locked host buffers, which only a CUDA device can use (for
-  // asynchronous copies). On the CPU device the host arena is ordinary memory and its copies are
-  // memcpys in stream order, so the key is accepted, recorded, and changes nothing there.
+  // asynchronous copies), and the CUDA device's host arena is page-locked always. On the CPU
+  // device the host arena is ordinary memory and its copies are memcpys in stream order. So the
+  // key is accepted and recorded, and changes nothing on either.
   offload.pin_memory =
       read_bool(block.get_or("pin_memory", false), block.path("pin_memory"));
   if (offload.enabled() && out.engine.stage == 0) {
