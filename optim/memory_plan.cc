@@ -1,5 +1,7 @@
 #include "optim/memory_plan.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace zest {
@@ -24,8 +26,10 @@ MemoryPrediction predict_model_state(const ModelStateShape& model, int stage, in
   const std::size_t element = dtype_size(model.compute_dtype);
   const std::size_t states =
       model.optimizer_states + (model.compute_dtype == DType::kFloat32 ? 0 : 1);
+  std::size_t largest_shard = 0;
   for (const UnitShapes& unit : model.units) {
     const ShardLayout layout = ShardLayout::build(unit.name, unit.params, world_size, model.alignment);
+    largest_shard = std::max(largest_shard, layout.shard_length());
     const std::size_t full = layout.flat_length();
     const std::size_t shard = layout.shard_length();
     prediction.params += (stage == 3 ? shard : full) * element;
@@ -35,6 +39,11 @@ MemoryPrediction predict_model_state(const ModelStateShape& model, int stage, in
     } else {
       prediction.optimizer += (stage == 0 ? full : shard) * sizeof(float) * states;
     }
+  }
+  if (offload_optimizer && model.compute_dtype != DType::kFloat32) {
+    // The fp32 widening of the 2-byte gradient shard the host optimizer reads: one, as large
+    // as the largest shard, since the host stream updates the units one after another.
+    prediction.offload += largest_shard * sizeof(float);
   }
   return prediction;
 }

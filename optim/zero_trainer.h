@@ -165,6 +165,9 @@ class ZeroTrainer final : public Trainer {
   // Offload: per unit, the gradient shard has reached the host / the host has updated the unit;
   // and the stream the optimizer runs on over host memory. The stream is the last member: it is
   // drained before the events and buffers its work uses are destroyed.
+  // 2-byte offload: the host's fp32 widening of a unit's gradient shard, as long as the largest
+  // shard, reused by every unit (the host stream updates them in turn); empty otherwise.
+  Buffer host_widened_;
   std::vector<std::unique_ptr<Event>> gradients_on_host_;
   std::vector<std::unique_ptr<Event>> host_updated_;
   std::unique_ptr<Stream> host_stream_;

@@ -5,6 +5,7 @@
 // same order, as the device path, so results are bit-identical); the comm stream copies the
 // updated shard back into the device's parameters and, at stages 1-2, all-gathers it. The next
 // forward waits for a unit only when it reaches it, so later units' updates overlap it.
+#include <algorithm>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -54,6 +55,13 @@ void ZeroTrainer::allocate_offload_state() {
     }
     unit.transfer = host.allocate(shard * element_size(), Category::kOffload);
   }
+  if (options_.compute_dtype != DType::kFloat32) {
+    // Note: allocated once, not per step: on CUDA the host arena is page-locked memory, whose
+    // allocation (cudaHostAlloc) is slow and whose free may synchronize the device.
+    std::size_t largest = 0;
+    for (const FlatUnit& unit : units_) largest = std::max(largest, unit.layout.shard_length());
+    host_widened_ = host.allocate(largest * sizeof(float), Category::kOffload);
+  }
 }
 
 void ZeroTrainer::copy_gradients_to_host(FlatUnit& unit) {
@@ -81,11 +89,6 @@ void ZeroTrainer::update_unit_on_host(FlatUnit& unit, const UpdateArgs& shared_a
   // The same operations as ZeroTrainer::update_unit's, on host buffers: the 2-byte gradients
   // widened to fp32, the optimizer on the fp32 master, the rounded parameters written in its
   // pass. The rounded copy goes into the transfer shard, whose gradients were read first.
-  Buffer widened;
-  if (two_byte) {
-    widened = context_.device.host_allocator().allocate(
-        unit.layout.shard_length() * sizeof(float), Category::kWorkspace);
-  }
   for (const FlatUnit::UpdateRange& range : unit.update_ranges) {
     UpdateArgs args = shared_args;
     args.decay = range.decay;
@@ -99,12 +102,11 @@ void ZeroTrainer::update_unit_on_host(FlatUnit& unit, const UpdateArgs& shared_a
                          args);
       continue;
     }
-    float* wide_grads = widened.as<float>() + offset;
+    float* wide_grads = host_widened_.as<float>() + offset;
     convert(host, transfer, held, wide_grads, DType::kFloat32, range.count);
     optimizer_->update_and_round(host, master, wide_grads, state, range.count, args, transfer,
                                  held);
   }
-  release_on(host, std::move(widened));
   host.record(*host_updated_[unit.index]);
 
   // Back to the device on the comm stream: the rounded shard (2-byte) or the master itself.
