@@ -18,8 +18,14 @@
 // gradient clipping, lr 1e-4, weight decay 0.1; random tokens (the loss stays near ln 50257).
 // 3 untimed steps first (allocation, cuBLASLt's heuristics), then 10 timed.
 //
-// Until World runs the engine on CUDA it refuses world.device cuda with a kConfig Error: the
-// program then prints that one line and exits with status 2 before running anything.
+// BM_GptOffload/<model>/stage:3 (issue 13's offload row): the same step with the optimizer
+// offloaded (zero_optimization.offload_optimizer "cpu": fp32 master and moments in page-locked
+// host memory, AdamW on the host) on a GPU capped (world.device_memory) halfway between the
+// stage-3 row's measured peak and that peak less its optimizer state: the state does not fit
+// there without offload. It reports the cap, the device and host peaks, and the step time
+// against the stage-3 row's (offload_slowdown).
+//
+// A World that refuses world.device cuda (no GPU visible) is one line and exit status 2.
 // --zest_backend=NAME picks world.backend (default nccl).
 #include <benchmark/benchmark.h>
 #include <cublasLt.h>
@@ -29,6 +35,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -70,6 +77,14 @@ const BenchModel kModels[] = {
 World* world = nullptr;             // main's, made before any benchmark is registered
 std::optional<std::string> failure;  // the first row's error, for the exit status
 double gemm_flops_per_second = 0.0;  // the best median of BM_Bf16GemmCeiling in this run
+
+// The stage-3 row of each model, for its offload row: measured peak, optimizer peak, step time.
+struct Stage3Row {
+  std::size_t peak = 0;
+  std::size_t optimizer = 0;
+  double step_seconds = 0.0;
+};
+std::map<std::string, Stage3Row> stage3_rows;
 
 // Random bf16 in [-1, 1): the GEMM rate on zeros is higher than on data.
 std::vector<std::uint16_t> random_bfloat16(std::size_t count, std::uint32_t seed) {
@@ -158,10 +173,21 @@ struct StepResult {
   std::vector<double> seconds;
   float loss = 0.0f;
   MemoryUsage usage;
+  MemoryUsage host_usage;
   std::size_t device_used = 0;
 };
 
+void run_gpt_step(benchmark::State& state, const BenchModel* bench_model, bool offload);
+
 void BM_GptStep(benchmark::State& state, const BenchModel* bench_model) {
+  run_gpt_step(state, bench_model, false);
+}
+
+void BM_GptOffload(benchmark::State& state, const BenchModel* bench_model) {
+  run_gpt_step(state, bench_model, true);
+}
+
+void run_gpt_step(benchmark::State& state, const BenchModel* bench_model, bool offload) {
   const int stage = static_cast<int>(state.range(0));
   const GptConfig& config = bench_model->config;
   const std::int64_t batch_rows = bench_model->batch;
@@ -178,15 +204,31 @@ void BM_GptStep(benchmark::State& state, const BenchModel* bench_model) {
                     Tensor{targets.data(), {batch_rows, T}, DType::kInt32}};
 
   StepResult result;
+  std::unique_ptr<World> capped;
+  World* used = world;
+  std::size_t capacity = 0;
+  if (offload) {
+    const auto row = stage3_rows.find(bench_model->name);
+    if (row == stage3_rows.end() || row->second.optimizer == 0) {
+      state.SkipWithError("needs the model's stage-3 row first (its peak sets the cap)");
+      return;
+    }
+    capacity = row->second.peak - row->second.optimizer / 2;
+    WorldOptions options = world->options();
+    options.device_memory = capacity;
+    capped = std::make_unique<World>(options);
+    used = capped.get();
+  }
   try {
     // Note: the benchmark loop runs on the rank's thread (its GPU selected there); the model,
     // engine and trainer are built once, outside the timed steps, and live inside World::run.
-    world->run([&](RankContext& context) {
+    used->run([&](RankContext& context) {
       Gpt model(config);
       EngineOptions options;
       options.stage = stage;
       options.compute_dtype = DType::kBFloat16;
       options.communication_dtype = DType::kBFloat16;
+      if (offload) options.offload_optimizer.device = OffloadDevice::kCpu;
       Engine engine(context, options);
       OptimizerOptions optimizer;
       optimizer.lr = 1e-4f;
@@ -207,6 +249,7 @@ void BM_GptStep(benchmark::State& state, const BenchModel* bench_model) {
       }
       context.synchronize();
       result.usage = context.allocator().usage();
+      result.host_usage = context.device.host_allocator().usage();
       std::size_t free_bytes = 0;
       std::size_t total_bytes = 0;
       ZEST_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -238,7 +281,21 @@ void BM_GptStep(benchmark::State& state, const BenchModel* bench_model) {
   }
   state.counters["peak_total_MiB"] = static_cast<double>(result.usage.total_peak) / kMiB;
   state.counters["device_used_MiB"] = static_cast<double>(result.device_used) / kMiB;
-  state.SetLabel(model.describe() + ", batch " + std::to_string(batch_rows) + ", bf16");
+  state.counters["host_offload_MiB"] =
+      static_cast<double>(result.host_usage.peak_of(Category::kOffload)) / kMiB;
+  if (!offload && stage == 3) {
+    stage3_rows[bench_model->name] = {result.usage.total_peak,
+                                      result.usage.peak_of(Category::kOptimizer), step_seconds};
+  }
+  std::string label = model.describe() + ", batch " + std::to_string(batch_rows) + ", bf16";
+  if (offload) {
+    const Stage3Row& row = stage3_rows.at(bench_model->name);
+    state.counters["device_cap_MiB"] = static_cast<double>(capacity) / kMiB;
+    state.counters["stage3_peak_MiB"] = static_cast<double>(row.peak) / kMiB;
+    state.counters["offload_slowdown"] = step_seconds / row.step_seconds;
+    label += ", optimizer offloaded, GPU capped below the stage-3 peak";
+  }
+  state.SetLabel(label);
 }
 
 // The ceiling runs first so that every model row can report its share of it.
@@ -254,6 +311,16 @@ void register_benchmarks() {
                                  &model)
         ->ArgName("stage")
         ->Arg(0)
+        ->Arg(3)
+        ->Iterations(kTimedSteps)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  // After every model's stage-3 row: the offload rows take their cap from it.
+  for (const BenchModel& model : kModels) {
+    benchmark::RegisterBenchmark((std::string("BM_GptOffload/") + model.name).c_str(),
+                                 BM_GptOffload, &model)
+        ->ArgName("stage")
         ->Arg(3)
         ->Iterations(kTimedSteps)
         ->UseManualTime()

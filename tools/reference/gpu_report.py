@@ -163,10 +163,12 @@ def gpt_section(out):
             continue
         for row in benchmark_rows(read_json(os.path.join(out, name))):
             run_name = row.get("run_name", row.get("name", ""))
-            if not run_name.startswith("BM_GptStep"):
+            if not run_name.startswith(("BM_GptStep", "BM_GptOffload")):
                 continue
             parts = run_name.split("/")
             label = f"zest {parts[1]} {parts[2] if len(parts) > 2 else ''}"
+            if run_name.startswith("BM_GptOffload"):
+                label += " offload"
             if row.get("error_occurred"):
                 errors.append(f"- {label}: {row.get('error_message')}")
             else:
@@ -200,6 +202,13 @@ def gpt_section(out):
             number(row.get("peak_optimizer_MiB")), number(row.get("peak_activations_MiB")),
             number(other),
             number(row.get("device_used_MiB", row.get("peak_reserved_MiB")))]) + " |")
+    for label, row in rows:
+        if label.endswith(" offload") and "device_cap_MiB" in row:
+            lines += ["", f"{label}: GPU capped at {number(row.get('device_cap_MiB'))} MiB "
+                      f"(the stage-3 run peaked at {number(row.get('stage3_peak_MiB'))} MiB); "
+                      f"device peak {number(row.get('peak_total_MiB'))} MiB, host arena "
+                      f"{number(row.get('host_offload_MiB'))} MiB; step time "
+                      f"{number(row.get('offload_slowdown'))}x the stage-3 run's."]
     torch_rates = {label: row["tokens_per_s"] for label, row in rows
                    if label.startswith("torch") and row.get("tokens_per_s")}
     zest_rates = {label: row["tokens_per_s"] for label, row in rows
