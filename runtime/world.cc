@@ -122,6 +122,13 @@ World::World(WorldOptions options) : options_(std::move(options)) {
 #endif
   }
   options_.ranks = detected_.size;
+#if ZEST_HAVE_CUDA
+  if (nccl) {
+    // Each rank its own GPU (NCCL forbids two ranks on one): threads take GPUs 0..n-1, a process
+    // the GPU of its local rank. Said here, before anything runs, rather than by NCCL later.
+    cuda::select_device(detected_.processes ? detected_.local_rank : detected_.size - 1);
+  }
+#endif
 }
 
 namespace {

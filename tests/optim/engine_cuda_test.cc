@@ -83,6 +83,21 @@ TEST(EngineCuda, WithoutAGpuTheCudaWorldIsAConfigErrorThatSaysWhy) {
   }
 }
 
+TEST(EngineCuda, MoreRanksThanGpusIsAConfigErrorBeforeAnythingRuns) {
+  ZEST_SKIP_WITHOUT_CUDA();
+  WorldOptions options;
+  options.device = DeviceKind::kCuda;
+  options.backend = "nccl";
+  options.ranks = visible_gpus() + 1;
+  try {
+    World world(options);
+    FAIL() << options.ranks << " ranks on " << visible_gpus() << " GPUs were accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kConfig);
+    EXPECT_THAT(error.what(), HasSubstr("one rank per GPU"));
+  }
+}
+
 TEST(EngineCuda, EveryStageMatchesTheCpuDeviceOnOneGpu) {
   ZEST_SKIP_WITHOUT_CUDA();
   for (int stage = 0; stage <= 3; ++stage) {
