@@ -1,15 +1,14 @@
 // World's ranks as threads of this process, one GPU each (rank r on GPU r), with NCCL.
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "runtime/checked_communicator.h"
 #include "runtime/cuda_device.h"
 #include "runtime/cuda_world.h"
 #include "runtime/first_failure.h"
 #include "runtime/nccl_communicator.h"
+#include "runtime/rank_resources.h"
 
 namespace zest::detail {
 
@@ -30,15 +29,9 @@ void run_rank(int rank, const WorldOptions& options, Group& group,
               const std::function<void(RankContext&)>& work, FirstFailure& failures) {
   try {
     cuda::CudaDevice device(rank, options.device_memory, options.host_memory);
-    const std::string prefix = "rank " + std::to_string(rank) + " ";
     // Streams are destroyed (drained) before the device, after a failure has aborted the group.
-    auto compute = device.create_stream(prefix + "compute");
-    auto comm = device.create_stream(prefix + "comm");
-    auto prefetch = device.create_stream(prefix + "prefetch");
-    std::optional<CheckedCommunicator> checked;
-    Communicator& used = maybe_checked(*group[rank], options.check_collectives, &device, checked);
-    RankContext context{rank, options.ranks, device, *compute, *comm, *prefetch, used,
-                        options.trace.get()};
+    RankResources resources(rank, options.ranks, device, *group[rank], options);
+    RankContext& context = resources.context();
     try {
       work(context);
       context.synchronize();

@@ -1,16 +1,15 @@
 // World's rank as a process of an MPI job on the GPU of its local rank, with NCCL (its unique id
 // sent over MPI). Built only with both CUDA and MPI (the _mpi_cuda.cc suffix).
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "base/error.h"
-#include "runtime/checked_communicator.h"
 #include "runtime/cuda_device.h"
 #include "runtime/cuda_world.h"
 #include "runtime/mpi_process.h"
 #include "runtime/nccl_communicator.h"
 #include "runtime/process_world.h"
+#include "runtime/rank_resources.h"
 
 namespace zest::detail {
 
@@ -22,14 +21,8 @@ void run_cuda_process_rank(const WorldOptions& options, const DetectedWorld& wor
     cuda::CudaDevice device(gpu, options.device_memory, options.host_memory);
     auto communicator =
         NcclCommunicator::create_for_process(MpiProcess::get(), gpu, options.timeout);
-    const std::string prefix = "rank " + std::to_string(rank) + " ";
-    auto compute = device.create_stream(prefix + "compute");
-    auto comm = device.create_stream(prefix + "comm");
-    auto prefetch = device.create_stream(prefix + "prefetch");
-    std::optional<CheckedCommunicator> checked;
-    Communicator& used = maybe_checked(*communicator, options.check_collectives, &device, checked);
-    RankContext context{rank, world.size, device, *compute, *comm, *prefetch, used,
-                        options.trace.get()};
+    RankResources resources(rank, world.size, device, *communicator, options);
+    RankContext& context = resources.context();
     try {
       work(context);
       context.synchronize();

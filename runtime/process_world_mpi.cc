@@ -6,17 +6,16 @@
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "base/error.h"
-#include "runtime/checked_communicator.h"
 #include "runtime/cpu_device.h"
 #include "runtime/cpu_stream.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/mpi_process.h"
+#include "runtime/rank_resources.h"
 
 namespace zest::detail {
 
@@ -55,16 +54,9 @@ void run_process_rank(const WorldOptions& options, const DetectedWorld& world,
   try {
     MpiCommunicator communicator(options.timeout);
     cpu::CpuDevice device(rank, options.device_memory, options.host_memory);
-    const std::string prefix = "rank " + std::to_string(rank) + " ";
-    auto compute = device.create_stream(prefix + "compute");
-    auto comm = device.create_stream(prefix + "comm");
-    auto prefetch = device.create_stream(prefix + "prefetch");
-    std::optional<CheckedCommunicator> checked;
-    Communicator& used = maybe_checked(communicator, options.check_collectives, &device, checked);
-    RankContext context{rank, world.size, device, *compute, *comm, *prefetch, used,
-                        options.trace.get()};
-    work(context);
-    context.synchronize();
+    RankResources resources(rank, world.size, device, communicator, options);
+    work(resources.context());
+    resources.context().synchronize();
   } catch (const std::exception& error) {
     const Error failure = with_context(error, "rank " + std::to_string(rank));
     if (world.size == 1) raise(failure);

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "base/error.h"
-#include "runtime/checked_communicator.h"
 #include "runtime/cpu_device.h"
 #include "runtime/first_failure.h"
 #if ZEST_HAVE_CUDA
@@ -15,6 +14,7 @@
 #include "runtime/cuda_world.h"
 #endif
 #include "runtime/local_communicator.h"
+#include "runtime/rank_resources.h"
 #if ZEST_HAVE_MPI
 #include "runtime/process_world.h"
 #endif
@@ -138,16 +138,10 @@ void run_rank(int rank, const WorldOptions& options, LocalCommunicator& communic
   LocalGroup& group = communicator.group();
   try {
     cpu::CpuDevice device(rank, options.device_memory, options.host_memory);
-    const std::string prefix = "rank " + std::to_string(rank) + " ";
     // Note: streams are destroyed (drained) before the device, and only after a failure has
     // poisoned the group, so queued collectives fail fast instead of waiting out the timeout.
-    auto compute = device.create_stream(prefix + "compute");
-    auto comm = device.create_stream(prefix + "comm");
-    auto prefetch = device.create_stream(prefix + "prefetch");
-    std::optional<CheckedCommunicator> checked;
-    Communicator& used = maybe_checked(communicator, options.check_collectives, &device, checked);
-    RankContext context{rank, options.ranks, device, *compute, *comm, *prefetch, used,
-                        options.trace.get()};
+    detail::RankResources resources(rank, options.ranks, device, communicator, options);
+    RankContext& context = resources.context();
     try {
       work(context);
       context.synchronize();
