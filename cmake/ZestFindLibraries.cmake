@@ -58,7 +58,8 @@ function(zest_find_nccl)
   set(hints ${CUDAToolkit_LIBRARY_ROOT} ${CUDAToolkit_TARGET_DIR} $ENV{NCCL_HOME} $ENV{NCCL_ROOT})
   find_path(ZEST_NCCL_INCLUDE_DIR nccl.h
     HINTS ${CUDAToolkit_INCLUDE_DIRS} ${hints} PATH_SUFFIXES include)
-  find_library(ZEST_NCCL_LIBRARY NAMES nccl
+  # libnccl.so.2: pip's nvidia-nccl packages ship no unversioned link.
+  find_library(ZEST_NCCL_LIBRARY NAMES nccl libnccl.so.2
     HINTS ${CUDAToolkit_LIBRARY_DIR} ${hints} PATH_SUFFIXES lib lib64)
   if(NOT ZEST_NCCL_INCLUDE_DIR OR NOT ZEST_NCCL_LIBRARY)
     message(FATAL_ERROR "zest: NCCL not found beside the CUDA toolkit (set NCCL_HOME, or "

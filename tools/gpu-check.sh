@@ -174,6 +174,25 @@ run() {
     export LD_LIBRARY_PATH="$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
 
+  # NCCL: beside the toolkit, under NCCL_HOME, or else (the GPU machine's image) in pip's
+  # nvidia-nccl package of the python3 that holds PyTorch, which ships libnccl.so.2 only.
+  local toolkit
+  toolkit=$(cd "$(dirname "$nvcc")/.." && pwd)
+  if [[ -z ${NCCL_HOME:-} && ! -f $toolkit/include/nccl.h && ! -f /usr/include/nccl.h ]]; then
+    local nccl_dir nccl_library
+    nccl_dir=$("${PYTHON:-python3}" -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' \
+               2>/dev/null || true)
+    nccl_library=$(ls "$nccl_dir"/lib/libnccl.so* 2>/dev/null | head -n 1 || true)
+    if [[ -n $nccl_dir && -f $nccl_dir/include/nccl.h && -n $nccl_library ]]; then
+      echo "gpu-check: NCCL from $nccl_dir"
+      configure+=(-DZEST_NCCL_INCLUDE_DIR="$nccl_dir/include" -DZEST_NCCL_LIBRARY="$nccl_library")
+      export LD_LIBRARY_PATH="$nccl_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    else
+      echo "gpu-check: no NCCL beside $toolkit, in /usr/include or in python's nvidia.nccl;" \
+           "set NCCL_HOME"
+    fi
+  fi
+
   # The gpu-labelled suites (cmake/ZestTests.cmake: a `// ctest-labels:` line naming gpu in the
   # first 10 lines), as targets: tests/kernels/adamw_cuda_test.cc is kernels_adamw_cuda_test.
   local targets=(zest) file target
