@@ -90,6 +90,14 @@ std::size_t AttentionShape::forward_scratch_elements() const { return head_eleme
 std::size_t AttentionShape::backward_scratch_elements() const {
   return 4 * head_elements(*this) + static_cast<std::size_t>(seq * seq);
 }
+std::size_t AttentionShape::cuda_backward_scratch_elements() const {
+  return 4 * head_elements(*this) + probs_elements();
+}
+std::size_t AttentionShape::cuda_stream_scratch_bytes(bool backward) const {
+  if (!backward) return kCudaMatmulWorkspaceBytes;
+  return (cuda_backward_scratch_elements() * sizeof(float) + 255) / 256 * 256 +
+         kCudaMatmulWorkspaceBytes;
+}
 
 namespace cpu {
 
@@ -184,8 +192,8 @@ void attention_backward(Stream& stream, const AttentionShape& shape, const float
     // to a multiple of 256 so that the GEMM's part starts 256-byte aligned as cuBLASLt prefers.
     const std::size_t scratch_bytes =
         (cuda::attention_backward_scratch_elements(shape) * sizeof(float) + 255) / 256 * 256;
-    auto* workspace = static_cast<unsigned char*>(cuda.workspace(
-        scratch_bytes + cuda::kMatmulWorkspaceBytes, "attention_backward"));
+    auto* workspace = static_cast<unsigned char*>(
+        cuda.workspace(shape.cuda_stream_scratch_bytes(true), "attention_backward"));
     const cuda::MatmulContext context{cuda.blas_handle(), workspace + scratch_bytes,
                                       cuda::kMatmulWorkspaceBytes, cuda.fp32_matmul_rounding()};
     cuda::attention_backward(context, shape, dy, split, probs, dqkv,

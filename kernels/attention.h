@@ -28,6 +28,13 @@ struct AttentionShape {
   // Scratch of one call.
   std::size_t forward_scratch_elements() const;
   std::size_t backward_scratch_elements() const;
+  // The CUDA body's backward scratch: every (batch, head) pair's dP at once, where the CPU body
+  // does one pair at a time.
+  std::size_t cuda_backward_scratch_elements() const;
+  // What a call asks of a CUDA stream's scratch (runtime/cuda_stream.h: one region, grown,
+  // never shrunk): the products' workspace, and in backward the scratch above carved before
+  // it at a 256-byte boundary. For the memory planner, in every build.
+  std::size_t cuda_stream_scratch_bytes(bool backward) const;
 };
 
 namespace cpu {

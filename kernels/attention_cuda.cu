@@ -137,7 +137,7 @@ struct Batched {
 
 std::size_t attention_backward_scratch_elements(const AttentionShape& s) {
   check_shape("attention_backward", s);
-  return 4 * head_elements(s) + s.probs_elements();
+  return s.cuda_backward_scratch_elements();
 }
 
 void attention_forward(const MatmulContext& context, const AttentionShape& s, const float* qkv,

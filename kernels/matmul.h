@@ -5,12 +5,18 @@
 // never to this kernel. Invariant: with beta == 0, C's old contents are not read.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "base/dtype.h"
 #include "runtime/stream.h"
 
 namespace zest {
+
+// The scratch a CUDA stream keeps for its products (cuBLASLt's recommendation for Hopper; the
+// workspace bounds which algorithms it may pick). Here, not in matmul_cuda.h, because the memory
+// planner counts it for CUDA devices in builds without CUDA too.
+inline constexpr std::size_t kCudaMatmulWorkspaceBytes = std::size_t{32} << 20;
 
 namespace cpu {
 

@@ -21,11 +21,12 @@
 #include <cstdint>
 
 #include "base/dtype.h"
+#include "kernels/matmul.h"
 
 namespace zest::cuda {
 
 // cuBLASLt's recommendation for Hopper; the workspace bounds which algorithms it may pick.
-inline constexpr std::size_t kMatmulWorkspaceBytes = std::size_t{32} << 20;
+inline constexpr std::size_t kMatmulWorkspaceBytes = kCudaMatmulWorkspaceBytes;
 
 // What a multiply needs besides its operands: a cuBLASLt handle and a device workspace (a view
 // into a buffer an allocator owns, charged to `workspace`), both the caller's.

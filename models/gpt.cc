@@ -244,6 +244,8 @@ std::vector<UnitMemory> Gpt::unit_memory(const std::vector<std::int64_t>& input_
   head.saved = head_saved_elements(N, C, config_.vocab_size) * sizeof(float);
   head.grad_input = stream_bytes;
   head.backward_workspace = head_workspace_elements(N, C) * sizeof(float);
+  head.forward_stream_scratch = kCudaMatmulWorkspaceBytes;  // the tied head's product
+  head.backward_stream_scratch = kCudaMatmulWorkspaceBytes;
   memory.push_back(head);
   return memory;
 }

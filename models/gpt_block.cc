@@ -68,6 +68,8 @@ UnitMemory GptBlock::memory(const GptConfig& config, std::int64_t batch, std::in
   memory.output = stream_bytes;
   memory.grad_input = stream_bytes;
   memory.backward_workspace = backward_workspace_elements(shape) * sizeof(float);
+  memory.forward_stream_scratch = shape.cuda_stream_scratch_bytes(false);
+  memory.backward_stream_scratch = shape.cuda_stream_scratch_bytes(true);
   return memory;
 }
 

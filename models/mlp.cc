@@ -64,6 +64,8 @@ UnitMemory LinearLayer::memory(std::int64_t rows) const {
   memory.saved = static_cast<std::size_t>(rows * out_) * sizeof(float);  // z, then dz
   memory.output = last_ ? 0 : Tensor{nullptr, {rows, out_}, DType::kFloat32}.bytes();
   memory.grad_input = makes_grad_input_ ? Tensor{nullptr, {rows, in_}, DType::kFloat32}.bytes() : 0;
+  memory.forward_stream_scratch = kCudaMatmulWorkspaceBytes;
+  memory.backward_stream_scratch = kCudaMatmulWorkspaceBytes;
   return memory;
 }
 

@@ -37,6 +37,9 @@ std::string smaller_micro_batch(const PeakPlanInput& input, std::size_t capacity
   for (std::int64_t rows = micro_batch / 2; rows >= 1; rows /= 2) {
     PeakPlanInput changed = input;
     changed.units = resize(rows);
+    changed.batch_bytes = micro_batch > 0 ? input.batch_bytes / static_cast<std::size_t>(micro_batch) *
+                                                static_cast<std::size_t>(rows)
+                                          : 0;
     const std::string fits = try_change(
         changed, capacity,
         fmt::format("with train_micro_batch_size_per_gpu {} (gradient_accumulation_steps "

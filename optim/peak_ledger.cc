@@ -17,6 +17,7 @@ PeakLedger::Handle PeakLedger::allocate(std::size_t bytes, Category category) {
 
 void PeakLedger::release_on(Stream stream, Handle handle) {
   if (handle == kNone) return;
+  if (frees_at_release_) return free(handle);
   queues_[index(stream)].push_back({handle, Stream::kCompute, 0});
 }
 

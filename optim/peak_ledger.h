@@ -21,9 +21,15 @@ class PeakLedger {
   using Handle = std::size_t;
   static constexpr Handle kNone = std::numeric_limits<Handle>::max();
 
+  // `frees_at_release`: a release is accounted at once, as CUDA's stream-ordered pool does
+  // (cudaFreeAsync; the pool, not the accounting, keeps the memory from reuse until the stream
+  // gets there). Otherwise, as the CPU device: when the stream has run to the release.
+  explicit PeakLedger(bool frees_at_release = false) : frees_at_release_(frees_at_release) {}
+
   // A zero-byte allocation is kNone, as the allocator's empty Buffer.
   Handle allocate(std::size_t bytes, Category category);
-  // Freed once `stream` has run the work enqueued so far; kNone is ignored.
+  // Freed once `stream` has run the work enqueued so far (at once with frees_at_release); kNone
+  // is ignored.
   void release_on(Stream stream, Handle handle);
   // The position of the work enqueued on `stream` so far (an event recorded now).
   std::size_t record(Stream stream) const;
@@ -50,6 +56,7 @@ class PeakLedger {
   static std::size_t index(Stream stream) { return static_cast<std::size_t>(stream); }
   void free(Handle handle);
 
+  const bool frees_at_release_;
   std::vector<Allocation> allocations_;
   std::array<std::vector<Operation>, 2> queues_;
   std::array<std::size_t, 2> done_{};  // operations each stream has run

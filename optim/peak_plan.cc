@@ -45,16 +45,24 @@ class Replay {
   void backward(bool reduce_now);
   void reduce(int u);
 
+  bool on_cuda() const { return input_.device == DeviceKind::kCuda; }
+  // CudaStream::workspace: the compute stream's scratch grows to the largest ask (the old one
+  // freed first), never shrinks. Nothing on the CPU device.
+  void grow_stream_scratch(std::size_t bytes);
+
   const PeakPlanInput& input_;
   const EngineOptions& options_;
   PeakLedger ledger_;
+  Handle stream_scratch_ = PeakLedger::kNone;
+  std::size_t stream_scratch_bytes_ = 0;
   std::vector<PlannedUnit> units_;
   std::vector<Handle> outputs_, grad_inputs_, saved_, buckets_;
   std::vector<std::size_t> bucket_released_;
   std::deque<int> buckets_in_flight_;
 };
 
-Replay::Replay(const PeakPlanInput& input) : input_(input), options_(input.engine) {
+Replay::Replay(const PeakPlanInput& input)
+    : input_(input), options_(input.engine), ledger_(input.device == DeviceKind::kCuda) {
   for (std::size_t u = 0; u < input.model.units.size(); ++u) {
     const UnitShapes& shapes = input.model.units[u];
     const ShardLayout layout =
@@ -127,6 +135,7 @@ void Replay::forward() {
     saved_[u] = ledger_.allocate(memory.saved, Category::kActivations);
     scratch.push_back(ledger_.allocate(memory.forward_workspace, Category::kWorkspace));
     outputs_[u] = ledger_.allocate(memory.output, Category::kActivations);
+    grow_stream_scratch(memory.forward_stream_scratch);
     for (Handle handle : scratch) ledger_.release_on(Stream::kCompute, handle);
   }
 }
@@ -141,6 +150,7 @@ void Replay::backward(bool reduce_now) {
     const UnitMemory& memory = units_[u].memory;
     grad_inputs_[u] = ledger_.allocate(memory.grad_input, Category::kActivations);
     scratch.push_back(ledger_.allocate(memory.backward_workspace, Category::kWorkspace));
+    grow_stream_scratch(memory.backward_stream_scratch);
     scratch.push_back(std::exchange(saved_[u], kNone));
     for (Handle handle : scratch) ledger_.release_on(Stream::kCompute, handle);
     ledger_.release_on(Stream::kCompute, std::exchange(outputs_[u], kNone));
@@ -173,9 +183,20 @@ void Replay::reduce(int u) {
   }
 }
 
+void Replay::grow_stream_scratch(std::size_t bytes) {
+  if (!on_cuda() || bytes <= stream_scratch_bytes_) return;
+  ledger_.release_on(Stream::kCompute, std::exchange(stream_scratch_, kNone));
+  stream_scratch_ = ledger_.allocate(bytes, Category::kWorkspace);
+  stream_scratch_bytes_ = bytes;
+}
+
 void Replay::micro_batch(bool last) {
+  // optim/device_batch.h: a CUDA device copies the batch in first and frees it after backward.
+  const Handle batch =
+      on_cuda() ? ledger_.allocate(input_.batch_bytes, Category::kActivations) : kNone;
   forward();
   backward(options_.stage >= 2 || last);
+  ledger_.release_on(Stream::kCompute, batch);
   ledger_.synchronize(Stream::kCompute);  // forward_backward reads the loss
 }
 

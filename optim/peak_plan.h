@@ -14,6 +14,7 @@
 #include "optim/engine.h"
 #include "optim/memory_plan.h"
 #include "optim/unit_memory.h"
+#include "runtime/stream.h"
 
 namespace zest {
 
@@ -25,6 +26,13 @@ struct PeakPlanInput {
   // Params, grads, optimizer and offload only (a bare parameter count has no units to gather,
   // reduce or run).
   bool model_state_only = false;
+  // The device the rank trains on. CUDA adds what the CPU device does not have: the compute
+  // stream's scratch (UnitMemory::*_stream_scratch), the batch copied in (batch_bytes), and
+  // frees accounted when they are enqueued (PeakLedger's frees_at_release).
+  DeviceKind device = DeviceKind::kCpu;
+  // A micro-batch's inputs and targets, which a CUDA device copies in (activations) for the
+  // micro-batch; linear in its rows. Ignored on the CPU device, which reads them in place.
+  std::size_t batch_bytes = 0;
   // The program waits for the comm stream after each step (zest-train does: its stop check is a
   // collective), which also proves the step's optimizer ran and frees its scratch before the
   // next forward. A bare loop of forward_backward and step does not.

@@ -16,6 +16,11 @@ struct UnitMemory {
   std::size_t grad_input = 0;          // make_grad_input in backward (activations; freed after
                                        // the previous unit's backward)
   std::size_t backward_workspace = 0;  // scratch of one backward call (workspace)
+  // On a CUDA device, what the unit's forward / backward ask of the compute stream's own
+  // scratch (CudaStream::workspace: kept between calls, grown to the largest ask, charged to
+  // workspace): the products' cuBLASLt workspace, attention's backward scratch.
+  std::size_t forward_stream_scratch = 0;
+  std::size_t backward_stream_scratch = 0;
 };
 
 }  // namespace zest

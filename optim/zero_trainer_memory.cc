@@ -12,6 +12,8 @@ std::string ZeroTrainer::training_memory_advice(const Batch& batch) const {
   input.units = module_.unit_memory(batch.inputs.shape);
   input.engine = options_;
   input.world_size = context_.world_size;
+  input.device = context_.device.kind();
+  input.batch_bytes = batch.inputs.bytes() + batch.targets.bytes();
   const std::int64_t rows = batch.inputs.shape.empty() ? 0 : batch.inputs.shape.front();
   const MicroBatchMemory resize = [this, shape = batch.inputs.shape](std::int64_t smaller) {
     std::vector<std::int64_t> resized = shape;

@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "models/gpt.h"
+#include "kernels/matmul.h"
 #include "models/mlp.h"
 #include "optim/engine.h"
+#include "optim/peak_ledger.h"
 #include "optim/peak_plan.h"
 #include "runtime/world.h"
 
@@ -215,6 +217,47 @@ INSTANTIATE_TEST_SUITE_P(
         PeakCase{"gpt_stage3_world3_bf16_offload_accumulate", true, 3, 3, DType::kBFloat16, true,
                  accumulate}),
     [](const auto& info) { return info.param.name; });
+
+TEST(PeakLedger, AReleaseWaitsForItsStreamUnlessFreedAtRelease) {
+  for (bool at_release : {false, true}) {
+    PeakLedger ledger(at_release);
+    const PeakLedger::Handle first = ledger.allocate(100, Category::kActivations);
+    ledger.release_on(PeakLedger::Stream::kCompute, first);
+    ledger.allocate(50, Category::kActivations);
+    // The CPU device frees when the stream reaches the release, which the host has not waited
+    // for; CUDA's pool accounts the free when it is enqueued.
+    EXPECT_EQ(ledger.peak_of(Category::kActivations), at_release ? 100u : 150u);
+  }
+}
+
+TEST(PeakPlanCuda, CountsTheStreamScratchAndTheCopiedBatch) {
+  const PeakCase job{"gpt_stage2_world2_fp32", true, 2, 2, DType::kFloat32, false, {}};
+  std::unique_ptr<Module> model = make(job);
+  PeakPlanInput input = plan_input(*model, input_shape(job), engine_options(job),
+                                   make_optimizer(OptimizerOptions{})->state_count(), job.world);
+  input.batch_bytes = 2 * kSequences * kGpt.seq_len * sizeof(std::int32_t);
+  const PeakPrediction cpu = predict_peak(input);
+  PeakPlanInput no_batch = input;
+  no_batch.batch_bytes = 0;
+  EXPECT_EQ(predict_peak(no_batch).device_total, cpu.device_total)
+      << "the CPU device reads the batch in place";
+
+  input.device = DeviceKind::kCuda;
+  const PeakPrediction cuda = predict_peak(input);
+  std::size_t scratch = 0;
+  for (const UnitMemory& unit : input.units) {
+    scratch = std::max({scratch, unit.forward_stream_scratch, unit.backward_stream_scratch});
+  }
+  // The stream keeps its largest scratch (attention's backward: the products' 32 MiB and every
+  // pair's dP) from then on.
+  EXPECT_GE(scratch, kCudaMatmulWorkspaceBytes);
+  EXPECT_GE(cuda.of(Category::kWorkspace), scratch);
+  EXPECT_LE(cuda.of(Category::kWorkspace), scratch + cpu.of(Category::kWorkspace));
+  no_batch.device = DeviceKind::kCuda;
+  EXPECT_EQ(cuda.of(Category::kActivations),
+            predict_peak(no_batch).of(Category::kActivations) + input.batch_bytes)
+      << "the copied batch lives through the micro-batch, activations' peak included";
+}
 
 }  // namespace
 }  // namespace zest

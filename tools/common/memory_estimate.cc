@@ -68,6 +68,8 @@ EstimateJob job_from_config(const TrainConfig& config) {
   job.input = plan_input(*model, micro_batch_shape(config, config.micro_batch), config.engine,
                          states, config.world.ranks);
   job.input.synchronize_between_steps = true;  // zest-train's stop check after every step
+  job.input.device = config.world.device;
+  job.input.batch_bytes = micro_batch_bytes(config, config.micro_batch);
   job.micro_batch = config.micro_batch;
   job.parameters = count_parameters(*model);
   job.resize = [config](std::int64_t rows) {

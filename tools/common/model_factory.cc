@@ -17,6 +17,13 @@ std::vector<std::int64_t> micro_batch_shape(const TrainConfig& config, std::int6
   return {micro_batch, config.model.mlp.sizes.empty() ? 0 : config.model.mlp.sizes.front()};
 }
 
+std::size_t micro_batch_bytes(const TrainConfig& config, std::int64_t micro_batch) {
+  const std::vector<std::int64_t> shape = micro_batch_shape(config, micro_batch);
+  const auto elements = static_cast<std::size_t>(shape[0] * shape[1]);
+  if (config.model.type == "gpt") return 2 * elements * sizeof(std::int32_t);
+  return elements * sizeof(float) + static_cast<std::size_t>(micro_batch) * sizeof(std::int32_t);
+}
+
 std::size_t count_parameters(Module& module) {
   std::size_t count = 0;
   for (Unit* unit : module.units()) {

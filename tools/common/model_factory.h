@@ -18,6 +18,11 @@ std::unique_ptr<Module> make_model(const ModelConfig& config);
 // features for the MLP, [micro, seq_len] tokens for the GPT (Module::unit_memory's argument).
 std::vector<std::int64_t> micro_batch_shape(const TrainConfig& config, std::int64_t micro_batch);
 
+// The bytes of one rank's micro-batch as the data sources make it: int32 tokens and next tokens
+// [micro, seq_len] for the GPT; fp32 features [micro, sizes[0]] and int32 classes [micro] for
+// the MLP. What a CUDA device copies in per micro-batch (optim/device_batch.h).
+std::size_t micro_batch_bytes(const TrainConfig& config, std::int64_t micro_batch);
+
 // The number of parameter elements `module` declares (unpadded), for reports.
 std::size_t count_parameters(Module& module);
 
