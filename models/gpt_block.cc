@@ -8,6 +8,7 @@
 #include "kernels/bias.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
+#include "kernels/linear.h"
 #include "kernels/matmul.h"
 
 namespace zest {
@@ -111,7 +112,6 @@ void GptBlock::forward(UnitContext& context) {
   const std::int64_t N = B * T;
   const AttentionShape shape{B, T, config_.n_head, C / config_.n_head};
   Stream& stream = context.stream();
-  Device& device = context.device();
   auto param = [&context](Param p) { return context.param(p).as<const float>(); };
 
   // A forward whose backward never ran (evaluation, a failed step) may leave a buffer behind.
@@ -121,7 +121,6 @@ void GptBlock::forward(UnitContext& context) {
   saved_batch_ = B;
   saved_seq_ = T;
   float* s = saved_.as<float>();
-  const std::size_t nc_bytes = static_cast<std::size_t>(N * C) * sizeof(float);
   Buffer workspace = context.allocate(forward_workspace_elements(shape) * sizeof(float),
                                      Category::kWorkspace);
   float* qkv = workspace.as<float>();
@@ -132,22 +131,19 @@ void GptBlock::forward(UnitContext& context) {
   // Attention: x1 = x + c_proj(attn(c_attn(ln_1(x)))).
   layernorm_forward(stream, x, param(kLn1Weight), param(kLn1Bias), N, C, kLayerNormEps,
                     s + at.ln1, s + at.mean1, s + at.rstd1);
-  matmul(stream, false, true, N, 3 * C, C, 1.0f, s + at.ln1, param(kAttnWeight), 0.0f, qkv);
-  add_bias(stream, qkv, param(kAttnBias), N, 3 * C);
+  linear_forward(stream, s + at.ln1, param(kAttnWeight), param(kAttnBias), N, C, 3 * C, nullptr,
+                 qkv);
   attention_forward(stream, shape, qkv, s + at.split, s + at.probs, s + at.y, scratch);
-  device.copy(stream, s + at.x1, x, nc_bytes);
-  add_bias(stream, s + at.x1, param(kAttnProjBias), N, C);
-  matmul(stream, false, true, N, C, C, 1.0f, s + at.y, param(kAttnProjWeight), 1.0f, s + at.x1);
+  linear_forward(stream, s + at.y, param(kAttnProjWeight), param(kAttnProjBias), N, C, C, x,
+                 s + at.x1);
 
   // MLP: out = x1 + mlp.c_proj(gelu(mlp.c_fc(ln_2(x1)))).
   layernorm_forward(stream, s + at.x1, param(kLn2Weight), param(kLn2Bias), N, C, kLayerNormEps,
                     s + at.ln2, s + at.mean2, s + at.rstd2);
-  matmul(stream, false, true, N, 4 * C, C, 1.0f, s + at.ln2, param(kFcWeight), 0.0f, s + at.h);
-  add_bias(stream, s + at.h, param(kFcBias), N, 4 * C);
-  gelu_forward(stream, s + at.h, s + at.g, static_cast<std::size_t>(4 * N * C));
-  device.copy(stream, out, s + at.x1, nc_bytes);
-  add_bias(stream, out, param(kMlpProjBias), N, C);
-  matmul(stream, false, true, N, C, 4 * C, 1.0f, s + at.g, param(kMlpProjWeight), 1.0f, out);
+  linear_gelu_forward(stream, s + at.ln2, param(kFcWeight), param(kFcBias), N, C, 4 * C, s + at.h,
+                      s + at.g);
+  linear_forward(stream, s + at.g, param(kMlpProjWeight), param(kMlpProjBias), N, 4 * C, C,
+                 s + at.x1, out);
 
   context.release(std::move(workspace));
   if (!context.backward_follows()) context.release(std::move(saved_));

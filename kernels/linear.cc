@@ -1,0 +1,114 @@
+#include "kernels/linear.h"
+
+#include <cstring>
+#include <string>
+
+#include "base/error.h"
+#include "kernels/bias.h"
+#include "kernels/dispatch.h"
+#include "kernels/gelu.h"
+#include "kernels/matmul.h"
+
+#if ZEST_HAVE_CUDA
+#include "kernels/matmul_cuda.h"
+#include "runtime/cuda_stream.h"
+#endif
+
+namespace zest {
+
+namespace {
+
+void check_shape(const char* kernel, std::int64_t rows, std::int64_t in, std::int64_t out) {
+  if (rows < 0 || in < 1 || out < 1) {
+    throw Error(ErrorKind::kUsage, std::string(kernel) + ": needs rows >= 0, in >= 1 and out >= 1, "
+                                   "got rows " + std::to_string(rows) + ", in " +
+                                   std::to_string(in) + ", out " + std::to_string(out));
+  }
+}
+
+#if ZEST_HAVE_CUDA
+// One cuBLASLt product y = x·Wᵀ (+ residual) with `epilogue`, on the stream's handle and scratch.
+void launch_linear(Stream& stream, const char* kernel, const float* x, const float* weight,
+                   const float* bias, std::int64_t rows, std::int64_t in, std::int64_t out,
+                   const float* residual, float* y, cuda::MatmulEpilogue epilogue,
+                   float* gelu_input) {
+  cuda::CudaStream& cuda = cuda::cuda_stream(stream, kernel);
+  cuda::MatmulArgs args;
+  args.trans_b = true;
+  args.m = rows;
+  args.n = out;
+  args.k = in;
+  args.a = x;
+  args.b = weight;
+  args.beta = residual != nullptr ? 1.0f : 0.0f;
+  args.c = residual == y ? nullptr : residual;  // null with beta 1: D in place
+  args.d = y;
+  args.epilogue = epilogue;
+  args.bias = bias;
+  args.gelu_input = gelu_input;
+  const cuda::MatmulContext context{cuda.blas_handle(),
+                                    cuda.workspace(cuda::kMatmulWorkspaceBytes, kernel),
+                                    cuda::kMatmulWorkspaceBytes, cuda.fp32_matmul_rounding()};
+  cuda::matmul(args, context, cuda.handle());
+}
+#endif
+
+}  // namespace
+
+void linear_forward(Stream& stream, const float* x, const float* weight, const float* bias,
+                    std::int64_t rows, std::int64_t in, std::int64_t out, const float* residual,
+                    float* y) {
+  check_shape("linear_forward", rows, in, out);
+  if (rows == 0) return;
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    launch_linear(stream, "linear_forward", x, weight, bias, rows, in, out, residual, y,
+                  cuda::MatmulEpilogue::kBias, nullptr);
+    return;
+  }
+#endif
+  dispatch_kernel(stream, "linear_forward", [=] {
+    if (residual == nullptr) {
+      cpu::matmul(false, true, rows, out, in, 1.0f, x, weight, 0.0f, y);
+      cpu::add_bias(y, bias, rows, out);
+      return;
+    }
+    // The block's order before this kernel: the residual, its bias, then the product added.
+    if (residual != y) {
+      std::memcpy(y, residual, static_cast<std::size_t>(rows * out) * sizeof(float));
+    }
+    cpu::add_bias(y, bias, rows, out);
+    cpu::matmul(false, true, rows, out, in, 1.0f, x, weight, 1.0f, y);
+  });
+}
+
+void linear_gelu_forward(Stream& stream, const float* x, const float* weight, const float* bias,
+                         std::int64_t rows, std::int64_t in, std::int64_t out, float* pre,
+                         float* post) {
+  check_shape("linear_gelu_forward", rows, in, out);
+  if (rows == 0) return;
+  const auto count = static_cast<std::size_t>(rows * out);
+#if ZEST_HAVE_CUDA
+  // Note: cuBLASLt keeps the pre-GELU matrix only for a width that is a multiple of 8; other
+  // widths take the three kernels.
+  if (on_cuda(stream) && out % 8 == 0) {
+    launch_linear(stream, "linear_gelu_forward", x, weight, bias, rows, in, out, nullptr, post,
+                  cuda::MatmulEpilogue::kGeluBias, pre);
+    return;
+  }
+  if (on_cuda(stream)) {
+    (void)cuda::cuda_stream(stream, "linear_gelu_forward");  // refused as this kernel, not matmul
+    matmul(stream, false, true, rows, out, in, 1.0f, x, weight, 0.0f, pre);
+    add_bias(stream, pre, bias, rows, out);
+    gelu_forward(stream, pre, post, count);
+    return;
+  }
+#endif
+  dispatch_kernel(stream, "linear_gelu_forward", [=] {
+    cpu::matmul(false, true, rows, out, in, 1.0f, x, weight, 0.0f, pre);
+    cpu::add_bias(pre, bias, rows, out);
+    cpu::gelu_forward(pre, post, count);
+  });
+}
+
+}  // namespace zest
