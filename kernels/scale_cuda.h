@@ -1,7 +1,8 @@
 // CUDA body of scaling an fp32 buffer in place, data[i] *= factor: the loss scaler's unscale of
 // gradients (factor 1 / scale) and any scale of a shard. The optimizers usually fold the unscale
 // into their grad_scale instead; this is for what is scaled on its own. One rounding per element,
-// so results are bit-identical to the same multiply on the CPU.
+// so results are bit-identical to the same multiply on the CPU, but for a NaN's bits (the GPU's
+// multiply returns the canonical NaN; x86 keeps the operand's).
 // CUDA-side only: include it from .cu files and *_cuda.cc sources.
 #pragma once
 
