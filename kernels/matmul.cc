@@ -9,7 +9,9 @@
 #include "kernels/dispatch.h"
 
 #if ZEST_HAVE_CUDA
+#include "base/cuda_check.h"
 #include "kernels/matmul_cuda.h"
+#include "kernels/scale_cuda.h"
 #include "runtime/cuda_stream.h"
 #endif
 
@@ -29,6 +31,18 @@ void check_dimensions(std::int64_t m, std::int64_t n, std::int64_t k) {
   check_dimension("n", n);
   check_dimension("k", k);
 }
+
+#if ZEST_HAVE_CUDA
+void scale_empty_product(cuda::CudaStream& stream, std::int64_t count, float beta, float* c) {
+  if (beta == 1.0f) return;
+  const auto elements = static_cast<std::size_t>(count);
+  if (beta == 0.0f) {
+    ZEST_CUDA_CHECK(cudaMemsetAsync(c, 0, elements * sizeof(float), stream.handle()));
+    return;
+  }
+  cuda::scale(c, elements, beta, stream.handle());
+}
+#endif
 
 }  // namespace
 
@@ -74,6 +88,12 @@ void matmul(Stream& stream, bool trans_a, bool trans_b, std::int64_t m, std::int
 #if ZEST_HAVE_CUDA
   if (on_cuda(stream)) {
     cuda::CudaStream& cuda = cuda::cuda_stream(stream, "matmul");
+    if (k == 0) {
+      // An empty sum (an MLP's weight gradient over zero rows): C = beta·C, as BLAS, which
+      // cuBLASLt refuses to compute. beta 0 writes zeros whatever C held (a NaN included).
+      scale_empty_product(cuda, m * n, beta, c);
+      return;
+    }
     cuda::MatmulArgs args;
     args.trans_a = trans_a;
     args.trans_b = trans_b;

@@ -117,25 +117,14 @@ cublasComputeType_t compute_type(const MatmulArgs& x, const MatmulContext& conte
   }
 }
 
-}  // namespace
-
-void matmul(const MatmulArgs& x, const MatmulContext& context, cudaStream_t stream) {
-  check_args(x);
-  if (x.m == 0 || x.n == 0) return;
-  const cudaDataType_t in_type = cuda_type(x.input_type);
-  const cudaDataType_t out_type = cuda_type(x.output_type);
-  const void* c = x.c != nullptr ? x.c : x.d;
-
-  // Note: cuBLASLt is column-major. A row-major [r, s] matrix is a column-major [s, r] one, so
-  // the row-major D = op(A) op(B) is the column-major Dᵀ = op(B)ᵀ op(A)ᵀ: B goes first, the
-  // transposes keep their meaning, and the bias (one value per column-major row of Dᵀ, i.e. per
-  // row-major column of D) is broadcast over the rows of D as add_bias does.
+// The operation: compute type, transposes and epilogue. The layouts say the shapes.
+OpDesc make_desc(const MatmulArgs& x, cublasComputeType_t compute) {
   cublasLtMatmulDesc_t raw_desc = nullptr;
   // Note: CUBLAS_COMPUTE_32F is true fp32 (never TF32, whose 10-bit mantissa is neither exact
   // nor bf16 training's rounding); for 16-bit inputs it is fp32 accumulation. 2-byte training
   // asks for fp32 inputs rounded to its type instead: the tensor cores' rate, as autocast.
-  ZEST_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, compute_type(x, context), CUDA_R_32F));
-  const OpDesc desc(raw_desc);
+  ZEST_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, compute, CUDA_R_32F));
+  OpDesc desc(raw_desc);
   set(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, x.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
   set(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, x.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
   if (x.epilogue != MatmulEpilogue::kNone) {
@@ -149,6 +138,36 @@ void matmul(const MatmulArgs& x, const MatmulContext& context, cudaStream_t stre
       set(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, x.n);
     }
   }
+  return desc;
+}
+
+// The heuristic's best algorithm, or false where cuBLASLt has none for these operands (it says
+// so with a count of 0 or with CUBLAS_STATUS_NOT_SUPPORTED, depending on the version).
+bool find_algorithm(const MatmulContext& context, const OpDesc& desc, const Layout& b_layout,
+                    const Layout& a_layout, const Layout& d_layout, const Preference& pref,
+                    cublasLtMatmulHeuristicResult_t& heuristic) {
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      context.handle, desc.get(), b_layout.get(), a_layout.get(), d_layout.get(), d_layout.get(),
+      pref.get(), 1, &heuristic, &found);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+  ZEST_CUBLAS_CHECK(status);
+  return found > 0;
+}
+
+}  // namespace
+
+void matmul(const MatmulArgs& x, const MatmulContext& context, cudaStream_t stream) {
+  check_args(x);
+  if (x.m == 0 || x.n == 0) return;
+  const cudaDataType_t in_type = cuda_type(x.input_type);
+  const cudaDataType_t out_type = cuda_type(x.output_type);
+  const void* c = x.c != nullptr ? x.c : x.d;
+
+  // Note: cuBLASLt is column-major. A row-major [r, s] matrix is a column-major [s, r] one, so
+  // the row-major D = op(A) op(B) is the column-major Dᵀ = op(B)ᵀ op(A)ᵀ: B goes first, the
+  // transposes keep their meaning, and the bias (one value per column-major row of Dᵀ, i.e. per
+  // row-major column of D) is broadcast over the rows of D as add_bias does.
   // Stored shapes: B is [k, n] (or [n, k] transposed), A is [m, k] (or [k, m]).
   const Layout b_layout = x.trans_b ? layout(in_type, x.k, x.n, x.k, x.batch, x.stride_b)
                                     : layout(in_type, x.n, x.k, x.n, x.batch, x.stride_b);
@@ -172,12 +191,18 @@ void matmul(const MatmulArgs& x, const MatmulContext& context, cudaStream_t stre
   set(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
       alignment_of(x.d, x.batch, x.stride_d, x.output_type));
 
+  const cublasComputeType_t wanted = compute_type(x, context);
+  OpDesc desc = make_desc(x, wanted);
   cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  ZEST_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(context.handle, desc.get(), b_layout.get(),
-                                                   a_layout.get(), d_layout.get(), d_layout.get(),
-                                                   pref.get(), 1, &heuristic, &found));
-  if (found == 0) {
+  bool found = find_algorithm(context, desc, b_layout, a_layout, d_layout, pref, heuristic);
+  if (!found && wanted != CUBLAS_COMPUTE_32F) {
+    // Note: the fast modes *allow* bf16 / fp16 tensor cores; where cuBLASLt has no such kernel
+    // for these operands (fp32 views only 4-byte aligned, say), exact fp32 is the same product
+    // without the inputs' rounding: slower, never a failed step.
+    desc = make_desc(x, CUBLAS_COMPUTE_32F);
+    found = find_algorithm(context, desc, b_layout, a_layout, d_layout, pref, heuristic);
+  }
+  if (!found) {
     throw Error(ErrorKind::kDevice,
                 "matmul (CUDA): cuBLASLt has no algorithm for m = " + std::to_string(x.m) +
                     ", n = " + std::to_string(x.n) + ", k = " + std::to_string(x.k) +

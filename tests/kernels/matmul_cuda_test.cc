@@ -22,6 +22,7 @@
 #include "kernels/bias.h"
 #include "kernels/gelu.h"
 #include "kernels/matmul.h"
+#include "runtime/cuda_device.h"
 #include "tests/support/cuda_test_support.h"
 
 namespace zest {
@@ -298,6 +299,31 @@ TEST_F(MatmulCuda, Fp32InputsRoundedToBfloat16MultiplyAsTheRoundedInputs) {
     to_exact += std::fabs(static_cast<double>(got[i]) - exact[i]);
   }
   EXPECT_LT(to_rounded, to_exact) << "the product is closer to the unrounded operands'";
+}
+
+// An empty sum (k = 0: an MLP's weight gradient over zero rows) through the dispatch, which
+// cuBLASLt refuses: C = beta·C as the CPU body (BLAS) computes it, beta 0 clearing a NaN.
+TEST(MatmulCudaDispatch, AnEmptyProductScalesCAsTheCpuBody) {
+  ZEST_SKIP_WITHOUT_CUDA();
+  const std::vector<float> c = {1.0f, -2.0f, std::nanf(""), 4.0f, 0.5f, 3.0f};
+  cuda::CudaDevice device(0);
+  auto stream = device.create_stream("compute");
+  for (float beta : {0.0f, 0.5f, 1.0f}) {
+    SCOPED_TRACE(::testing::Message() << "beta " << beta);
+    std::vector<float> want = c;
+    cpu::matmul(false, false, 2, 3, 0, 1.0f, nullptr, nullptr, beta, want.data());
+    DeviceArray<float> dc(c);
+    matmul(*stream, false, false, 2, 3, 0, 1.0f, nullptr, nullptr, beta, dc.data());
+    stream->synchronize();
+    const std::vector<float> got = dc.download();
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      if (std::isnan(want[i])) {
+        EXPECT_TRUE(std::isnan(got[i])) << "element " << i;
+      } else {
+        EXPECT_EQ(got[i], want[i]) << "element " << i;
+      }
+    }
+  }
 }
 
 TEST(MatmulCudaArguments, BadArgumentsAreUsageErrorsBeforeAnyCudaCall) {
