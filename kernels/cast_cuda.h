@@ -28,5 +28,10 @@ void cast_float_to_float16(const float* in, std::uint16_t* out, std::size_t coun
                            cudaStream_t stream);
 void cast_float16_to_float(const std::uint16_t* in, float* out, std::size_t count,
                            cudaStream_t stream);
+// bf16 <-> fp16 (gradients in one type reduced in the other: communication_data_type).
+void cast_bfloat16_to_float16(const std::uint16_t* in, std::uint16_t* out, std::size_t count,
+                              cudaStream_t stream);
+void cast_float16_to_bfloat16(const std::uint16_t* in, std::uint16_t* out, std::size_t count,
+                              cudaStream_t stream);
 
 }  // namespace zest::cuda

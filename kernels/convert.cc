@@ -125,6 +125,10 @@ void convert_cuda(Stream& stream, const void* source, DType source_type, void* d
     cuda::cast_bfloat16_to_float(in16, static_cast<float*>(destination), count, handle);
   } else if (source_type == DType::kFloat16 && destination_type == DType::kFloat32) {
     cuda::cast_float16_to_float(in16, static_cast<float*>(destination), count, handle);
+  } else if (source_type == DType::kBFloat16 && destination_type == DType::kFloat16) {
+    cuda::cast_bfloat16_to_float16(in16, out16, count, handle);
+  } else if (source_type == DType::kFloat16 && destination_type == DType::kBFloat16) {
+    cuda::cast_float16_to_bfloat16(in16, out16, count, handle);
   } else {
     throw Error(ErrorKind::kUsage, std::string("convert: no CUDA body from ") +
                                        dtype_name(source_type) + " to " +

@@ -8,9 +8,12 @@
 
 #include <bit>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "base/dtype.h"
+#include "kernels/convert.h"
+#include "runtime/cuda_device.h"
 #include "tests/support/cuda_test_support.h"
 
 namespace zest {
@@ -133,11 +136,48 @@ TEST(CastCuda, Float16ToFloatIsExactForEveryPattern) {
   }
 }
 
+// bf16 <-> fp16 through the dispatch (communication_data_type of the other 2-byte type) against
+// the CPU body, bit for bit, for every source pattern.
+TEST(CastCuda, BetweenTheTwoByteTypesMatchesTheCpuBodyForEveryPattern) {
+  ZEST_SKIP_WITHOUT_CUDA();
+  const std::size_t n = 0x10000;
+  std::vector<std::uint16_t> host_in(n);
+  for (std::size_t i = 0; i < n; ++i) host_in[i] = static_cast<std::uint16_t>(i);
+  cuda::CudaDevice device(0);
+  auto stream = device.create_stream("compute");
+  DeviceBuffer<std::uint16_t> in(n), out(n);
+  ASSERT_EQ(cudaMemcpy(in.data, host_in.data(), n * sizeof(std::uint16_t),
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+  for (const auto& [from, to] : {std::pair{DType::kBFloat16, DType::kFloat16},
+                                 std::pair{DType::kFloat16, DType::kBFloat16}}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(from) << " -> " << dtype_name(to));
+    std::vector<std::uint16_t> want(n);
+    cpu::convert(host_in.data(), from, want.data(), to, n);
+    convert(*stream, in.data, from, out.data, to, n);
+    stream->synchronize();
+    std::vector<std::uint16_t> got(n);
+    ASSERT_EQ(cudaMemcpy(got.data(), out.data, n * sizeof(std::uint16_t),
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    std::size_t mismatches = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (got[i] != want[i] && ++mismatches <= 10) {
+        ADD_FAILURE() << "source bits 0x" << std::hex << host_in[i] << ": got 0x" << got[i]
+                      << ", expected 0x" << want[i];
+      }
+    }
+    EXPECT_EQ(mismatches, 0u);
+  }
+}
+
 TEST(CastCuda, ZeroCountLaunchesNothing) {
   EXPECT_NO_THROW(cuda::cast_float_to_bfloat16(nullptr, nullptr, 0, nullptr));
   EXPECT_NO_THROW(cuda::cast_bfloat16_to_float(nullptr, nullptr, 0, nullptr));
   EXPECT_NO_THROW(cuda::cast_float_to_float16(nullptr, nullptr, 0, nullptr));
   EXPECT_NO_THROW(cuda::cast_float16_to_float(nullptr, nullptr, 0, nullptr));
+  EXPECT_NO_THROW(cuda::cast_bfloat16_to_float16(nullptr, nullptr, 0, nullptr));
+  EXPECT_NO_THROW(cuda::cast_float16_to_bfloat16(nullptr, nullptr, 0, nullptr));
 }
 
 }  // namespace
