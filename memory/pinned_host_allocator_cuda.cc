@@ -3,10 +3,30 @@
 #include <cuda_runtime.h>
 
 #include "base/cuda_check.h"
+#include "base/error.h"
+#include "memory/cuda_pool_allocator.h"
 
 namespace zest::cuda {
 
+PinnedHostAllocator::~PinnedHostAllocator() { release_deferred(); }
+
+void PinnedHostAllocator::release_deferred() {
+  if (CudaHostFunctionScope::active()) return;
+  std::vector<void*> frees;
+  {
+    std::lock_guard lock(mutex_);
+    frees.swap(deferred_);
+  }
+  for (void* data : frees) (void)cudaFreeHost(data);
+}
+
 void* PinnedHostAllocator::raw_allocate(std::size_t bytes) {
+  if (CudaHostFunctionScope::active()) {
+    throw Error(ErrorKind::kInternal, "allocation on " + device_name() +
+                                          " inside a CUDA host function, where no CUDA call is "
+                                          "allowed; allocate on the host thread before enqueuing");
+  }
+  release_deferred();
   void* data = nullptr;
   // Portable: any GPU of the process may copy from it (a rank's device is the current one,
   // but the flag costs nothing and keeps the memory usable whichever device is current).
@@ -20,6 +40,13 @@ void* PinnedHostAllocator::raw_allocate(std::size_t bytes) {
 }
 
 void PinnedHostAllocator::raw_free(void* data, std::size_t /*bytes*/) {
+  if (CudaHostFunctionScope::active()) {
+    // Note: a host function runs after its stream's earlier work, so the memory's last use on
+    // that stream is done; a free from a host thread later cannot overtake it.
+    std::lock_guard lock(mutex_);
+    deferred_.push_back(data);
+    return;
+  }
   (void)cudaFreeHost(data);  // must not throw; a failure here leaves the memory to the process
 }
 

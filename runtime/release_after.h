@@ -4,7 +4,8 @@
 // reaches it). CUDA device: device memory is cudaFreeAsync'd on that stream now, from the calling
 // host thread, with the accounting updated at once (a host function may not call CUDA, so the
 // closure form would only defer the free to the pool's next allocation); host memory (the
-// offload arena) keeps the closure form, since its free is plain host code.
+// offload arena) keeps the closure form (on a CUDA stream its cudaFreeHost is deferred likewise,
+// memory/pinned_host_allocator.h).
 // Invariant: called from the rank's host thread, never from inside a closure.
 #pragma once
 

@@ -237,6 +237,20 @@ TEST(CudaAllocator, ABufferFreedInHostWorkIsReturnedLater) {
   EXPECT_EQ(allocator.deferred_count(), 0u);
 }
 
+TEST(CudaAllocator, APinnedHostBufferFreedInHostWorkIsFreedLater) {
+  ZEST_SKIP_WITHOUT_CUDA();
+  CudaDevice device(0);
+  Allocator& host = device.host_allocator();
+  auto stream = device.create_stream("s");
+  // cudaFreeHost inside the host function would be a CUDA call there (forbidden: it may hang).
+  auto owned = std::make_shared<Buffer>(host.allocate(1 << 20, Category::kOffload));
+  stream->enqueue([owned = std::move(owned)]() mutable { owned.reset(); });
+  stream->synchronize();
+  EXPECT_EQ(host.usage().current_of(Category::kOffload), 0u);
+  Buffer next = host.allocate(1 << 20, Category::kOffload);  // frees the deferred first
+  EXPECT_FALSE(next.empty());
+}
+
 TEST(CudaAllocator, AllocatingInHostWorkIsRefusedAndUncharged) {
   ZEST_SKIP_WITHOUT_CUDA();
   CudaDevice device(0);
