@@ -107,8 +107,8 @@ CheckedCommunicator::CheckedCommunicator(Communicator& inner, Device* device)
     : inner_(inner), device_(device && device->kind() != DeviceKind::kCpu ? device : nullptr) {}
 
 void CheckedCommunicator::label_next(const char* label) {
+  // Passed on in check(), after the record's own all-gather, which would otherwise consume it.
   label_ = label == nullptr ? "" : label;
-  inner_.label_next(label);
 }
 
 void CheckedCommunicator::check(Stream& stream, Op op, std::size_t count, DType dtype,
@@ -120,7 +120,7 @@ void CheckedCommunicator::check(Stream& stream, Op op, std::size_t count, DType 
   mine.dtype = static_cast<std::int32_t>(dtype);
   mine.detail = detail;
   std::strncpy(mine.label, label_.c_str(), sizeof(mine.label) - 1);
-  label_.clear();
+  const std::string label = std::exchange(label_, std::string());
   // The label is for people; the hash covers what must agree.
   const std::uint64_t fields[5] = {mine.sequence, mine.count, static_cast<std::uint64_t>(mine.op),
                                    static_cast<std::uint64_t>(mine.dtype),
@@ -130,6 +130,7 @@ void CheckedCommunicator::check(Stream& stream, Op op, std::size_t count, DType 
   // Both buffers live until the stream has run the comparison that reads them.
   auto send = std::make_shared<Record>(mine);
   auto all = std::make_shared<std::vector<Record>>(static_cast<std::size_t>(inner_.world_size()));
+  inner_.label_next("collective-order check");
   if (device_ == nullptr) {
     inner_.all_gather(stream, send.get(), all->data(), kRecordWords, DType::kInt32);
   } else {
@@ -142,6 +143,7 @@ void CheckedCommunicator::check(Stream& stream, Op op, std::size_t count, DType 
     release_after(*device_, stream, std::move(staged));
   }
   stream.enqueue([send, all] { compare(*all); });
+  inner_.label_next(label.c_str());  // for the collective checked
 }
 
 void CheckedCommunicator::all_gather(Stream& stream, const void* send, void* recv,
