@@ -14,6 +14,12 @@ void read_to_host(Device& device, Stream& stream, void* host, const void* source
     std::memcpy(host, source, bytes);
     return;
   }
+  // Note: a copy into pageable memory blocks inside the CUDA driver until the stream reaches
+  // it. With ranks as threads, a peer that must first allocate (cudaMalloc, cudaHostAlloc)
+  // before it issues its half of the collective this stream waits on could then wait on the
+  // driver behind us (JAX saw this: jax#11637). Waiting with cudaStreamSynchronize first holds
+  // nothing, and the copy after it finds the stream idle.
+  stream.synchronize();
   device.copy(stream, host, source, bytes);
   stream.synchronize();
 }
