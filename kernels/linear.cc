@@ -90,8 +90,13 @@ void linear_gelu_forward(Stream& stream, const float* x, const float* weight, co
   const auto count = static_cast<std::size_t>(rows * out);
 #if ZEST_HAVE_CUDA
   // Note: cuBLASLt keeps the pre-GELU matrix only for a width that is a multiple of 8; other
-  // widths take the three kernels.
-  if (on_cuda(stream) && out % 8 == 0) {
+  // widths take the three kernels. So does exact fp32 (the stream's products not rounded to a
+  // 2-byte type): cuBLASLt's GELU is its own undocumented tanh, where the GELU kernel has the
+  // CPU's constants and roundings, and fp32 training is held to the CPU's numbers (1e-4). In
+  // 2-byte training the products' rounding dwarfs any tanh's, and the fused pass is the point.
+  if (on_cuda(stream) && out % 8 == 0 &&
+      cuda::cuda_stream(stream, "linear_gelu_forward").fp32_matmul_rounding() !=
+          DType::kFloat32) {
     launch_linear(stream, "linear_gelu_forward", x, weight, bias, rows, in, out, nullptr, post,
                   cuda::MatmulEpilogue::kGeluBias, pre);
     return;

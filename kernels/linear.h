@@ -4,7 +4,8 @@
 // form). The CPU body runs the separate kernels (matmul, add_bias, gelu) in the order the block
 // ran them before, so its results are unchanged; the CUDA body is one cuBLASLt product with a
 // bias (and GELU) epilogue reading the residual as C: one pass over the output instead of three
-// or four. Invariant: x, weight and bias are not written; y may be the residual (in place).
+// or four. The GELU epilogue only where the stream rounds its products to a 2-byte type
+// (set_fp32_matmul_rounding); exact fp32 keeps the GELU kernel, the CPU's formula. Invariant: x, weight and bias are not written; y may be the residual (in place).
 #pragma once
 
 #include <cstdint>
