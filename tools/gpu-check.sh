@@ -13,13 +13,17 @@
 #                                $OUT (or build-gpu/gpu-check/)
 #
 # What lands in $OUT: gpu-check.log (all output), ctest-gpu.xml (JUnit), phases.tsv (each phase's
-# exit status and seconds), adamw_cuda_bench.json and gpt_cuda_bench_*.json (Google Benchmark
-# JSON), torch_adamw.jsonl and torch_gpt.jsonl (tools/reference/torch_*_bench.py, where
-# python3 imports torch), and report.md (tools/reference/gpu_report.py: the key ratios).
+# exit status and seconds), report.md (tools/reference/gpu_report.py: the key ratios), and
+# results.tar.gz: adamw_cuda_bench.json and gpt_cuda_bench_*.json (Google Benchmark JSON),
+# torch_adamw.jsonl and torch_gpt.jsonl (tools/reference/torch_*_bench.py, where python3 imports
+# torch). Five files: the lent machines' tool brings back at most 8 (`gpu_report.py DIR` renders
+# the report again from a folder holding them, the archive packed or not).
 # Every phase runs under `timeout`, within what is left of a budget for the whole run
 # (ZEST_GPU_CHECK_BUDGET_S, 540 s: a phase that would start with too little left is skipped);
 # a failed phase does not stop the later ones. The exit status is the build's or ctest's:
-# the benchmarks' statuses are in phases.tsv and report.md.
+# the benchmarks' statuses are in phases.tsv and report.md. On a lent machine the default budget
+# fits one 600 s command (give it timeout_s 600) with .gpu-deps carried; on 2 cores the build
+# takes about 270 s, on the lent machine's 16 well under its 300 s.
 #
 # Note: the dependencies are the prepared machine's own Debian files (headers, CMake packages,
 # GoogleTest's static libraries, Google Benchmark, and the shared libraries libzest links: fmt,
@@ -69,6 +73,8 @@ prepare() {
     cp -a "$deps/lib/." "$deps/usr/lib/"
     rm -rf "$deps/lib"
   fi
+  # Links to what no listed package holds (usr/src/gtest -> googletest, in another package).
+  find "$deps" -xtype l -delete
   echo "gpu-check: $(du -sh "$deps" | cut -f1) of dependencies in $deps/;" \
        "carry it to the GPU machine"
 }
@@ -114,15 +120,18 @@ gpt_bench() {
     --benchmark_out="$out/$1.json" --benchmark_out_format=json
 }
 
-# torch_gpt NAME CAP_S ARGS...: one torch_gpt_bench.py run; its JSON line goes to NAME.jsonl
-# and is appended to torch_gpt.jsonl.
+# torch_gpt NAME CAP_S ARGS...: one torch_gpt_bench.py run; its JSON line goes to
+# $build/NAME.jsonl (not $OUT: files there are counted) and is appended to torch_gpt.jsonl.
 torch_gpt() {
   local name=$1 cap=$2
   shift 2
   local status=0
-  phase "$name" "$cap" "$out/$name.jsonl" "${python[@]}" tools/reference/torch_gpt_bench.py \
+  rm -f "$build/$name.jsonl"
+  phase "$name" "$cap" "$build/$name.jsonl" "${python[@]}" tools/reference/torch_gpt_bench.py \
     "$@" || status=$?
-  [[ -f $out/$name.jsonl ]] && cat "$out/$name.jsonl" >>"$out/torch_gpt.jsonl"
+  if [[ -f $build/$name.jsonl ]]; then
+    cat "$build/$name.jsonl" >>"$out/torch_gpt.jsonl"
+  fi
   return "$status"
 }
 
@@ -136,16 +145,29 @@ run() {
   phases="$out/phases.tsv"
   : >"$phases"
   rm -f "$out"/adamw_cuda_bench.json "$out"/gpt_cuda_bench_*.json "$out"/torch_*.jsonl \
-        "$out/ctest-gpu.xml" "$out/report.md"
+        "$out/ctest-gpu.xml" "$out/report.md" "$out/results.tar.gz"
   local log="$out/gpu-check.log"
   : >"$log"
-  exec > >(tee -a "$log") 2>&1
+  # The original stdout and stderr are kept (3, 4) to wait for tee at the end: the device tool
+  # ends processes left running when the command returns, and tee might not have written the
+  # log's last lines yet (a bounded wait: a process a timeout orphaned may hold its pipe open).
+  exec 3>&1 4>&2 > >(tee -a "$log") 2>&1
+  local tee_pid=$!
 
   local nvcc=${CUDACXX:-}
   [[ -z $nvcc ]] && nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
   echo "gpu-check: $(uname -srm), $jobs jobs, nvcc $("$nvcc" --version | tail -1)," \
        "budget ${budget}s"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  # cmake and ninja: on the lent machines pip's, in the scripts folder of the python3 with torch.
+  local scripts generator=Ninja
+  if ! command -v cmake >/dev/null || ! command -v ninja >/dev/null; then
+    scripts=$("${PYTHON:-python3}" -c 'import sysconfig; print(sysconfig.get_path("scripts"))' \
+              2>/dev/null) && PATH=$PATH:$scripts
+  fi
+  command -v ninja >/dev/null || generator="Unix Makefiles"
+  echo "gpu-check: $(cmake --version | head -n 1), $generator," \
+       "$("${CXX:-c++}" --version | head -n 1), $(getconf GNU_LIBC_VERSION)"
 
   # The Python scripts get the machine's own library path, not the carried libraries'.
   python=(env)
@@ -156,7 +178,7 @@ run() {
   fi
   python+=("${PYTHON:-python3}")
 
-  local configure=(-S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZEST_CUDA=ON
+  local configure=(-S . -B "$build" -G "$generator" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZEST_CUDA=ON
                    -DCMAKE_CUDA_COMPILER="$nvcc" -DZEST_CUDA_ARCHS="${ZEST_CUDA_ARCHS:-90}"
                    -DZEST_MPI=OFF -DZEST_BENCHMARKS=ON -DZEST_WERROR=OFF)
   if [[ -d $deps ]]; then
@@ -177,7 +199,7 @@ run() {
   # NCCL: beside the toolkit, under NCCL_HOME, or else (the GPU machine's image) in pip's
   # nvidia-nccl package of the python3 that holds PyTorch, which ships libnccl.so.2 only.
   local toolkit
-  toolkit=$(cd "$(dirname "$nvcc")/.." && pwd)
+  toolkit=$(cd "$(dirname "$nvcc")/.." 2>/dev/null && pwd) || toolkit=/usr/local/cuda
   if [[ -z ${NCCL_HOME:-} && ! -f $toolkit/include/nccl.h && ! -f /usr/include/nccl.h ]]; then
     local nccl_dir nccl_library
     nccl_dir=$("${PYTHON:-python3}" -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' \
@@ -214,7 +236,9 @@ run() {
   fi
   if ((status == 0)); then
     # Note: a gpu suite takes seconds on an H200; a hung one must not take the whole budget.
-    phase ctest-gpu 180 - ctest --test-dir "$build" -L gpu --output-on-failure --timeout 120 \
+    # Four at a time: each suite is its own process with its own CUDA context and CPU reference
+    # run, the GPU has memory for all four, and none times anything.
+    phase ctest-gpu 180 - ctest --test-dir "$build" -L gpu -j 4 --output-on-failure --timeout 120 \
           --output-junit "$out/ctest-gpu.xml" || status=$?
     echo "gpu-check: ctest -L gpu exited with $status; report $out/ctest-gpu.xml"
   fi
@@ -269,7 +293,23 @@ run() {
       printf '%s\n' "| phase | exit status | seconds | note |" "| --- | --- | --- | --- |"
       sed 's/\t/ | /g; s/^/| /; s/$/ |/' "$phases"; } >"$out/report.md"
   fi
-  echo "gpu-check: done in ${SECONDS}s, exit status $status; summary $out/report.md"
+  cat "$out/report.md"  # last, where the device tool's output tail shows it
+  # The benchmarks' raw output as one archive (the device tool brings back at most 8 files).
+  local raw=() file
+  for file in "$out"/adamw_cuda_bench.json "$out"/gpt_cuda_bench_*.json "$out"/torch_*.jsonl; do
+    [[ -f $file ]] && raw+=("${file##*/}")
+  done
+  if ((${#raw[@]} > 0)) && tar -C "$out" -czf "$out/results.tar.gz" "${raw[@]}"; then
+    (cd "$out" && rm -f "${raw[@]}")
+  fi
+  echo "gpu-check: done in ${SECONDS}s, exit status $status; summary $out/report.md," \
+       "raw results $out/results.tar.gz"
+  exec >&3 2>&4 3>&- 4>&-
+  local tick
+  for tick in {1..20}; do
+    kill -0 "$tee_pid" 2>/dev/null || break
+    sleep 0.25
+  done
   return "$status"
 }
 

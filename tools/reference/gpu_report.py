@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Writes the Markdown summary of a tools/gpu-check.sh run (report.md) from what its phases left
 in OUT: phases.tsv (each phase's exit status and time), the Google Benchmark JSON of
-adamw_cuda_bench and gpt_cuda_bench, and the JSON lines of the torch reference scripts. Any of
-them may be missing (a phase that failed or had no time left): the report says so and goes on.
-Standard library only.
+adamw_cuda_bench and gpt_cuda_bench, and the JSON lines of the torch reference scripts, each
+read from OUT or else from OUT/results.tar.gz (where gpu-check.sh packs them). Any of them may be
+missing (a phase that failed or had no time left): the report says so and goes on. Standard
+library only.
 
     gpu_report.py OUT > OUT/report.md
 """
@@ -12,32 +13,62 @@ import json
 import os
 import re
 import sys
+import tarfile
 
 ADAMW_GOAL = 0.85       # of the copy's GB/s, from 100M parameters
 ADAMW_GOAL_FROM = 100_000_000
 
 
+RESULTS_ARCHIVE = "results.tar.gz"
+
+
+def archived(out):
+    """{name: text} of OUT/results.tar.gz's files (empty without one)."""
+    files = {}
+    try:
+        with tarfile.open(os.path.join(out, RESULTS_ARCHIVE)) as archive:
+            for member in archive.getmembers():
+                if member.isfile():
+                    files[os.path.basename(member.name)] = (
+                        archive.extractfile(member).read().decode(errors="replace"))
+    except (OSError, tarfile.TarError):
+        pass
+    return files
+
+
+def read_text(path):
+    """The file's text, else its namesake's in the results archive beside it, else None."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return archived(os.path.dirname(path)).get(os.path.basename(path))
+
+
+def result_names(out):
+    """The names of the result files in OUT and in its results archive."""
+    names = set(archived(out))
+    if os.path.isdir(out):
+        names.update(os.listdir(out))
+    return sorted(names)
+
+
 def read_json(path):
     try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
+        return json.loads(read_text(path) or "")
+    except ValueError:
         return None
 
 
 def read_lines(path):
     records = []
-    try:
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("{"):
-                    try:
-                        records.append(json.loads(line))
-                    except ValueError:
-                        pass
-    except OSError:
-        pass
+    for line in (read_text(path) or "").splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                pass
     return records
 
 
@@ -110,7 +141,8 @@ def adamw_section(out):
         by_size.setdefault(params, {})["zest " + kind] = row
     for record in torch:
         if record.get("bench") == "error":
-            errors.append(f"- torch at {millions(record.get('params', 0))}: {record.get('error')}")
+            where = f" at {millions(record['params'])}" if "params" in record else ""
+            errors.append(f"- torch{where}: {record.get('error')}")
         elif "params" in record:
             by_size.setdefault(record["params"], {})["torch " + record["bench"]] = record
     lines += ["| params | copy GB/s | AdamW GB/s | of copy | + bf16 copy GB/s | of copy | "
@@ -158,7 +190,7 @@ def gpt_section(out):
              ""]
     rows = []
     errors = []
-    for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+    for name in result_names(out):
         if not (name.startswith("gpt_cuda_bench") and name.endswith(".json")):
             continue
         for row in benchmark_rows(read_json(os.path.join(out, name))):
@@ -213,13 +245,12 @@ def gpt_section(out):
                    if label.startswith("torch") and row.get("tokens_per_s")}
     zest_rates = {label: row["tokens_per_s"] for label, row in rows
                   if label.startswith("zest") and row.get("tokens_per_s")}
-    if torch_rates and zest_rates:
-        lines += ["", "zest / torch tokens/s (same model):"]
-        for zest_label, zest_rate in zest_rates.items():
-            model = zest_label.split()[1]
-            for torch_label, torch_rate in torch_rates.items():
-                if torch_label.split()[1] == model:
-                    lines.append(f"- {zest_label} / {torch_label}: {zest_rate / torch_rate:.3f}")
+    pairs = [f"- {zest_label} / {torch_label}: {zest_rate / torch_rate:.3f}"
+             for zest_label, zest_rate in zest_rates.items()
+             for torch_label, torch_rate in torch_rates.items()
+             if torch_label.split()[1] == zest_label.split()[1]]  # the same model
+    if pairs:
+        lines += ["", "zest / torch tokens/s (same model):"] + pairs
     if errors:
         lines += ["", "Errors:"] + errors
     return lines
