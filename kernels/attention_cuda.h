@@ -2,8 +2,10 @@
 // (qkv [batch, seq, 3C] in, y [batch, seq, C] out; split Q | K | V [3][batch, heads, seq, d] and
 // probabilities [batch, heads, seq, seq] kept for backward) and math (scores scaled by 1/sqrt(d)
 // inside the product, the upper triangle masked after it). The products are strided-batched
-// cuBLASLt GEMMs (kernels/matmul_cuda.h) over every (batch, head) pair at once, in plain fp32
-// (CUBLAS_COMPUTE_32F, no TF32); the causal softmax and its backward are one warp per row.
+// cuBLASLt GEMMs (kernels/matmul_cuda.h) over every (batch, head) pair at once, in fp32 (never
+// TF32): exact unless the context's fp32_rounding lets them round their inputs to bf16 / fp16, as
+// the dispatch passes the stream's setting; the causal softmax and its backward are one warp per
+// row.
 // Invariant: backward needs more scratch than the CPU body (every pair's dP at once, not one at a
 // time): size it with attention_backward_scratch_elements below, not the AttentionShape member.
 // CUDA-side only: include it from .cu files and *_cuda.cc sources.
