@@ -45,10 +45,11 @@ std::size_t forward_workspace_elements(const AttentionShape& a) {
 }
 
 // Scratch of one backward: dx1 [N, C], dh [N, 4C], dln, dy [N, C] each, dqkv [N, 3C], then
-// attention's own.
-std::size_t backward_workspace_elements(const AttentionShape& a) {
+// attention's own where the device asks the caller for it (the CPU; attention's CUDA body takes
+// a larger one from the stream: AttentionShape::cuda_stream_scratch_bytes).
+std::size_t backward_workspace_elements(const AttentionShape& a, bool with_attention_scratch) {
   const std::size_t nc = static_cast<std::size_t>(a.batch * a.seq * a.channels());
-  return 10 * nc + a.backward_scratch_elements();
+  return 10 * nc + (with_attention_scratch ? a.backward_scratch_elements() : 0);
 }
 
 std::string describe_tensor(const Tensor& tensor) {
@@ -68,7 +69,8 @@ UnitMemory GptBlock::memory(const GptConfig& config, std::int64_t batch, std::in
   memory.forward_workspace = forward_workspace_elements(shape) * sizeof(float);
   memory.output = stream_bytes;
   memory.grad_input = stream_bytes;
-  memory.backward_workspace = backward_workspace_elements(shape) * sizeof(float);
+  memory.backward_workspace = backward_workspace_elements(shape, true) * sizeof(float);
+  memory.backward_workspace_cpu_only = shape.backward_scratch_elements() * sizeof(float);
   memory.forward_stream_scratch = shape.cuda_stream_scratch_bytes(false);
   memory.backward_stream_scratch = shape.cuda_stream_scratch_bytes(true);
   return memory;
@@ -173,14 +175,15 @@ void GptBlock::backward(UnitContext& context) {
   const float* dout = grad_output.as<const float>();
   const std::size_t nc = static_cast<std::size_t>(N * C);
 
-  Buffer workspace = context.allocate(backward_workspace_elements(shape) * sizeof(float),
-                                     Category::kWorkspace);
+  const bool attention_scratch = device.kind() != DeviceKind::kCuda;
+  Buffer workspace = context.allocate(
+      backward_workspace_elements(shape, attention_scratch) * sizeof(float), Category::kWorkspace);
   float* dx1 = workspace.as<float>();  // [N, C]: d(loss)/d(x1), the residual stream after attn
   float* dh = dx1 + nc;                // [N, 4C]
   float* dln = dh + 4 * nc;            // [N, C]: d(ln_2 out), then d(ln_1 out)
   float* dy = dln + nc;                // [N, C]: d(attention output), before c_proj
   float* dqkv = dy + nc;               // [N, 3C]
-  float* scratch = dqkv + 3 * nc;
+  float* scratch = attention_scratch ? dqkv + 3 * nc : nullptr;
   float* dx = context.make_grad_input({B, T, C}, DType::kFloat32).as<float>();
 
   // MLP. Parameter gradients accumulate (beta = 1); input gradients are made fresh (beta = 0).

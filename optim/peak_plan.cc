@@ -149,7 +149,9 @@ void Replay::backward(bool reduce_now) {
     prepare(u, true, scratch);
     const UnitMemory& memory = units_[u].memory;
     grad_inputs_[u] = ledger_.allocate(memory.grad_input, Category::kActivations);
-    scratch.push_back(ledger_.allocate(memory.backward_workspace, Category::kWorkspace));
+    const std::size_t workspace =
+        memory.backward_workspace - (on_cuda() ? memory.backward_workspace_cpu_only : 0);
+    scratch.push_back(ledger_.allocate(workspace, Category::kWorkspace));
     grow_stream_scratch(memory.backward_stream_scratch);
     scratch.push_back(std::exchange(saved_[u], kNone));
     for (Handle handle : scratch) ledger_.release_on(Stream::kCompute, handle);

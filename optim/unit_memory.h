@@ -16,6 +16,9 @@ struct UnitMemory {
   std::size_t grad_input = 0;          // make_grad_input in backward (activations; freed after
                                        // the previous unit's backward)
   std::size_t backward_workspace = 0;  // scratch of one backward call (workspace)
+  // The part of backward_workspace a CUDA device does not ask for: scratch whose CUDA body takes
+  // its own from the stream (attention's, inside backward_stream_scratch below).
+  std::size_t backward_workspace_cpu_only = 0;
   // On a CUDA device, what the unit's forward / backward ask of the compute stream's own
   // scratch (CudaStream::workspace: kept between calls, grown to the largest ask, charged to
   // workspace): the products' cuBLASLt workspace, attention's backward scratch.
