@@ -1,8 +1,11 @@
 // ctest-labels: gpu
 // The CUDA bias add and bias gradient against the CPU bodies. add_bias is one fp32 add per
 // element on both: bit for bit. bias_grad sums rows in chunks, the CPU row by row: any order of
-// n terms is within n * 2^-24 of the sum of their magnitudes (n = 300 here: 1.8e-5), so each
-// column is held to 2e-5 of its sum |dy| plus its starting value; two runs give the same bits.
+// n terms is within n * 2^-24 of the sum of their magnitudes (n = 300 here: 1.8e-5), so two
+// orders are within twice that at worst; the kernel's order is fixed (64-row chunks from 0, then
+// the chunks in order: adds only, nothing to contract), and emulated on the host on these inputs
+// its largest error is 0.3% of the bound held here, 2e-5 of each column's sum |dy| plus its
+// starting value. Two runs give the same bits.
 #include "kernels/bias_cuda.h"
 
 #include <gtest/gtest.h>
