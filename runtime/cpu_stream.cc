@@ -83,7 +83,11 @@ void CpuStream::wait(Event& event) {
   auto* own_kind = dynamic_cast<CpuEvent*>(&event);
   if (own_kind == nullptr) {
     // Another device's event (a CUDA stream's, waited on by a host stream): its synchronize
-    // blocks this worker until the work before its last record() has run.
+    // blocks this worker until the work before its last record() has run. Invariant: "last"
+    // is when the worker gets here, not when wait() was called (CUDA cannot capture a record
+    // as cudaStreamWaitEvent does), so the event is not recorded again before this wait has
+    // run. The offload engine records each unit's copy event once a step, and its host thread
+    // waits for that unit's host update (queued after this wait) before the step ends.
     push({[this, &event] {
             try {
               event.synchronize();
