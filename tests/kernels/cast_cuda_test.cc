@@ -8,6 +8,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -27,6 +28,26 @@ struct DeviceBuffer {
   ~DeviceBuffer() { cudaFree(data); }
   T* data = nullptr;
 };
+
+// Every element's bits equal, naming the first ten that differ by their input's bits.
+template <typename Input>
+void expect_same_bits(const std::vector<std::uint16_t>& got, const std::vector<std::uint16_t>& want,
+                      const std::vector<Input>& input) {
+  std::size_t mismatches = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i] && ++mismatches <= 10) {
+      std::uint32_t input_bits = 0;
+      if constexpr (std::is_same_v<Input, float>) {
+        input_bits = std::bit_cast<std::uint32_t>(input[i]);
+      } else {
+        input_bits = input[i];
+      }
+      ADD_FAILURE() << "input bits 0x" << std::hex << input_bits << ": got 0x" << got[i]
+                    << ", expected 0x" << want[i];
+    }
+  }
+  EXPECT_EQ(mismatches, 0u);
+}
 
 TEST(CastCuda, FloatToBFloat16MatchesCpuRoundingBitForBit) {
   ZEST_SKIP_WITHOUT_CUDA();
@@ -50,15 +71,9 @@ TEST(CastCuda, FloatToBFloat16MatchesCpuRoundingBitForBit) {
   ASSERT_EQ(cudaMemcpy(host_out.data(), out.data, n * sizeof(std::uint16_t),
                        cudaMemcpyDeviceToHost),
             cudaSuccess);
-  std::size_t mismatches = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    std::uint16_t expected = BFloat16::round_to_bits(host_in[i]);
-    if (host_out[i] != expected && ++mismatches <= 10) {
-      ADD_FAILURE() << "input bits 0x" << std::hex << std::bit_cast<std::uint32_t>(host_in[i])
-                    << ": got 0x" << host_out[i] << ", expected 0x" << expected;
-    }
-  }
-  EXPECT_EQ(mismatches, 0u);
+  std::vector<std::uint16_t> want(n);
+  for (std::size_t i = 0; i < n; ++i) want[i] = BFloat16::round_to_bits(host_in[i]);
+  expect_same_bits(host_out, want, host_in);
 }
 
 TEST(CastCuda, BFloat16ToFloatIsExactForEveryPattern) {
@@ -104,15 +119,9 @@ TEST(CastCuda, FloatToFloat16MatchesCpuRoundingBitForBit) {
   ASSERT_EQ(cudaMemcpy(host_out.data(), out.data, n * sizeof(std::uint16_t),
                        cudaMemcpyDeviceToHost),
             cudaSuccess);
-  std::size_t mismatches = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    std::uint16_t expected = Float16::round_to_bits(host_in[i]);
-    if (host_out[i] != expected && ++mismatches <= 10) {
-      ADD_FAILURE() << "input bits 0x" << std::hex << std::bit_cast<std::uint32_t>(host_in[i])
-                    << ": got 0x" << host_out[i] << ", expected 0x" << expected;
-    }
-  }
-  EXPECT_EQ(mismatches, 0u);
+  std::vector<std::uint16_t> want(n);
+  for (std::size_t i = 0; i < n; ++i) want[i] = Float16::round_to_bits(host_in[i]);
+  expect_same_bits(host_out, want, host_in);
 }
 
 TEST(CastCuda, Float16ToFloatIsExactForEveryPattern) {
@@ -160,14 +169,7 @@ TEST(CastCuda, BetweenTheTwoByteTypesMatchesTheCpuBodyForEveryPattern) {
     ASSERT_EQ(cudaMemcpy(got.data(), out.data, n * sizeof(std::uint16_t),
                          cudaMemcpyDeviceToHost),
               cudaSuccess);
-    std::size_t mismatches = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (got[i] != want[i] && ++mismatches <= 10) {
-        ADD_FAILURE() << "source bits 0x" << std::hex << host_in[i] << ": got 0x" << got[i]
-                      << ", expected 0x" << want[i];
-      }
-    }
-    EXPECT_EQ(mismatches, 0u);
+    expect_same_bits(got, want, host_in);
   }
 }
 
