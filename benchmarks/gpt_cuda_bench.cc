@@ -3,6 +3,8 @@
 // a bf16 cuBLASLt GEMM (kernels/matmul_cuda.h) on a large square problem.
 //
 //   step_ms          median wall time of forward_backward + step, all streams synchronized
+//   forward_backward_ms  median time until forward_backward returns (its loss read waits for
+//                    the compute stream): the step less its last reductions and the optimizer
 //   tokens_per_s     B·T / step_ms
 //   model_TFLOPs     (6·N·B·T + 12·L·C·T·B·T) / step time: N the parameters less wpe (no product
 //                    uses it; the tied head's product is counted through wte), the second term
@@ -171,6 +173,9 @@ double step_flops(const Gpt& model, std::int64_t batch) {
 
 struct StepResult {
   std::vector<double> seconds;
+  // Up to the loss read (the compute stream done with forward and backward; reductions may still
+  // run on comm): where the step's time goes, compute against the reductions and the optimizer.
+  std::vector<double> forward_backward_seconds;
   float loss = 0.0f;
   MemoryUsage usage;
   MemoryUsage host_usage;
@@ -241,6 +246,8 @@ void run_gpt_step(benchmark::State& state, const BenchModel* bench_model, bool o
       for (auto _ : state) {
         const auto start = Clock::now();
         result.loss = trainer->forward_backward(batch);
+        result.forward_backward_seconds.push_back(
+            std::chrono::duration<double>(Clock::now() - start).count());
         trainer->step();
         context.synchronize();  // step() synchronizes already; this makes sure of all streams
         const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
@@ -266,6 +273,7 @@ void run_gpt_step(benchmark::State& state, const BenchModel* bench_model, bool o
   const double model_flops = step_flops(model, batch_rows) / step_seconds;
   constexpr double kMiB = 1 << 20;
   state.counters["step_ms"] = step_seconds * 1e3;
+  state.counters["forward_backward_ms"] = bench::median(result.forward_backward_seconds) * 1e3;
   state.counters["tokens_per_s"] = static_cast<double>(batch_rows * T) / step_seconds;
   state.counters["model_TFLOPs"] = model_flops / 1e12;
   state.counters["step_TFLOP"] = step_flops(model, batch_rows) / 1e12;

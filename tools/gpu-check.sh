@@ -9,8 +9,9 @@
 #   tools/gpu-check.sh [run]     on the GPU machine: configures build-gpu/ against .gpu-deps/
 #                                (where present, else the system's packages), builds libzest,
 #                                the gpu-labelled suites and the CUDA benchmarks only, runs the
-#                                suites, then the benchmarks (below), and writes everything under
-#                                $OUT (or build-gpu/gpu-check/)
+#                                suites, then the benchmarks (below), then, with what budget is
+#                                left, the kernel suites under compute-sanitizer's memcheck, and
+#                                writes everything under $OUT (or build-gpu/gpu-check/)
 #
 # What lands in $OUT: gpu-check.log (all output), ctest-gpu.xml (JUnit), phases.tsv (each phase's
 # exit status and seconds), report.md (tools/reference/gpu_report.py: the key ratios), and
@@ -285,6 +286,22 @@ run() {
       torch_gpt torch_gpt_small_eager 90 --model gpt2-6L --mode eager --attention sdpa || true
     fi
     torch_gpt torch_gpt_compile 240 --model gpt2-small --mode compile --attention sdpa || true
+  fi
+  # Last, with what is left: the kernel suites under compute-sanitizer's memcheck, which sees an
+  # out-of-bounds or misaligned access that a passing comparison may not (KINDS.md: it runs on
+  # the Firecracker machines and is refused on gVisor). A finding fails this phase, not the run.
+  local sanitizer=$toolkit/bin/compute-sanitizer
+  [[ -x $sanitizer ]] || sanitizer=$(command -v compute-sanitizer || true)
+  if [[ -n $sanitizer && -d $build/tests ]]; then
+    phase memcheck-kernels 120 - bash -c '
+      sanitizer=$1 found=0
+      for test in "$2"/tests/kernels_*_cuda_test; do
+        [[ -x $test ]] || continue
+        echo "memcheck: ${test##*/}"
+        "$sanitizer" --tool memcheck --error-exitcode 3 --print-limit 20 "$test" \
+          --gtest_brief=1 || found=1
+      done
+      exit "$found"' memcheck "$sanitizer" "$build" || true
   fi
 
   # The summary; without python3, the phases alone.

@@ -219,15 +219,18 @@ def gpt_section(out):
               "is, for zest, the gather, buckets and workspace peaks, for torch the allocated "
               "peak less the model state (activations included); device is what the process "
               "held (zest: cudaMemGetInfo; torch: max_memory_reserved).", "",
-              "| run | step ms | tokens/s | model TFLOP/s | GEMM TFLOP/s | MFU | peak total | "
-              "params | grads | optimizer | activations | other | device |",
-              "| " + " | ".join(["---"] * 13) + " |"]
+              "fwd+bwd ms is zest's time until the compute stream has finished backward (the "
+              "rest of the step is the last reductions and the optimizer).", "",
+              "| run | step ms | fwd+bwd ms | tokens/s | model TFLOP/s | GEMM TFLOP/s | MFU | "
+              "peak total | params | grads | optimizer | activations | other | device |",
+              "| " + " | ".join(["---"] * 14) + " |"]
     for label, row in rows:
         other = row.get("other_at_peak_MiB")
         if other is None and "peak_workspace_MiB" in row:
             other = sum(row.get(f"peak_{c}_MiB", 0.0) for c in ("gather", "buckets", "workspace"))
         lines.append("| " + " | ".join([
-            label, number(row.get("step_ms")), number(row.get("tokens_per_s")),
+            label, number(row.get("step_ms")), number(row.get("forward_backward_ms")),
+            number(row.get("tokens_per_s")),
             number(row.get("model_TFLOPs")), number(row.get("gemm_TFLOPs")),
             number(row.get("mfu")), number(row.get("peak_total_MiB")),
             number(row.get("peak_params_MiB")), number(row.get("peak_grads_MiB")),
