@@ -3,8 +3,10 @@
 # Labels come from a marker comment in the first 10 lines of the test file, space-separated:
 #     // ctest-labels: slow mpi
 # Without a marker a suite is `quick`. Suites labelled `slow` get a 900 s timeout, others 120 s.
-# Files named *_cuda_test.cc / *_test.cu build only with CUDA, *_mpi_test.cc only with MPI.
-# An *_mpi_test.cc suite runs whole under the MPI launcher, once per process count given by the
+# Files named *_cuda_test.cc / *_test.cu build only with CUDA, *_mpi_test.cc only with MPI,
+# *_mpi_cuda_test.cc only with both.
+# An *_mpi_test.cc or *_mpi_cuda_test.cc suite runs whole under the MPI launcher, once per
+# process count given by the
 # marker `// ctest-mpirun-np: 2 4` (the default), as tests <target>.np2, <target>.np4; with
 # `// ctest-mpirun-np: none` it runs as a plain suite (one that starts mpirun itself, through
 # ZEST_MPIEXEC and ZEST_MPIEXEC_FLAGS).
@@ -22,7 +24,7 @@ if(NOT ZEST_HAVE_CUDA)
   list(FILTER zest_test_sources EXCLUDE REGEX "(_cuda_test\\.cc|_test\\.cu)$")
 endif()
 if(NOT ZEST_HAVE_MPI)
-  list(FILTER zest_test_sources EXCLUDE REGEX "_mpi_test\\.cc$")
+  list(FILTER zest_test_sources EXCLUDE REGEX "_mpi(_cuda)?_test\\.cc$")
 endif()
 
 # Helpers shared by suites (tests/**/*.cc that are not *_test.cc) are built once and linked into
@@ -136,7 +138,7 @@ foreach(source IN LISTS zest_test_sources)
   if("slow" IN_LIST labels)
     set(timeout 900)
   endif()
-  if(source MATCHES "_mpi_test\\.cc$")
+  if(source MATCHES "_mpi(_cuda)?_test\\.cc$")
     list(JOIN zest_mpiexec_flags " " mpiexec_flags_text)
     target_compile_definitions(${target} PRIVATE
       ZEST_MPIEXEC="${MPIEXEC_EXECUTABLE}" ZEST_MPIEXEC_FLAGS="${mpiexec_flags_text}")

@@ -6,8 +6,6 @@
 #include <mpi.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <optional>
 #include <string>
 
 #include "runtime/mpi_process.h"
@@ -30,18 +28,6 @@ void expect_close(float expected, float actual, const std::string& what) {
   EXPECT_NEAR(expected, actual, kRelative * std::abs(expected) + kAbsolute) << what;
 }
 
-// The single-rank reference runs in this process alone, as threads: Open MPI's variables are
-// hidden while its World is made, since a `local` world refuses to start as one of several
-// mpirun processes (it would be N copies of one job).
-RunResult run_reference(const RunSpec& spec) {
-  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
-  const std::optional<std::string> saved = size ? std::optional<std::string>(size) : std::nullopt;
-  unsetenv("OMPI_COMM_WORLD_SIZE");
-  RunResult result = run_mlp(spec);
-  if (saved) setenv("OMPI_COMM_WORLD_SIZE", saved->c_str(), 1);
-  return result;
-}
-
 class EngineOverMpi : public ::testing::TestWithParam<std::tuple<std::string, int>> {
  protected:
   void TearDown() override { MPI_Barrier(MPI_COMM_WORLD); }
@@ -51,7 +37,7 @@ TEST_P(EngineOverMpi, MatchesSingleRankUnshardedRun) {
   const auto [optimizer, stage] = GetParam();
   RunSpec reference_spec;
   reference_spec.optimizer = optimizer;
-  const RunResult reference = run_reference(reference_spec);
+  const RunResult reference = testing::run_mlp_as_threads(reference_spec);
 
   RunSpec spec = reference_spec;
   spec.stage = stage;

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -151,6 +153,19 @@ inline RunResult run_mlp(const RunSpec& spec) {
     result.host_usage[context.rank] = context.device.host_allocator().usage();
     result.predicted[context.rank] = trainer->predicted_memory();
   });
+  return result;
+}
+
+// run_mlp as ranks that are threads of this process, also when mpirun started it as one of
+// several: Open MPI's size variable is hidden while the World is made, since a `local` world
+// refuses to start as one of several mpirun processes (it would be N copies of one job). The
+// reference of the multi-process suites.
+inline RunResult run_mlp_as_threads(const RunSpec& spec) {
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const std::optional<std::string> saved = size ? std::optional<std::string>(size) : std::nullopt;
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  RunResult result = run_mlp(spec);
+  if (saved) setenv("OMPI_COMM_WORLD_SIZE", saved->c_str(), 1);
   return result;
 }
 
