@@ -15,6 +15,10 @@
 #include "optim/safetensors.h"
 #include "tests/support/subprocess.h"
 
+#if ZEST_HAVE_CUDA
+#include "runtime/cuda_device.h"
+#endif
+
 namespace {
 
 using nlohmann::json;
@@ -162,6 +166,18 @@ TEST_F(ZestTrain, HelpExitsZero) {
   EXPECT_THAT(result.out, HasSubstr("--config"));
   EXPECT_THAT(result.out, HasSubstr("--set"));
   EXPECT_EQ(result.err, "");
+}
+
+// The shipped GPU job where no GPU is (every CI machine): one line saying what world.device
+// "cuda" needs (a GPU, or a build with CUDA), exit 2, nothing written.
+TEST_F(ZestTrain, TheGpuJobWithoutAGpuSaysWhatItNeeds) {
+#if ZEST_HAVE_CUDA
+  if (zest::cuda::visible_devices().count > 0) {
+    GTEST_SKIP() << "a GPU is visible: this checks the refusal without one";
+  }
+#endif
+  expect_input_error({"--config", ZEST_SOURCE_DIR "/configs/gpt2_cuda.json"},
+                     "world.device: \"cuda\" needs ");
 }
 
 TEST_F(ZestTrain, FailureAtRunTimeExitsOne) {
