@@ -47,6 +47,7 @@ class CudaEvent final : public Event {
   friend class CudaStream;
 
   cudaEvent_t event_ = nullptr;
+  int device_ = 0;  // the device it was made on: synchronize() waits from that device
   std::mutex mutex_;
   std::shared_ptr<detail::StreamState> source_;  // the stream of the last record(); null: never
   std::uint64_t mark_ = 0;                       // closures enqueued there before that record()

@@ -132,6 +132,7 @@ void CUDART_CB run_host_closure(void* data) {
 }  // namespace
 
 CudaEvent::CudaEvent() {
+  ZEST_CUDA_CHECK(cudaGetDevice(&device_));
   // Note: timing is off: events only order streams, and a timed event costs more to record.
   ZEST_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
 }
@@ -151,6 +152,11 @@ void CudaEvent::synchronize() {
   }
   if (!source) return;
   try {
+    // Note: a host stream's worker waits here on a thread that never chose a device; its first
+    // CUDA call would otherwise make device 0's context current there, a second context (and
+    // hundreds of MiB) on GPU 0 for every process whose rank is on another GPU. The rank's own
+    // threads are on this device already.
+    ZEST_CUDA_CHECK(cudaSetDevice(device_));
     ZEST_CUDA_CHECK(cudaEventSynchronize(event_));
   } catch (const Error& error) {
     raise(with_context(error, "event of stream '" + source->name + "'"));
