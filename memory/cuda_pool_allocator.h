@@ -35,6 +35,9 @@ class CudaHostFunctionScope {
   CudaHostFunctionScope& operator=(const CudaHostFunctionScope&) = delete;
 
   static bool active();
+  // Throws kInternal naming `device_name` where active(): allocating is a CUDA call, which a
+  // host function may not make. Allocators call it first thing.
+  static void refuse_allocation_if_active(const std::string& device_name);
 
  private:
   bool was_active_;

@@ -17,6 +17,13 @@ CudaHostFunctionScope::CudaHostFunctionScope() : was_active_(in_host_function) {
 CudaHostFunctionScope::~CudaHostFunctionScope() { in_host_function = was_active_; }
 bool CudaHostFunctionScope::active() { return in_host_function; }
 
+void CudaHostFunctionScope::refuse_allocation_if_active(const std::string& device_name) {
+  if (!in_host_function) return;
+  throw Error(ErrorKind::kInternal, "allocation on " + device_name +
+                                        " inside a CUDA host function, where no CUDA call is "
+                                        "allowed; allocate on the host thread before enqueuing");
+}
+
 CudaPoolAllocator::CudaPoolAllocator(std::string device_name, int device, std::size_t capacity,
                                      std::string advice)
     : Allocator(std::move(device_name), capacity, std::move(advice)), device_(device) {
@@ -84,11 +91,7 @@ void CudaPoolAllocator::release_deferred() {
 }
 
 void* CudaPoolAllocator::raw_allocate(std::size_t bytes) {
-  if (CudaHostFunctionScope::active()) {
-    throw Error(ErrorKind::kInternal, "allocation on " + device_name() +
-                                          " inside a CUDA host function, where no CUDA call is "
-                                          "allowed; allocate on the host thread before enqueuing");
-  }
+  CudaHostFunctionScope::refuse_allocation_if_active(device_name());
   release_deferred();
   ZEST_CUDA_CHECK(cudaSetDevice(device_));
   void* data = nullptr;

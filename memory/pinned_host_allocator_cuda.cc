@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include "base/cuda_check.h"
-#include "base/error.h"
 #include "memory/cuda_pool_allocator.h"
 
 namespace zest::cuda {
@@ -21,11 +20,7 @@ void PinnedHostAllocator::release_deferred() {
 }
 
 void* PinnedHostAllocator::raw_allocate(std::size_t bytes) {
-  if (CudaHostFunctionScope::active()) {
-    throw Error(ErrorKind::kInternal, "allocation on " + device_name() +
-                                          " inside a CUDA host function, where no CUDA call is "
-                                          "allowed; allocate on the host thread before enqueuing");
-  }
+  CudaHostFunctionScope::refuse_allocation_if_active(device_name());
   release_deferred();
   void* data = nullptr;
   // Portable: any GPU of the process may copy from it (a rank's device is the current one,
