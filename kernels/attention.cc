@@ -168,9 +168,7 @@ void attention_forward(Stream& stream, const AttentionShape& shape, const float*
 #if ZEST_HAVE_CUDA
   if (on_cuda(stream)) {
     cuda::CudaStream& cuda = cuda::cuda_stream(stream, "attention_forward");
-    const cuda::MatmulContext context{
-        cuda.blas_handle(), cuda.workspace(cuda::kMatmulWorkspaceBytes, "attention_forward"),
-        cuda::kMatmulWorkspaceBytes, cuda.fp32_matmul_rounding()};
+    const cuda::MatmulContext context = cuda::stream_matmul_context(cuda, "attention_forward");
     cuda::attention_forward(context, shape, qkv, split, probs, y, scratch, cuda.handle());
     return;
   }

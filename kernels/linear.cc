@@ -46,9 +46,7 @@ void launch_linear(Stream& stream, const char* kernel, const float* x, const flo
   args.epilogue = epilogue;
   args.bias = bias;
   args.gelu_input = gelu_input;
-  const cuda::MatmulContext context{cuda.blas_handle(),
-                                    cuda.workspace(cuda::kMatmulWorkspaceBytes, kernel),
-                                    cuda::kMatmulWorkspaceBytes, cuda.fp32_matmul_rounding()};
+  const cuda::MatmulContext context = cuda::stream_matmul_context(cuda, kernel);
   cuda::matmul(args, context, cuda.handle());
 }
 #endif

@@ -105,9 +105,7 @@ void matmul(Stream& stream, bool trans_a, bool trans_b, std::int64_t m, std::int
     args.b = b;
     args.beta = beta;
     args.d = c;  // c stays null: beta reads D in place, as the CPU body reads C
-    const cuda::MatmulContext context{
-        cuda.blas_handle(), cuda.workspace(cuda::kMatmulWorkspaceBytes, "matmul"),
-        cuda::kMatmulWorkspaceBytes, cuda.fp32_matmul_rounding()};
+    const cuda::MatmulContext context = cuda::stream_matmul_context(cuda, "matmul");
     cuda::matmul(args, context, cuda.handle());
     return;
   }
@@ -115,5 +113,16 @@ void matmul(Stream& stream, bool trans_a, bool trans_b, std::int64_t m, std::int
   dispatch_kernel(stream, "matmul",
                   [=] { cpu::matmul(trans_a, trans_b, m, n, k, alpha, a, b, beta, c); });
 }
+
+#if ZEST_HAVE_CUDA
+namespace cuda {
+
+MatmulContext stream_matmul_context(CudaStream& stream, const char* kernel) {
+  return {stream.blas_handle(), stream.workspace(kMatmulWorkspaceBytes, kernel),
+          kMatmulWorkspaceBytes, stream.fp32_matmul_rounding()};
+}
+
+}  // namespace cuda
+#endif
 
 }  // namespace zest

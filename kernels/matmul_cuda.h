@@ -40,6 +40,12 @@ struct MatmulContext {
   DType fp32_rounding = DType::kFloat32;
 };
 
+class CudaStream;
+// The context of a product on `stream`: its cuBLASLt handle, its scratch grown to
+// kMatmulWorkspaceBytes (charged to workspace; `kernel` names the caller in errors), its rounding.
+// Defined in kernels/matmul.cc.
+MatmulContext stream_matmul_context(CudaStream& stream, const char* kernel);
+
 enum class MatmulEpilogue {
   kNone,
   kBias,      // D = alpha op(A) op(B) + beta C + bias (bias: [n], broadcast over rows)
