@@ -72,10 +72,10 @@ sanitize: deps
 # TSan slows everything 5-15x, and single-threaded suites have nothing for it to find. Suites not
 # built show up in ctest as <target>_NOT_BUILT without labels, so -L quick skips them.
 TSAN_SUITES ?= runtime_cpu_stream_test runtime_local_communicator_test runtime_local_communicator_failures_test \
-               runtime_checked_communicator_test runtime_world_test optim_engine_parity_test \
-               optim_overlap_test optim_mixed_precision_test optim_max_live_parameters_test \
-               optim_checkpoint_resume_test optim_checkpoint_reshard_test \
-               optim_fault_injection_test kernels_kernel_threads_test tools_zest_train_test \
+               runtime_checked_communicator_test runtime_world_test engine_parity_test \
+               engine_overlap_test engine_mixed_precision_test engine_max_live_parameters_test \
+               checkpoint_resume_test checkpoint_reshard_test \
+               engine_fault_injection_test kernels_kernel_threads_test tools_zest_train_test \
                tools_zest_train_checkpoint_test
 tsan: deps
 	$(call configure,build-tsan,$(SANITIZER_FLAGS) -DZEST_SANITIZE=thread)

@@ -52,7 +52,7 @@
 #include "memory/category.h"
 #include "memory/cuda_pool_allocator.h"
 #include "models/gpt.h"
-#include "optim/engine.h"
+#include "engine/engine.h"
 #include "runtime/world.h"
 
 namespace zest {

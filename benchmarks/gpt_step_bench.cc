@@ -24,7 +24,7 @@
 
 #include "kernels/matmul.h"
 #include "models/gpt.h"
-#include "optim/engine.h"
+#include "engine/engine.h"
 #include "runtime/world.h"
 
 namespace zest {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "optim/module.h"
+#include "engine/module.h"
 
 namespace zest {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "optim/module.h"
+#include "engine/module.h"
 
 namespace zest {
 

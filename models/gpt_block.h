@@ -11,7 +11,7 @@
 
 #include "memory/allocator.h"
 #include "models/gpt.h"
-#include "optim/module.h"
+#include "engine/module.h"
 
 namespace zest {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "optim/module.h"
+#include "engine/module.h"
 
 namespace zest {
 

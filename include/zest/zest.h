@@ -20,20 +20,34 @@
 #include "runtime/trace.h"
 #include "runtime/world.h"
 
-// optim/: the Module contract, optimizers, schedules, loss scaling, the ZeRO engine.
-#include "optim/checkpoint_export.h"
-#include "optim/checkpoint_reader.h"
-#include "optim/checkpoint_reshard.h"
-#include "optim/checkpoint_writer.h"
-#include "optim/engine.h"
+// optim/: optimizers, schedules, loss scaling.
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
-#include "optim/module.h"
 #include "optim/optimizer.h"
-#include "optim/safetensors.h"
 
-// models/ and data/: built-in models and token sources.
+// engine/: the Module contract, the ZeRO engine, the model-state prediction.
+#include "engine/engine.h"
+#include "engine/model_state.h"
+#include "engine/module.h"
+
+// planner/: the peak-memory plan and out-of-memory advice.
+#include "planner/memory_advice.h"
+#include "planner/peak_plan.h"
+
+// checkpoint/: save, load, reshard, export and import.
+#include "checkpoint/export.h"
+#include "checkpoint/parameter_import.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/reshard.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/writer.h"
+
+// models/ and data/: built-in models, their registry, and token sources.
 #include "data/token_batches.h"
 #include "data/token_data.h"
 #include "models/gpt.h"
 #include "models/mlp.h"
+#include "models/registry.h"
+
+// config/: the JSON config shared with zest-train and zest-estimate.
+#include "config/train_config.h"

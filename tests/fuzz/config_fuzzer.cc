@@ -9,7 +9,7 @@
 
 #include "base/error.h"
 #include "tests/fuzz/fuzz_support.h"
-#include "tools/common/train_config.h"
+#include "config/train_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static zest::fuzz::ScratchFile file("config.json");

@@ -1,4 +1,4 @@
-// Fuzzes the checkpoint manifest reader (optim/checkpoint_manifest.h): read_manifest on a
+// Fuzzes the checkpoint manifest reader (checkpoint/manifest.h): read_manifest on a
 // directory whose manifest.json holds the input. An accepted manifest must describe a layout
 // the rest of zest can use without overflow: every unit's layout rebuilt at other world sizes
 // (what zest-ckpt reshard does), its sizes consistent when recomputed without overflow, and the
@@ -10,7 +10,7 @@
 
 #include "base/error.h"
 #include "memory/shard_layout.h"
-#include "optim/checkpoint_manifest.h"
+#include "checkpoint/manifest.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace {

@@ -1,11 +1,11 @@
-// Fuzzes the safetensors reader (optim/safetensors.h) on whole files: the 8-byte header length,
+// Fuzzes the safetensors reader (checkpoint/safetensors.h) on whole files: the 8-byte header length,
 // the JSON header, then every tensor's bytes read back. An accepted file's tensors tile its data
 // section exactly, which is the reader's invariant.
 #include <cstddef>
 #include <cstdint>
 
 #include "base/error.h"
-#include "optim/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "models/gpt.h"
-#include "optim/engine.h"
+#include "engine/engine.h"
 #include "runtime/world.h"
 
 namespace zest {

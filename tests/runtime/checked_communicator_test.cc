@@ -9,7 +9,7 @@
 
 #include "base/error.h"
 #include "models/mlp.h"
-#include "optim/engine.h"
+#include "engine/engine.h"
 #include "runtime/world.h"
 
 namespace zest {

@@ -1,6 +1,6 @@
 // A test-only driver that runs a Module's units without the engine: it implements UnitContext
 // over a CpuDevice, allocates each unit's parameters and gradients itself (initialized as the
-// engine does, from optim/parameter_init.h), runs forward over all units and backward in reverse
+// engine does, from engine/parameter_init.h), runs forward over all units and backward in reverse
 // on one stream, keeps outputs and input gradients alive until the step is done, then
 // synchronizes. Invariant: gradients accumulate across run() calls until zero_grads().
 #pragma once
@@ -15,8 +15,8 @@
 
 #include "base/error.h"
 #include "memory/allocator.h"
-#include "optim/module.h"
-#include "optim/parameter_init.h"
+#include "engine/module.h"
+#include "engine/parameter_init.h"
 #include "runtime/cpu_device.h"
 
 namespace zest::testing {

@@ -26,17 +26,17 @@
 
 #include "data/batch_source.h"
 #include "data/host_batch.h"
-#include "optim/checkpoint_export.h"
-#include "optim/engine.h"
+#include "checkpoint/export.h"
+#include "engine/engine.h"
 #include "optim/lr_schedule.h"
-#include "optim/parameter_import.h"
-#include "optim/safetensors.h"
+#include "checkpoint/parameter_import.h"
+#include "checkpoint/safetensors.h"
 #include "runtime/world.h"
-#include "tests/optim/checkpoint_test_support.h"
+#include "tests/checkpoint/checkpoint_test_support.h"
 #include "tests/support/subprocess.h"
 #include "tools/common/batch_source_factory.h"
-#include "tools/common/model_factory.h"
-#include "tools/common/train_config.h"
+#include "models/registry.h"
+#include "config/train_config.h"
 
 namespace zest {
 namespace {

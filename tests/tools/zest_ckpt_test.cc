@@ -9,9 +9,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "optim/checkpoint_manifest.h"
-#include "optim/safetensors.h"
-#include "tests/optim/checkpoint_test_support.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/safetensors.h"
+#include "tests/checkpoint/checkpoint_test_support.h"
 #include "tests/support/subprocess.h"
 
 namespace zest {

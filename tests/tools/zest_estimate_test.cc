@@ -12,9 +12,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "optim/peak_plan.h"
+#include "planner/peak_plan.h"
 #include "tests/support/subprocess.h"
-#include "tools/common/train_config.h"
+#include "config/train_config.h"
 #include "tools/common/memory_estimate.h"
 
 namespace {
@@ -108,7 +108,7 @@ TEST_F(ZestEstimate, PrintsThePlannersNumbersForASmallGpt) {
 }
 
 // zest-train's own measurement of the same job: every category of every rank within 5% (the
-// planner's tolerance, tests/optim/peak_plan_test.cc) and never above the prediction. As there,
+// planner's tolerance, tests/planner/peak_plan_test.cc) and never above the prediction. As there,
 // a host descheduled on a loaded machine may let its streams catch up and measure a little less,
 // so the largest peaks of up to three runs are held against the prediction.
 TEST_F(ZestEstimate, MatchesZestTrainsMeasuredPeaks) {

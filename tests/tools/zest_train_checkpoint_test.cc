@@ -17,7 +17,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tests/optim/checkpoint_test_support.h"
+#include "tests/checkpoint/checkpoint_test_support.h"
 #include "tests/support/subprocess.h"
 
 namespace zest {

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/token_data.h"
-#include "optim/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "tests/support/subprocess.h"
 
 #if ZEST_HAVE_CUDA

@@ -19,12 +19,12 @@
 
 #include "base/error.h"
 #include "memory/allocator.h"
-#include "optim/checkpoint_export.h"
-#include "optim/checkpoint_files.h"
-#include "optim/checkpoint_manifest.h"
-#include "optim/checkpoint_reader.h"
-#include "optim/checkpoint_reshard.h"
-#include "optim/checkpoint_source.h"
+#include "checkpoint/export.h"
+#include "checkpoint/files.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/reshard.h"
+#include "checkpoint/source.h"
 #include "tools/common/tool_main.h"
 
 namespace {

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "data/batch_source.h"
-#include "tools/common/train_config.h"
+#include "config/train_config.h"
 
 namespace zest {
 

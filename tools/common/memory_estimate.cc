@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
-#include "tools/common/model_factory.h"
+#include "models/registry.h"
 
 namespace zest {
 namespace {
@@ -65,15 +65,15 @@ EstimateJob job_from_config(const TrainConfig& config) {
   EstimateJob job;
   std::unique_ptr<Module> model = make_model(config.model);
   const std::size_t states = make_optimizer(config.optimizer)->state_count();
-  job.input = plan_input(*model, micro_batch_shape(config, config.micro_batch), config.engine,
+  job.input = plan_input(*model, micro_batch_shape(config.model, config.micro_batch), config.engine,
                          states, config.world.ranks);
   job.input.synchronize_between_steps = true;  // zest-train's stop check after every step
   job.input.device = config.world.device;
-  job.input.batch_bytes = micro_batch_bytes(config, config.micro_batch);
+  job.input.batch_bytes = micro_batch_bytes(config.model, config.micro_batch);
   job.micro_batch = config.micro_batch;
   job.parameters = count_parameters(*model);
   job.resize = [config](std::int64_t rows) {
-    return make_model(config.model)->unit_memory(micro_batch_shape(config, rows));
+    return make_model(config.model)->unit_memory(micro_batch_shape(config.model, rows));
   };
   job.description = fmt::format("{} ({} parameters), {}, micro-batch {}",
                                 describe_model(config.model), job.parameters,

@@ -1,6 +1,6 @@
 // What zest-estimate plans (here, so that its tests can plan the same): a training config's
 // model, built shape-only through the model factory (no weights are allocated), or a bare
-// parameter count, turned into the memory planner's input (optim/peak_plan.h); and the --fit
+// parameter count, turned into the memory planner's input (planner/peak_plan.h); and the --fit
 // searches for the largest model that fits.
 #pragma once
 
@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "optim/memory_advice.h"
-#include "optim/peak_plan.h"
-#include "tools/common/train_config.h"
+#include "planner/memory_advice.h"
+#include "planner/peak_plan.h"
+#include "config/train_config.h"
 
 namespace zest {
 

@@ -1,4 +1,4 @@
-// zest-estimate: the memory planner (optim/peak_plan.h) from the command line. Prints, per rank,
+// zest-estimate: the memory planner (planner/peak_plan.h) from the command line. Prints, per rank,
 // the peak bytes of every category a training config will reach, the verdict against a device
 // capacity with the smallest change that fits, and with --fit the largest GPT (or parameter
 // count) that fits each stage on the world size.
@@ -19,7 +19,7 @@
 
 #include "base/byte_size.h"
 #include "base/error.h"
-#include "tools/common/train_config.h"
+#include "config/train_config.h"
 #include "tools/common/memory_estimate.h"
 #include "tools/common/tool_main.h"
 #include "tools/estimate/estimate_report.h"

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "memory/allocator.h"
-#include "optim/checkpoint_reader.h"
-#include "optim/checkpoint_writer.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/writer.h"
 #include "runtime/host_collectives.h"
 #include "tools/train/console.h"
 

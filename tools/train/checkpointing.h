@@ -7,9 +7,9 @@
 
 #include <cstdint>
 
-#include "optim/engine.h"
+#include "engine/engine.h"
 #include "runtime/world.h"
-#include "tools/common/train_config.h"
+#include "config/train_config.h"
 
 namespace zest {
 

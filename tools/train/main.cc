@@ -22,7 +22,7 @@
 
 #include "runtime/world_detection.h"
 #include "tools/common/tool_main.h"
-#include "tools/common/train_config.h"
+#include "config/train_config.h"
 #include "tools/train/training_run.h"
 
 namespace {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "optim/engine.h"
+#include "engine/engine.h"
 
 namespace zest {
 

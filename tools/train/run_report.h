@@ -14,10 +14,10 @@
 
 #include "memory/allocator.h"
 #include "memory/category.h"
-#include "optim/engine.h"
-#include "optim/peak_plan.h"
+#include "engine/engine.h"
+#include "planner/peak_plan.h"
 #include "runtime/trace.h"
-#include "tools/common/train_config.h"
+#include "config/train_config.h"
 
 namespace zest {
 
@@ -35,7 +35,7 @@ std::array<std::uint64_t, kMemoryWords> pack_memory(const MemoryUsage& usage,
 void unpack_memory(const std::uint64_t* words, MemoryUsage& usage, MemoryPrediction& predicted);
 
 // The measured peaks per rank beside the model state DESIGN.md's table predicts, and, when the
-// planner could plan this run (optim/peak_plan.h, as zest-estimate does), its every-category
+// planner could plan this run (planner/peak_plan.h, as zest-estimate does), its every-category
 // prediction as a last row: the two should agree byte for byte while the host runs ahead.
 void print_memory_table(const std::vector<MemoryUsage>& usage,
                         const std::vector<MemoryPrediction>& predicted,

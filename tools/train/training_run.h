@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "tools/common/train_config.h"
+#include "config/train_config.h"
 
 namespace zest {
 

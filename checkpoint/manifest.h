@@ -1,0 +1,101 @@
+// A checkpoint's manifest (manifest.json) and the layout of its shard files. A checkpoint is a
+// directory `step-<N>/` holding manifest.json and one file per rank, `rank-<r>.bin`. A rank file
+// is raw little-endian bytes with no header: for each unit in order, for each state tensor in
+// the manifest's `tensors` order, the rank's shard of that tensor — shard_length elements of the
+// tensor's dtype, flat elements [r·shard_length, (r+1)·shard_length) of the unit (padding past
+// numel included, as zeros). So block (u, t) starts at the sum of the sizes of the blocks before
+// it, and flat element e of unit u lives in rank e / shard_length at e % shard_length.
+// Invariant: the manifest is written last, after every rank file is complete and fsynced.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/dtype.h"
+#include "memory/shard_layout.h"
+#include "engine/engine.h"
+
+namespace zest {
+
+// Bumped when a reader of the old version could not read the new one correctly.
+inline constexpr int kCheckpointFormatVersion = 1;
+
+struct CheckpointParam {
+  std::string name;  // within its unit; the full name is "<unit>.<name>"
+  std::vector<std::int64_t> shape;
+  std::size_t offset = 0;  // first element in the unit's flat buffer
+  std::size_t numel = 0;
+};
+
+struct CheckpointUnit {
+  std::string name;
+  std::size_t numel = 0;
+  std::size_t flat_length = 0;   // numel plus padding: world_size × shard_length
+  std::size_t shard_length = 0;  // elements per rank
+  std::vector<CheckpointParam> params;
+};
+
+struct CheckpointTensor {
+  std::string name;  // a StateShard name: "params", "master", "optimizer.<k>"
+  DType dtype = DType::kFloat32;
+};
+
+struct CheckpointFile {
+  std::string name;  // "rank-<r>.bin"
+  std::uint64_t bytes = 0;
+  std::uint64_t xxh3 = 0;
+};
+
+struct CheckpointManifest {
+  int format_version = kCheckpointFormatVersion;
+  std::string zest_version;
+  std::int64_t step = 0;  // optimizer steps taken (TrainerCounters::steps_taken)
+  int world_size = 1;
+  int stage = 0;
+  DType compute_dtype = DType::kFloat32;
+  std::size_t shard_alignment = kDefaultShardAlignment;
+  nlohmann::json config = nlohmann::json::object();  // the run's resolved config
+  TrainerCounters counters;
+  nlohmann::json extra = nlohmann::json::object();  // the caller's: the data position, ...
+  std::vector<CheckpointUnit> units;
+  std::vector<CheckpointTensor> tensors;
+  std::vector<CheckpointFile> files;  // one per rank, in rank order
+
+  // Byte offset of block (unit, tensor) in every rank file, and a rank file's length.
+  std::uint64_t block_offset(std::size_t unit, std::size_t tensor) const;
+  std::uint64_t rank_file_bytes() const;
+  // Index into `tensors`, or -1.
+  int find_tensor(const std::string& name) const;
+};
+
+const char* zest_version();
+std::string rank_file_name(int rank);
+std::string step_directory_name(std::int64_t step);
+// The step of a directory named "step-<N>"; -1 for any other name.
+std::int64_t parse_step_directory_name(const std::string& name);
+
+nlohmann::ordered_json manifest_to_json(const CheckpointManifest& manifest);
+// Strict: a missing key or a wrong type is a kCheckpoint Error naming `source` and the key; a
+// format version newer than this build reads is a kCheckpoint Error that says so.
+CheckpointManifest manifest_from_json(const nlohmann::json& json, const std::string& source);
+// Reads and parses <dir>/manifest.json.
+CheckpointManifest read_manifest(const std::string& dir);
+// Writes <dir>/manifest.json, a new file, and fsyncs it; returns its size in bytes. `budget` as
+// for HashingFileWriter.
+std::uint64_t write_manifest(const std::string& dir, const CheckpointManifest& manifest,
+                             std::optional<std::uint64_t>* budget = nullptr);
+
+// The units and parameters of `layouts` in manifest form (world-size dependent lengths included).
+std::vector<CheckpointUnit> describe_units(const std::vector<ShardLayout>& layouts);
+// Where the checkpoint's model and this one differ (unit names and order, parameter names and
+// shapes), the first `limit` of them as readable lines; empty when they match.
+std::vector<std::string> model_differences(const std::vector<CheckpointUnit>& checkpoint,
+                                           const std::vector<ShardLayout>& model,
+                                           std::size_t limit = 8);
+
+}  // namespace zest

@@ -1,0 +1,118 @@
+#include "checkpoint/parameter_import.h"
+
+#include <map>
+#include <optional>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "base/error.h"
+#include "kernels/convert.h"
+#include "checkpoint/agreement.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/state_shard_copies.h"
+
+namespace zest {
+
+namespace {
+
+constexpr std::size_t kDifferencesShown = 5;
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+// What keeps `file` from filling `layouts`, first differences first.
+std::vector<std::string> differences(const SafetensorsReader& file,
+                                     const std::vector<ShardLayout>& layouts) {
+  std::vector<std::string> found;
+  std::map<std::string, bool> wanted;
+  for (const ShardLayout& layout : layouts) {
+    for (const ParamSlot& slot : layout.params()) {
+      const std::string name = layout.unit_name() + "." + slot.name;
+      wanted[name] = true;
+      const SafetensorsTensor* tensor = file.find(name);
+      if (tensor == nullptr) {
+        found.push_back("'" + name + "' " + shape_text(slot.shape) + " is missing");
+      } else if (tensor->shape != slot.shape) {
+        found.push_back("'" + name + "' has shape " + shape_text(tensor->shape) +
+                        ", the model's is " + shape_text(slot.shape));
+      } else if (!dtype_from_safetensors(tensor->dtype)) {
+        found.push_back("'" + name + "' has dtype " + tensor->dtype +
+                        " (F32, BF16, F16 or F64 expected)");
+      }
+    }
+  }
+  for (const SafetensorsTensor& tensor : file.tensors()) {
+    if (!wanted.count(tensor.name)) {
+      found.push_back("'" + tensor.name + "' is not a parameter of the model");
+    }
+  }
+  return found;
+}
+
+void check_fits(const SafetensorsReader& file, const std::vector<ShardLayout>& layouts) {
+  const std::vector<std::string> found = differences(file, layouts);
+  if (found.empty()) return;
+  std::vector<std::string> shown(found.begin(),
+                                 found.begin() + std::min(found.size(), kDifferencesShown));
+  std::string more = found.size() > shown.size()
+                         ? fmt::format(" (and {} more)", found.size() - shown.size())
+                         : "";
+  throw Error(ErrorKind::kData,
+              fmt::format("{} does not hold this model's parameters: {}{}", file.path(),
+                          fmt::join(shown, "; "), more));
+}
+
+// Copies this rank's part of unit `u` out of the file into every parameter-valued shard view.
+void fill_unit(const RankContext& context, const SafetensorsReader& file,
+               const ShardLayout& layout, const std::vector<StateShard>& shards) {
+  for (const ShardPiece& piece : layout.pieces(context.rank)) {
+    const ParamSlot& slot = layout.params()[piece.param_index];
+    const std::vector<float> values = file.read_float32(layout.unit_name() + "." + slot.name);
+    const float* source = values.data() + piece.param_elements.begin;
+    for (const StateShard& shard : shards) {
+      if (shard.name != "params" && shard.name != "master") continue;
+      char* destination = static_cast<char*>(shard.data) + piece.shard_offset * dtype_size(shard.dtype);
+      // Note: rounded to nearest even into a 2-byte compute copy; the master keeps the fp32
+      // value itself, as a fresh initialization does.
+      write_state_elements(context, destination, shard.dtype, piece.param_elements.size(),
+                           [&](void* host, std::size_t first, std::size_t count) {
+                             cpu::convert(source + first, DType::kFloat32, host, shard.dtype,
+                                          count);
+                           });
+    }
+  }
+}
+
+}  // namespace
+
+ImportResult import_parameters(RankContext& context, Trainer& trainer, const std::string& path) {
+  ImportResult result;
+  const std::vector<ShardLayout>& layouts = trainer.layouts();
+  // Check everything on every rank and agree before anything is written.
+  std::optional<SafetensorsReader> file;
+  PhaseRecord checked;
+  const std::optional<Error> check_failure = capture(checked, [&] {
+    file.emplace(path);
+    check_fits(*file, layouts);
+  });
+  raise_if_failed(exchange_records(context, checked, check_failure),
+                  check_failure, "reading initial parameters from " + path);
+
+  PhaseRecord copied;
+  const std::optional<Error> copy_failure = capture(copied, [&] {
+    for (std::size_t u = 0; u < layouts.size(); ++u) {
+      fill_unit(context, *file, layouts[u], trainer.state_shards(u));
+      result.tensors += layouts[u].params().size();
+      result.parameters += layouts[u].numel();
+    }
+  });
+  raise_if_failed(exchange_records(context, copied, copy_failure), copy_failure,
+                  "reading initial parameters from " + path);
+  trainer.state_loaded();
+  return result;
+}
+
+}  // namespace zest

@@ -1,0 +1,138 @@
+#include "checkpoint/reader.h"
+
+#include <filesystem>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "checkpoint/agreement.h"
+#include "checkpoint/files.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/source.h"
+#include "checkpoint/state_shard_copies.h"
+
+namespace zest {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string tensor_names(const std::vector<std::string>& names) {
+  return names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "));
+}
+
+// The state tensors this trainer wants must all be available, and the saved optimizer's state
+// must be this optimizer's (the same number of states).
+void check_fits(const CheckpointSource& source, Trainer& trainer) {
+  const CheckpointManifest& manifest = source.manifest();
+  const std::vector<std::string> differences = model_differences(manifest.units, trainer.layouts());
+  if (!differences.empty()) {
+    throw Error(ErrorKind::kCheckpoint,
+                fmt::format("checkpoint {} was saved from another model: {}", source.dir(),
+                            fmt::join(differences, "; ")));
+  }
+  std::vector<std::string> saved_states, wanted_states;
+  for (const CheckpointTensor& t : manifest.tensors) {
+    if (t.name.rfind("optimizer.", 0) == 0) saved_states.push_back(t.name);
+  }
+  for (const StateShard& shard : trainer.state_shards(0)) {
+    if (shard.name.rfind("optimizer.", 0) == 0) wanted_states.push_back(shard.name);
+    if (source.source_for(shard.name, shard.dtype) < 0) {
+      throw Error(ErrorKind::kCheckpoint,
+                  "checkpoint " + source.dir() + " has no state tensor for '" + shard.name + "'");
+    }
+  }
+  if (saved_states != wanted_states) {
+    throw Error(ErrorKind::kCheckpoint,
+                fmt::format("checkpoint {} holds optimizer state {} but this optimizer keeps {}: "
+                            "it was saved with another optimizer",
+                            source.dir(), tensor_names(saved_states), tensor_names(wanted_states)));
+  }
+}
+
+}  // namespace
+
+std::string resolve_checkpoint(const std::string& path) {
+  std::error_code error;
+  if (fs::exists(fs::path(path) / "manifest.json", error)) return path;
+  const fs::path latest = fs::path(path) / "latest";
+  if (fs::exists(latest, error)) {
+    std::string name = read_text_file(latest.string(), kMaxLatestBytes, "the latest pointer");
+    while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) {
+      name.pop_back();
+    }
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+      throw Error(ErrorKind::kCheckpoint,
+                  latest.string() + " does not hold a checkpoint directory name: '" + name + "'");
+    }
+    const fs::path dir = fs::path(path) / name;
+    if (!fs::exists(dir, error)) {
+      throw Error(ErrorKind::kCheckpoint,
+                  latest.string() + " names " + name + ", which does not exist in " + path);
+    }
+    if (!fs::exists(dir / "manifest.json", error)) {
+      throw Error(ErrorKind::kCheckpoint, latest.string() + " names " + name +
+                                              ", which has no manifest.json (not a checkpoint)");
+    }
+    return dir.string();
+  }
+  if (!fs::exists(path, error)) {
+    throw Error(ErrorKind::kCheckpoint, "no checkpoint at " + path + ": it does not exist");
+  }
+  throw Error(ErrorKind::kCheckpoint,
+              "no checkpoint at " + path + ": it holds neither manifest.json nor a latest file");
+}
+
+LoadedCheckpoint load_checkpoint(RankContext& context, Trainer& trainer, const std::string& path) {
+  LoadedCheckpoint loaded;
+  TrainerCounters counters;
+  PhaseRecord record;
+  const std::optional<Error> failure = capture(record, [&] {
+    loaded.path = resolve_checkpoint(path);
+    const CheckpointSource source(loaded.path);
+    const CheckpointManifest& manifest = source.manifest();
+    check_fits(source, trainer);
+
+    // Which saved tensor fills each wanted one, and which old ranks' files this rank reads.
+    const std::vector<ShardLayout>& layouts = trainer.layouts();
+    std::vector<std::vector<StateShard>> shards;
+    std::set<int> needed;
+    for (std::size_t u = 0; u < layouts.size(); ++u) {
+      shards.push_back(trainer.state_shards(u));
+      if (shards.back().empty()) continue;
+      const StateShard& first = shards.back().front();
+      for (int rank : source.ranks_holding(u, first.begin, first.end)) needed.insert(rank);
+    }
+    for (int rank : needed) source.verify(rank);
+    for (std::size_t u = 0; u < shards.size(); ++u) {
+      for (const StateShard& shard : shards[u]) {
+        const int tensor = source.source_for(shard.name, shard.dtype);
+        write_state_elements(context, shard.data, shard.dtype, shard.end - shard.begin,
+                             [&](void* host, std::size_t first, std::size_t count) {
+                               source.read(u, static_cast<std::size_t>(tensor),
+                                           shard.begin + first, shard.begin + first + count, host,
+                                           shard.dtype);
+                             });
+      }
+    }
+    loaded.step = manifest.step;
+    loaded.saved_world_size = manifest.world_size;
+    loaded.saved_stage = manifest.stage;
+    loaded.resharded = manifest.world_size != context.world_size;
+    loaded.config = manifest.config;
+    loaded.extra = manifest.extra;
+    counters = manifest.counters;
+  });
+  raise_if_failed(exchange_records(context, record, failure), failure,
+                  "loading checkpoint " + path);
+  trainer.state_loaded();
+  trainer.set_counters(counters);
+  return loaded;
+}
+
+void verify_checkpoint(const std::string& path) {
+  CheckpointSource(resolve_checkpoint(path)).verify_all();
+}
+
+}  // namespace zest

@@ -1,0 +1,28 @@
+// The trainer config's blocks, one parser each, shared by the files that implement them:
+// train_config.cc (the root, world, batch sizes, log, checkpoint), config_model_data.cc (model,
+// data) and config_optimization.cc (optimizer, scheduler, zero_optimization, bf16 / fp16).
+// Each reads its keys from `root` (filling defaults into the resolved JSON) into `out`, and
+// throws a kConfig Error naming the JSON path of the first bad value. Order matters: data reads
+// the model, the batch sizes read the world, the scheduler reads steps and the optimizer.
+#pragma once
+
+#include "config/reading.h"
+#include "config/train_config.h"
+
+namespace zest::config_blocks {
+
+using config_reading::Block;
+
+void parse_world(Block& root, TrainConfig& out);
+void parse_model(Block& root, TrainConfig& out);
+void parse_data(Block& root, TrainConfig& out);
+void parse_batch(Block& root, TrainConfig& out);
+void parse_optimizer(Block& root, TrainConfig& out);
+void parse_scheduler(Block& root, TrainConfig& out);
+void parse_zero(Block& root, TrainConfig& out);
+void parse_precision(Block& root, TrainConfig& out);
+void parse_log(Block& root, TrainConfig& out);
+void parse_checkpoint(Block& root, TrainConfig& out);
+void parse_debug(Block& root, TrainConfig& out);
+
+}  // namespace zest::config_blocks

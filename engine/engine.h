@@ -1,0 +1,179 @@
+// The ZeRO engine. One Engine per rank; Engine::shard() lays a Module's units out in flat
+// buffers, shards them across the world and returns the Trainer that runs steps. The stage
+// decides what is sharded and nothing else changes in user code:
+//   0: nothing (DDP: gradients all-reduced);   1: optimizer state;
+//   2: + gradients (reduce-scattered per unit right after its backward);
+//   3: + parameters (gathered before a unit's forward and backward, released after each).
+// Invariant: every rank calls the same Trainer methods in the same order (they run collectives).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "memory/allocator.h"
+#include "memory/shard_layout.h"
+#include "engine/fault_injection.h"
+#include "optim/loss_scaler.h"
+#include "engine/module.h"
+#include "optim/optimizer.h"
+#include "runtime/world.h"
+
+namespace zest {
+
+// zero_optimization.offload_optimizer (DeepSpeed's key): where the optimizer's fp32 state lives.
+// With kCpu, each rank's master weights and moments live in host memory (category `offload` of
+// Device::host_allocator), its gradient shard is copied there in backward, the optimizer runs on
+// the host, and the updated parameter shard is copied back. Stages 1-3 only.
+enum class OffloadDevice { kNone, kCpu };
+
+struct OffloadOptions {
+  OffloadDevice device = OffloadDevice::kNone;
+  // Page-locked host buffers. Recorded only: the CUDA device's host arena is always page-locked
+  // (its copies are asynchronous only then), the CPU device's is ordinary memory.
+  bool pin_memory = false;
+  bool enabled() const { return device != OffloadDevice::kNone; }
+};
+
+struct TrainingMemory;  // engine/job_shape.h
+
+// Advice appended to an out-of-memory while training: given the job at the micro-batch that
+// overflowed, one sentence saying what would fit. Note: the engine never includes the planner
+// (docs/architecture.md, "Floors"), so the planner's advice is injected here
+// (planner/memory_advice.h: training_memory_advice; the config library sets it). Empty: the
+// error says what ran out and nothing more.
+using OutOfMemoryAdvice = std::function<std::string(const TrainingMemory&)>;
+
+struct EngineOptions {
+  int stage = 0;                    // zero_optimization.stage
+  std::uint64_t seed = 1234;        // parameter initialization
+  float gradient_clipping = 0.0f;   // global-norm clip; 0 = off
+  int gradient_accumulation_steps = 1;  // micro-batches per step
+  std::size_t shard_alignment = kDefaultShardAlignment;  // elements
+  // Communication overlap (DeepSpeed's zero_optimization keys). With overlap_comm false every
+  // collective waits for the compute before it and compute waits for it: the serialized
+  // schedule, for comparison and debugging. Results are bit-identical either way.
+  bool overlap_comm = true;
+  // Stages 0-1: units' gradients are reduced together once this many elements have been
+  // produced by backward (whole units; DeepSpeed's default 5e8 means once, at the end, for most
+  // models). Stages 2-3 reduce each unit as its backward ends: only shards may outlive it.
+  std::size_t reduce_bucket_size = 500000000;
+  // Stage 3: the ring holds enough units to gather this many elements ahead of compute, but
+  // never fewer than two sets (a unit with its borrowed units, computing and being gathered).
+  std::size_t stage3_prefetch_bucket_size = 0;
+  std::size_t gather_slots = 2;     // stage 3: the minimum ring size, in units
+  // Stage 3: at most this many gathered parameter elements live at once (the ring's slots times
+  // the largest unit); 0 = no limit. Below two sets of units the gathers can no longer run
+  // ahead of compute; below one set (a unit and the units it borrows) it is a kConfig Error.
+  std::size_t stage3_max_live_parameters = 0;
+  // The dtype parameters and gradients are stored in (bf16.enabled / fp16.enabled). With a
+  // 2-byte type the optimizer keeps fp32 master weights; on the CPU device units still compute
+  // in fp32 (the engine hands them fp32 copies and folds their fp32 gradients back).
+  DType compute_dtype = DType::kFloat32;
+  // The dtype gradients are reduced in (communication_data_type); 2-byte reductions accumulate
+  // in fp32.
+  DType communication_dtype = DType::kFloat32;
+  LossScaleOptions loss_scale;  // fp16 only
+  OffloadOptions offload_optimizer;
+  FaultInjection fault;         // debug: none unless a test or debug.fault asks
+  OutOfMemoryAdvice out_of_memory_advice;
+};
+
+struct StepStats {
+  std::int64_t step = 0;    // optimizer steps taken so far
+  float loss = 0.0f;        // mean over the global batch (all micro-batches, all ranks)
+  float grad_norm = 0.0f;   // global L2 norm of the mean gradient, before clipping
+  float lr = 0.0f;
+  bool skipped = false;     // fp16: gradients overflowed on some rank; nothing was updated
+  float loss_scale = 1.0f;  // the scale this step's gradients were computed with
+};
+
+// Model-state bytes per rank predicted from DESIGN.md's table for this stage and dtype, in the
+// same categories the allocator measures (padding included, since it is real memory). The fp32
+// master weights of 2-byte training count as `optimizer`, as the table's K = 12 does. With the
+// optimizer offloaded, `optimizer` is 0 and `offload` holds what the host arena keeps instead:
+// the fp32 master shard (in fp32 too), the moments and the transfer shard (compute dtype).
+struct MemoryPrediction {
+  std::size_t params = 0;
+  std::size_t grads = 0;
+  std::size_t optimizer = 0;
+  std::size_t offload = 0;  // host memory, not the device's: not in total()
+  std::size_t total() const { return params + grads + optimizer; }
+};
+
+class Trainer;
+
+// One of a rank's state tensors for one unit, as a view into the engine's buffers: the rank's
+// shard, elements [begin, end) of the unit's flat buffer (padding included).
+struct StateShard {
+  std::string name;  // "params" (compute dtype), "master" (fp32; 2-byte compute only),
+                     // "optimizer.0", "optimizer.1", ... (fp32; the optimizer's states in order)
+  DType dtype = DType::kFloat32;
+  void* data = nullptr;  // view; valid while the Trainer lives
+  std::size_t begin = 0;
+  std::size_t end = 0;
+};
+
+// The counters a resumed run needs to continue exactly.
+struct TrainerCounters {
+  std::int64_t steps_taken = 0;
+  std::int64_t optimizer_steps = 0;
+  LossScalerState loss_scaler;
+};
+
+class Engine {
+ public:
+  Engine(RankContext& context, EngineOptions options);
+
+  // Builds flat units for `module`, initializes parameters (identically on every rank) and
+  // shards them. `module` and this Engine must outlive the Trainer.
+  std::unique_ptr<Trainer> shard(Module& module, std::unique_ptr<Optimizer> optimizer);
+
+  RankContext& context() { return context_; }
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  RankContext& context_;
+  EngineOptions options_;
+};
+
+class Trainer {
+ public:
+  virtual ~Trainer() = default;
+
+  // Runs one micro-batch's forward and backward and reduces its gradients; returns this rank's
+  // loss for it. Call it gradient_accumulation_steps times, then step().
+  virtual float forward_backward(const Batch& batch) = 0;
+  // Clips, updates each rank's shard, gathers the parameters back. `lr` overrides the
+  // optimizer's learning rate for this step when >= 0 (schedules; a warmup may start at 0).
+  virtual StepStats step(float lr = -1.0f) = 0;
+  // Forward only, between steps: the mean loss of `batch` over every rank (each rank passes its
+  // own slice). Nothing is kept for a backward and no gradient changes: held-out evaluation.
+  virtual float evaluate(const Batch& batch) = 0;
+
+  // The full value of a parameter ("<unit>.<name>") as fp32. A collective: every rank calls it.
+  virtual std::vector<float> full_parameter(const std::string& name) = 0;
+  // Every parameter's full name, in flat order.
+  virtual std::vector<std::string> parameter_names() const = 0;
+  virtual const std::vector<ShardLayout>& layouts() const = 0;
+
+  virtual MemoryPrediction predicted_memory() const = 0;
+  virtual int stage() const = 0;
+  virtual std::int64_t steps_taken() const = 0;
+  virtual const EngineOptions& options() const = 0;
+
+  // Checkpoints. Between steps only (after step(), before the next forward_backward). Reading
+  // the views needs no collective; after writing into them, call state_loaded() on every rank,
+  // which makes the replicated copies agree again (it all-gathers the parameters at stages
+  // 0-2 and, at stage 0, the optimizer state).
+  virtual std::vector<StateShard> state_shards(std::size_t unit) = 0;
+  virtual void state_loaded() = 0;
+  virtual TrainerCounters counters() const = 0;
+  virtual void set_counters(const TrainerCounters& counters) = 0;
+};
+
+}  // namespace zest

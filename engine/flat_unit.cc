@@ -1,0 +1,32 @@
+#include "engine/flat_unit.h"
+
+namespace zest {
+
+FlatUnit plan_flat_unit(Unit& unit, int index, int stage, int rank, int world_size,
+                        std::size_t alignment) {
+  FlatUnit flat;
+  flat.unit = &unit;
+  flat.index = index;
+  flat.specs = unit.parameters();
+  flat.borrowed = unit.borrowed_units();
+  std::vector<ParamShape> shapes;
+  for (const ParamSpec& spec : flat.specs) shapes.push_back({spec.name, spec.shape});
+  flat.layout = ShardLayout::build(unit.name(), shapes, world_size, alignment);
+
+  if (stage == 0) {
+    // DDP: every rank updates every parameter (padding is never touched).
+    for (std::size_t i = 0; i < flat.specs.size(); ++i) {
+      const ParamSlot& slot = flat.layout.params()[i];
+      flat.update_ranges.push_back({slot.offset, slot.numel, flat.specs[i].weight_decay});
+    }
+  } else {
+    const std::size_t shard_begin = flat.layout.shard_range(rank).begin;
+    for (const ShardPiece& piece : flat.layout.pieces(rank)) {
+      flat.update_ranges.push_back({shard_begin + piece.shard_offset, piece.param_elements.size(),
+                                    flat.specs[piece.param_index].weight_decay});
+    }
+  }
+  return flat;
+}
+
+}  // namespace zest

@@ -1,0 +1,69 @@
+// One unit's training state in flat buffers, laid out by its ShardLayout. Which buffers exist,
+// and how long they are, is the ZeRO stage (fp32 compute: parameters are their own master
+// weights, so no second copy is kept):
+//
+//   stage | params (category params) | grads (category grads)  | optimizer (master + states)
+//   ------+--------------------------+-------------------------+----------------------------
+//     0   | full flat                | full flat               | full flat
+//     1   | full flat                | full flat               | shard
+//     2   | full flat                | shard (+ bucket in bwd) | shard
+//     3   | shard (+ gather ring)    | shard (+ bucket in bwd) | shard
+//
+// Params and grads are in the compute dtype; the optimizer's buffers are fp32. The fp32 master
+// copy exists only when the compute dtype is 2-byte.
+//
+// At stages 2 and 3 a full-unit gradient *bucket* (category buckets) exists only from the first
+// backward that writes the unit's gradients until its reduce-scatter has run.
+//
+// With the optimizer offloaded (stages 1-3), master and optimizer_state are shards in host memory
+// (category offload), the master exists in fp32 compute too (the host's copy of the parameter
+// shard), and `transfer` is a host shard in the compute dtype that receives the gradient shard
+// and sends the updated parameters back.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memory/allocator.h"
+#include "memory/shard_layout.h"
+#include "engine/module.h"
+
+namespace zest {
+
+// Stages 2-3: the most units whose buckets the host has handed to the comm stream and not yet
+// seen freed, when it allocates the next one (one being reduced while backward writes the next).
+// The engine keeps to it and the memory planner counts with it.
+inline constexpr std::size_t kLiveGradientBuckets = 2;
+
+struct FlatUnit {
+  Unit* unit = nullptr;  // owned by the Module
+  int index = 0;         // in Module::units()
+  std::vector<ParamSpec> specs;
+  std::vector<int> borrowed;  // units whose parameters this one also reads
+  ShardLayout layout;
+
+  Buffer params;     // full flat (stages 0-2) or shard (stage 3), compute dtype
+  Buffer master;     // fp32 master weights: full flat (stage 0) or shard; 2-byte compute or offload
+  Buffer grads;      // full flat (stages 0-1) or shard (stages 2-3)
+  Buffer bucket;     // stages 2-3, during backward: the unit's full gradient
+  std::vector<Buffer> optimizer_state;  // full flat (stage 0) or shard (stages 1-3)
+  Buffer transfer;   // offload only: host shard, compute dtype (gradients in, parameters out)
+
+  // Ranges of the flat buffer this rank updates, one per parameter piece, with its decay flag.
+  struct UpdateRange {
+    std::size_t flat_offset = 0;  // where the range starts in the unit's flat buffer
+    std::size_t count = 0;
+    bool decay = true;
+  };
+  std::vector<UpdateRange> update_ranges;
+
+  std::string param_name(std::size_t index) const { return layout.unit_name() + "." + specs[index].name; }
+};
+
+// Builds the layout and the update ranges of `unit` for `rank` at `stage` (no memory yet).
+FlatUnit plan_flat_unit(Unit& unit, int index, int stage, int rank, int world_size,
+                        std::size_t alignment);
+
+}  // namespace zest

@@ -1,0 +1,126 @@
+// The contract between a model and the engine. A Module is an ordered list of units; a unit is
+// what is gathered, released and reduced together (one transformer block, the embedding, an
+// MLP layer). A unit declares its parameters and runs forward and backward by enqueuing work on
+// the context's stream; it never allocates its parameters or gradients — the engine owns them
+// in flat buffers and hands the unit views. Invariants a unit author must keep:
+//   - all work goes on ctx.stream(); the host returns at once (work runs in stream order);
+//   - gradients are ACCUMULATED (+=) into ctx.grad(i): the engine zeroes them, and tied weights
+//     and micro-batches add up;
+//   - a Buffer used by enqueued work is handed to ctx.release(...) when done, never freed on the
+//     host while the stream may still read it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memory/allocator.h"
+#include "memory/tensor.h"
+#include "engine/unit_memory.h"
+#include "runtime/device.h"
+#include "runtime/stream.h"
+
+namespace zest {
+
+// How a parameter starts. Drawn from the engine's seeded generator in flat order on every
+// rank, so the initial model is the same whatever the world size or stage.
+struct Initializer {
+  enum class Kind { kZeros, kOnes, kNormal, kUniform };
+  Kind kind = Kind::kZeros;
+  float a = 0.0f;  // normal: std; uniform: low
+  float b = 0.0f;  // uniform: high
+
+  static Initializer zeros() { return {Kind::kZeros, 0, 0}; }
+  static Initializer ones() { return {Kind::kOnes, 0, 0}; }
+  static Initializer normal(float std) { return {Kind::kNormal, std, 0}; }
+  static Initializer uniform(float low, float high) { return {Kind::kUniform, low, high}; }
+};
+
+struct ParamSpec {
+  std::string name;  // unique within its unit; the full name is "<unit>.<name>"
+  std::vector<std::int64_t> shape;
+  Initializer init;
+  bool weight_decay = true;  // false for biases and norms (parameters of rank < 2)
+};
+
+// One global batch slice: what this rank computes on in one micro-batch.
+struct Batch {
+  Tensor inputs;   // e.g. float [B, features] or int32 tokens [B, T]
+  Tensor targets;  // e.g. int32 class ids [B] or next tokens [B, T]
+};
+
+// What the engine gives a unit for one forward or backward call.
+class UnitContext {
+ public:
+  virtual ~UnitContext() = default;
+
+  virtual Stream& stream() = 0;  // the rank's compute stream
+  virtual Device& device() = 0;
+  virtual const Batch& batch() = 0;
+
+  // Views of this unit's gathered parameters and (backward only) gradients, in declaration order.
+  virtual Tensor param(std::size_t index) = 0;
+  virtual Tensor grad(std::size_t index) = 0;
+  // Views of a borrowed unit's parameters / gradients (tied weights); `borrowed` indexes
+  // Unit::borrowed_units().
+  virtual Tensor borrowed_param(std::size_t borrowed, std::size_t index) = 0;
+  virtual Tensor borrowed_grad(std::size_t borrowed, std::size_t index) = 0;
+
+  // Forward and backward: the previous unit's output (for the first unit, batch().inputs). The
+  // engine keeps it alive until this unit's backward has run, so a unit need not copy its input.
+  virtual Tensor input() = 0;
+  // Forward: allocates this unit's output (charged to activations; the engine frees it after
+  // the next unit's backward).
+  virtual Tensor make_output(const std::vector<std::int64_t>& shape, DType dtype) = 0;
+  // Forward, last unit only: a device scalar (float) the unit writes the micro-batch's mean loss to.
+  virtual float* loss() = 0;
+  // Forward: false when no backward will follow (evaluation). A unit then releases what it
+  // would keep for backward as soon as its forward is enqueued, so evaluating never holds a
+  // second copy of the activations.
+  virtual bool backward_follows() { return true; }
+
+  // Backward: the gradient of this unit's output (empty for the last unit, whose backward starts
+  // from its loss scaled by loss_scale()).
+  virtual Tensor grad_output() = 0;
+  // Backward: allocates the gradient of this unit's input (not called by the first unit).
+  virtual Tensor make_grad_input(const std::vector<std::int64_t>& shape, DType dtype) = 0;
+  // The factor the last unit multiplies d(loss) by: loss scaling and 1/gradient-accumulation.
+  virtual float loss_scale() = 0;
+
+  // Memory a unit keeps between forward and backward (category activations) or uses inside one
+  // call (workspace).
+  virtual Buffer allocate(std::size_t bytes, Category category) = 0;
+  // Frees `buffer` after the work enqueued so far on stream() has run.
+  virtual void release(Buffer buffer) = 0;
+};
+
+class Unit {
+ public:
+  virtual ~Unit() = default;
+
+  virtual const std::string& name() const = 0;
+  virtual std::vector<ParamSpec> parameters() const = 0;
+  // Indices (into Module::units()) of earlier units whose parameters this unit also reads and
+  // whose gradients it accumulates into: a language model head tied to the embedding.
+  virtual std::vector<int> borrowed_units() const { return {}; }
+
+  virtual void forward(UnitContext& context) = 0;
+  virtual void backward(UnitContext& context) = 0;
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  // In forward order. The module owns them; the pointers stay valid for its lifetime.
+  virtual std::vector<Unit*> units() = 0;
+  // Per unit, in forward order: what forward and backward allocate for a micro-batch whose
+  // inputs have `input_shape` (planner/peak_plan.h). Empty when the module does not say: the
+  // planner then predicts the model state, gathers and buckets only.
+  virtual std::vector<UnitMemory> unit_memory(const std::vector<std::int64_t>& input_shape) const {
+    (void)input_shape;
+    return {};
+  }
+};
+
+}  // namespace zest

@@ -1,0 +1,29 @@
+// What one unit allocates for one micro-batch besides the model state, as the memory planner
+// (planner/peak_plan.h) needs it. A model computes these from the same helpers its forward and
+// backward allocate with, so the plan and the allocations cannot drift apart.
+// Invariant: bytes as asked of the allocator (unrounded), all fp32 activations and scratch.
+#pragma once
+
+#include <cstddef>
+
+namespace zest {
+
+struct UnitMemory {
+  std::size_t output = 0;              // make_output in forward (activations; freed by the engine
+                                       // after this unit's backward)
+  std::size_t saved = 0;               // kept from forward for backward (activations)
+  std::size_t forward_workspace = 0;   // scratch of one forward call (workspace)
+  std::size_t grad_input = 0;          // make_grad_input in backward (activations; freed after
+                                       // the previous unit's backward)
+  std::size_t backward_workspace = 0;  // scratch of one backward call (workspace)
+  // The part of backward_workspace a CUDA device does not ask for: scratch whose CUDA body takes
+  // its own from the stream (attention's, inside backward_stream_scratch below).
+  std::size_t backward_workspace_cpu_only = 0;
+  // On a CUDA device, what the unit's forward / backward ask of the compute stream's own
+  // scratch (CudaStream::workspace: kept between calls, grown to the largest ask, charged to
+  // workspace): the products' cuBLASLt workspace, attention's backward scratch.
+  std::size_t forward_stream_scratch = 0;
+  std::size_t backward_stream_scratch = 0;
+};
+
+}  // namespace zest

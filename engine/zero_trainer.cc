@@ -1,0 +1,592 @@
+#include "engine/zero_trainer.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "kernels/convert.h"
+#include "kernels/matmul.h"
+#include "engine/device_batch.h"
+#include "engine/model_state.h"
+#include "engine/parameter_init.h"
+#include "runtime/host_collectives.h"
+#include "runtime/host_copies.h"
+#include "runtime/release_after.h"
+
+namespace zest {
+
+namespace {
+char* byte_offset(void* base, std::size_t bytes) { return static_cast<char*>(base) + bytes; }
+}  // namespace
+
+// What a unit sees during one forward or backward call. Short-lived: built per call, never
+// captured by enqueued work.
+class ZeroTrainer::Context final : public UnitContext {
+ public:
+  Context(ZeroTrainer& trainer, FlatUnit& unit, const Batch& batch, const CallViews& views)
+      : trainer_(trainer), unit_(unit), batch_(batch), views_(views) {}
+
+  Stream& stream() override { return trainer_.context_.compute; }
+  Device& device() override { return trainer_.context_.device; }
+  const Batch& batch() override { return batch_; }
+
+  Tensor param(std::size_t index) override { return view(unit_, views_.params, index); }
+  Tensor grad(std::size_t index) override {
+    if (!views_.grads) refuse("grad() is for backward");
+    return view(unit_, views_.grads, index);
+  }
+  Tensor borrowed_param(std::size_t borrowed, std::size_t index) override {
+    return view(trainer_.units_.at(unit_.borrowed.at(borrowed)), views_.borrowed_params.at(borrowed),
+                index);
+  }
+  Tensor borrowed_grad(std::size_t borrowed, std::size_t index) override {
+    if (views_.borrowed_grads.empty()) refuse("borrowed_grad() is for backward");
+    return view(trainer_.units_.at(unit_.borrowed.at(borrowed)), views_.borrowed_grads.at(borrowed),
+                index);
+  }
+
+  Tensor input() override {
+    if (unit_.index == 0) return batch_.inputs;
+    return trainer_.activations_[unit_.index - 1].output_view;
+  }
+  Tensor make_output(const std::vector<std::int64_t>& shape, DType dtype) override {
+    Activations& mine = trainer_.activations_[unit_.index];
+    return make(mine.output, mine.output_view, shape, dtype);
+  }
+  float* loss() override { return trainer_.loss_buffer_.as<float>(); }
+  bool backward_follows() override { return !trainer_.evaluating_; }
+
+  Tensor grad_output() override {
+    if (unit_.index + 1 == static_cast<int>(trainer_.units_.size())) return {};
+    return trainer_.activations_[unit_.index + 1].grad_input_view;
+  }
+  Tensor make_grad_input(const std::vector<std::int64_t>& shape, DType dtype) override {
+    Activations& mine = trainer_.activations_[unit_.index];
+    return make(mine.grad_input, mine.grad_input_view, shape, dtype);
+  }
+  float loss_scale() override {
+    return trainer_.scaler_.scale() / static_cast<float>(trainer_.options_.gradient_accumulation_steps);
+  }
+
+  Buffer allocate(std::size_t bytes, Category category) override {
+    return trainer_.context_.allocator().allocate(bytes, category);
+  }
+  void release(Buffer buffer) override { trainer_.release_on(stream(), std::move(buffer)); }
+
+ private:
+  [[noreturn]] void refuse(const std::string& why) const {
+    throw Error(ErrorKind::kUsage, "unit '" + unit_.layout.unit_name() + "': " + why);
+  }
+  static Tensor view(const FlatUnit& unit, float* base, std::size_t index) {
+    const ParamSlot& slot = unit.layout.params().at(index);
+    return Tensor{base + slot.offset, slot.shape, DType::kFloat32};
+  }
+  Tensor make(Buffer& buffer, Tensor& view, const std::vector<std::int64_t>& shape, DType dtype) {
+    Tensor tensor{nullptr, shape, dtype};
+    buffer = trainer_.context_.allocator().allocate(tensor.bytes(), Category::kActivations);
+    tensor.data = buffer.data();
+    view = tensor;
+    return tensor;
+  }
+
+  ZeroTrainer& trainer_;
+  FlatUnit& unit_;
+  const Batch& batch_;
+  const CallViews& views_;
+};
+
+ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Module& module,
+                         std::unique_ptr<Optimizer> optimizer)
+    : context_(context), module_(module), options_(options), optimizer_(std::move(optimizer)),
+      scaler_(options.loss_scale) {
+  if (options_.stage < 0 || options_.stage > 3) {
+    throw Error(ErrorKind::kConfig, "zero_optimization.stage: must be 0, 1, 2 or 3, got " +
+                                        std::to_string(options_.stage));
+  }
+  if (options_.gradient_accumulation_steps < 1) {
+    throw Error(ErrorKind::kConfig, "gradient_accumulation_steps: must be >= 1");
+  }
+  if (options_.loss_scale.enabled && options_.compute_dtype != DType::kFloat16) {
+    throw Error(ErrorKind::kConfig, "fp16: loss scaling applies to fp16 training only");
+  }
+  if (offloaded() && options_.stage == 0) {
+    throw Error(ErrorKind::kConfig,
+                "zero_optimization.offload_optimizer.device: \"cpu\" needs "
+                "zero_optimization.stage 1, 2 or 3 (got 0): only a sharded optimizer state is "
+                "offloaded; raise the stage or set \"none\"");
+  }
+  // Note: 2-byte training multiplies in its own type where the device can (CUDA's tensor
+  // cores take the units' fp32 views rounded to it, as autocast does); fp32 training exactly.
+  set_fp32_matmul_rounding(context.compute, options_.compute_dtype);
+  std::vector<Unit*> units = module.units();
+  if (units.empty()) throw Error(ErrorKind::kUsage, "the module has no units");
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    units_.push_back(plan_flat_unit(*units[i], static_cast<int>(i), options_.stage, context.rank,
+                                    context.world_size, options_.shard_alignment));
+    for (int borrowed : units_.back().borrowed) {
+      if (borrowed < 0 || borrowed >= static_cast<int>(i)) {
+        throw Error(ErrorKind::kUsage, "unit '" + units[i]->name() + "' borrows unit " +
+                                           std::to_string(borrowed) +
+                                           "; a unit may only borrow an earlier unit");
+      }
+    }
+    layouts_.push_back(units_.back().layout);
+    backward_done_.push_back(context.device.create_event());
+    bucket_released_.push_back(context.device.create_event());
+  }
+  activations_.resize(units_.size());
+  local_checks_.assign(units_.size() + 1, GradientStatistics{});
+  optimizer_done_ = context.device.create_event();
+  serialize_ = context.device.create_event();
+  for (std::size_t i = 0; i < units_.size(); ++i) unit_gathered_.push_back(context.device.create_event());
+  awaiting_gather_.assign(units_.size(), false);
+  if (offloaded()) {
+    for (std::size_t i = 0; i < units_.size(); ++i) {
+      gradients_on_host_.push_back(context.device.create_event());  // recorded by comm
+      host_updated_.push_back(context.device.create_host_event());  // by the host stream
+    }
+    host_stream_ =
+        context.device.create_host_stream("rank " + std::to_string(context.rank) + " host");
+  }
+  try {
+    allocate_model_state();
+    if (offloaded()) allocate_offload_state();
+    initialize_parameters();
+    context_.synchronize();
+  } catch (...) {
+    // Note: a constructor that throws runs no destructor, so the zero fills enqueued so far
+    // must finish before the members' buffers are freed (an out-of-memory midway, say).
+    try {
+      context_.synchronize();
+    } catch (...) {
+      // The first failure is the one rethrown.
+    }
+    throw;
+  }
+}
+
+ZeroTrainer::~ZeroTrainer() {
+  // Enqueued work may still use the buffers this object owns.
+  try {
+    context_.synchronize();
+    if (host_stream_) host_stream_->synchronize();
+  } catch (...) {
+    // Whoever synchronizes next reports the failure; a destructor must not throw.
+  }
+}
+
+void ZeroTrainer::allocate_state() {
+  Allocator& allocator = context_.allocator();
+  const int stage = options_.stage;
+  const bool two_byte = options_.compute_dtype != DType::kFloat32;
+  std::size_t largest_unit = 0;
+  std::size_t most_borrowed = 0;
+  for (FlatUnit& unit : units_) {
+    const std::size_t full = unit.layout.flat_length();
+    const std::size_t shard = unit.layout.shard_length();
+    const std::size_t optimizer_length = (stage == 0 ? full : shard) * sizeof(float);
+    unit.params = allocator.allocate((stage == 3 ? shard : full) * element_size(), Category::kParams);
+    unit.grads = allocator.allocate((stage >= 2 ? shard : full) * element_size(), Category::kGrads);
+    // Offloaded, the master and the states live in the host arena (allocate_offload_state).
+    const std::size_t device_states = offloaded() ? 0 : optimizer_->state_count();
+    if (two_byte && !offloaded()) {
+      unit.master = allocator.allocate(optimizer_length, Category::kOptimizer);
+    }
+    for (std::size_t s = 0; s < device_states; ++s) {
+      unit.optimizer_state.push_back(allocator.allocate(optimizer_length, Category::kOptimizer));
+      context_.device.fill_zero(context_.compute, unit.optimizer_state.back().data(),
+                                unit.optimizer_state.back().bytes());
+    }
+    context_.device.fill_zero(context_.compute, unit.grads.data(), unit.grads.bytes());
+    largest_unit = std::max(largest_unit, full);
+    most_borrowed = std::max(most_borrowed, unit.borrowed.size());
+  }
+  if (stage == 3) {
+    GatherRingSizing sizing;
+    sizing.minimum_slots = options_.gather_slots;
+    sizing.prefetch_elements = options_.stage3_prefetch_bucket_size;
+    sizing.max_live_elements = options_.stage3_max_live_parameters;
+    sizing.largest_unit = largest_unit;
+    sizing.most_borrowed = most_borrowed;
+    sizing.unit_count = units_.size();
+    ring_ = std::make_unique<GatherRing>(context_.device, largest_unit, options_.compute_dtype,
+                                         gather_ring_slots(sizing));
+  }
+  loss_buffer_ = allocator.allocate(sizeof(float), Category::kWorkspace);
+  gradient_checks_ = allocator.allocate((units_.size() + 1) * sizeof(GradientStatistics),
+                                        Category::kWorkspace);
+  context_.device.fill_zero(context_.compute, gradient_checks_.data(), gradient_checks_.bytes());
+}
+
+void ZeroTrainer::allocate_model_state() {
+  try {
+    allocate_state();
+  } catch (const OutOfMemory& error) {
+    // The allocator knows the bytes it was asked for; the engine knows what the whole model
+    // state needs and what would fit, which is what the user must change.
+    throw OutOfMemory(std::string(error.what()) + "; " +
+                      model_state_advice(model_state_shape(), options_.stage, context_.world_size,
+                                         context_.allocator().capacity(), offloaded()));
+  }
+}
+
+void ZeroTrainer::initialize_parameters() {
+  const int stage = options_.stage;
+  for (FlatUnit& unit : units_) {
+    const std::size_t shard_begin = unit.layout.shard_range(context_.rank).begin;
+    // At stage 3 this rank holds only its shard, so it draws only the shard's elements: the
+    // draw of an element depends on (seed, unit, parameter, element), never on the rank.
+    const std::size_t first = stage == 3 ? shard_begin : 0;
+    const std::size_t length = stage == 3 ? unit.layout.shard_length() : unit.layout.flat_length();
+    std::vector<float> values(length, 0.0f);
+    for (std::size_t p = 0; p < unit.specs.size(); ++p) {
+      const ParamSlot& slot = unit.layout.params()[p];
+      const std::size_t begin = std::max(slot.offset, first);
+      const std::size_t end = std::min(slot.offset + slot.numel, first + length);
+      if (begin >= end) continue;
+      fill_initial_values(unit.specs[p].init, options_.seed, unit.index, p, begin - slot.offset,
+                          end - begin, values.data() + (begin - first));
+    }
+    // Drawn on the host, written in compute-stream order (a copy to the device on CUDA).
+    std::vector<unsigned char> params(length * element_size());
+    cpu::convert(values.data(), DType::kFloat32, params.data(), options_.compute_dtype, length);
+    write_from_host(context_.device, context_.compute, unit.params.data(), params.data(),
+                    params.size());
+    if (!unit.master.empty()) {
+      // The master starts from the fp32 draw itself, not from its 2-byte rounding, so every
+      // stage starts from the same master weights.
+      const std::size_t master_begin = stage == 0 || stage == 3 ? 0 : shard_begin;
+      write_from_host(context_.device, context_.compute, unit.master.data(),
+                      values.data() + master_begin, unit.master.bytes());
+    }
+  }
+}
+
+void* ZeroTrainer::acquire_params(FlatUnit& unit) {
+  if (!ring_) {
+    if (awaiting_gather_[unit.index]) {  // stages 1-2: the step's gather of this unit
+      context_.compute.wait(*unit_gathered_[unit.index]);
+      awaiting_gather_[unit.index] = false;
+    }
+    return unit.params.data();
+  }
+  // Gathers run on the prefetch stream, so in backward they do not queue behind the
+  // reduce-scatters on the comm stream.
+  if (!options_.overlap_comm) wait_for_compute(context_.prefetch);
+  if (awaiting_gather_[unit.index]) {  // offload: the step's copy of this unit's shard back
+    context_.prefetch.wait(*unit_gathered_[unit.index]);
+    awaiting_gather_[unit.index] = false;
+  }
+  void* params = ring_->acquire(unit, context_.prefetch, context_.compute, context_.communicator);
+  return params;
+}
+
+void ZeroTrainer::wait_for_compute(Stream& stream) {
+  context_.compute.record(*serialize_);
+  stream.wait(*serialize_);
+}
+
+void ZeroTrainer::compute_waits_for(Stream& stream) {
+  stream.record(*serialize_);
+  context_.compute.wait(*serialize_);
+}
+
+void ZeroTrainer::release_params(FlatUnit& unit) {
+  if (ring_) ring_->release(unit, context_.compute);
+}
+
+void* ZeroTrainer::gradient_target(FlatUnit& unit) {
+  if (options_.stage < 2) return unit.grads.data();
+  if (unit.bucket.empty()) {
+    // Note: at most kLiveGradientBuckets buckets exist at once: one being written by backward
+    // and one being reduced meanwhile. Without the bound, a host that runs ahead of the comm
+    // stream would hold every unit's full gradients at once, which is what stage 2 avoids.
+    while (buckets_in_flight_.size() >= kLiveGradientBuckets) {
+      bucket_released_[buckets_in_flight_.front()]->synchronize();
+      buckets_in_flight_.pop_front();
+    }
+    unit.bucket = context_.allocator().allocate(unit.layout.flat_length() * element_size(),
+                                                Category::kBuckets);
+    context_.device.fill_zero(context_.compute, unit.bucket.data(), unit.bucket.bytes());
+  }
+  return unit.bucket.data();
+}
+
+float* ZeroTrainer::fp32_params(void* params, std::size_t count, CallViews& views) {
+  if (options_.compute_dtype == DType::kFloat32) return static_cast<float*>(params);
+  // Note: the CPU device computes in fp32, so a 2-byte unit is widened into a workspace copy for
+  // the call; a device with 2-byte kernels would hand the unit its buffer directly.
+  Buffer copy = context_.allocator().allocate(count * sizeof(float), Category::kWorkspace);
+  convert(context_.compute, params, options_.compute_dtype, copy.data(), DType::kFloat32, count);
+  float* view = copy.as<float>();
+  views.scratch.push_back(std::move(copy));
+  return view;
+}
+
+float* ZeroTrainer::fp32_grads(void* target, std::size_t count, CallViews& views) {
+  if (options_.compute_dtype == DType::kFloat32) return static_cast<float*>(target);
+  Buffer accumulator = context_.allocator().allocate(count * sizeof(float), Category::kWorkspace);
+  context_.device.fill_zero(context_.compute, accumulator.data(), accumulator.bytes());
+  float* view = accumulator.as<float>();
+  views.folds.push_back({target, view, count});
+  views.scratch.push_back(std::move(accumulator));
+  return view;
+}
+
+ZeroTrainer::CallViews ZeroTrainer::prepare_call(FlatUnit& unit, bool backward) {
+  CallViews views;
+  views.params = fp32_params(acquire_params(unit), unit.layout.flat_length(), views);
+  if (backward) views.grads = fp32_grads(gradient_target(unit), unit.layout.flat_length(), views);
+  for (int b : unit.borrowed) {
+    FlatUnit& lender = units_[b];
+    views.borrowed_params.push_back(
+        fp32_params(acquire_params(lender), lender.layout.flat_length(), views));
+    if (backward) {
+      views.borrowed_grads.push_back(
+          fp32_grads(gradient_target(lender), lender.layout.flat_length(), views));
+    }
+  }
+  return views;
+}
+
+void ZeroTrainer::finish_call(FlatUnit& unit, CallViews& views) {
+  for (const CallViews::Fold& fold : views.folds) {
+    accumulate_into(context_.compute, fold.target, options_.compute_dtype, fold.source,
+                    DType::kFloat32, fold.count);
+  }
+  for (Buffer& buffer : views.scratch) release_on(context_.compute, std::move(buffer));
+  for (int b : unit.borrowed) release_params(units_[b]);
+  release_params(unit);
+}
+
+std::shared_ptr<std::int64_t> ZeroTrainer::trace_begin() {
+  if (!context_.trace) return nullptr;
+  auto begin = std::make_shared<std::int64_t>(0);
+  context_.compute.enqueue([begin] { *begin = TraceRecorder::now_us(); });
+  return begin;
+}
+
+void ZeroTrainer::trace_end(const std::shared_ptr<std::int64_t>& begin, std::string name) {
+  if (!begin) return;
+  context_.compute.enqueue([begin, trace = context_.trace, rank = context_.rank,
+                            name = std::move(name)] {
+    trace->add({rank, "compute", name, *begin, TraceRecorder::now_us(), -1});
+  });
+}
+
+// Frees after the stream's queued uses, in stream order on every device (CUDA: cudaFreeAsync on
+// `stream`, since a host-function free could not call CUDA).
+void ZeroTrainer::release_on(Stream& stream, Buffer buffer) {
+  release_after(context_.device, stream, std::move(buffer));
+}
+
+float ZeroTrainer::forward_backward(const Batch& batch) {
+  if (micro_batches_ == options_.gradient_accumulation_steps) {
+    throw Error(ErrorKind::kUsage,
+                "forward_backward called more than gradient_accumulation_steps (" +
+                    std::to_string(options_.gradient_accumulation_steps) +
+                    ") times since the last step(); call step()");
+  }
+  if (micro_batches_ == 0) inject_step_fault();
+  ++micro_batches_;
+  const bool last_micro_batch = micro_batches_ == options_.gradient_accumulation_steps;
+  try {
+    const DeviceBatch staged(context_.device, context_.compute, batch);
+    run_forward(staged.batch());
+    // Stages 0-1 keep full gradients and reduce them once per step; stages 2-3 must reduce
+    // every micro-batch, since only the shard is kept between them.
+    run_backward(staged.batch(), options_.stage >= 2 || last_micro_batch);
+  } catch (const OutOfMemory& error) {
+    const std::string advice = training_memory_advice(batch);
+    if (advice.empty()) throw;
+    throw OutOfMemory(std::string(error.what()) + "; " + advice);
+  }
+  // Note: reading the loss needs the compute stream to finish this micro-batch; the comm stream
+  // goes on reducing gradients meanwhile.
+  float loss = 0.0f;
+  read_to_host(context_.device, context_.compute, &loss, loss_buffer_.data(), sizeof loss);
+  loss_sum_ += loss;
+  return loss;
+}
+
+float ZeroTrainer::evaluate(const Batch& batch) {
+  if (micro_batches_ != 0) {
+    throw Error(ErrorKind::kUsage, "evaluate() between micro-batches; evaluate between steps");
+  }
+  evaluating_ = true;
+  try {
+    const DeviceBatch staged(context_.device, context_.compute, batch);
+    run_forward(staged.batch());
+  } catch (...) {
+    evaluating_ = false;
+    throw;
+  }
+  evaluating_ = false;
+  // Nothing waits for a backward: the outputs go as soon as the forward is done with them.
+  for (Activations& unit : activations_) release_on(context_.compute, std::move(unit.output));
+  float loss = 0.0f;
+  read_to_host(context_.device, context_.compute, &loss, loss_buffer_.data(), sizeof loss);
+  loss /= static_cast<float>(context_.world_size);
+  context_.communicator.label_next("evaluation loss");
+  all_reduce_host(context_, &loss, &loss, 1, DType::kFloat32, Reduction::kSum);
+  return loss;
+}
+
+void ZeroTrainer::run_forward(const Batch& batch) {
+  for (FlatUnit& unit : units_) {
+    CallViews views = prepare_call(unit, false);
+    Context context(*this, unit, batch, views);
+    auto begin = trace_begin();
+    unit.unit->forward(context);
+    trace_end(begin, "forward " + unit.layout.unit_name());
+    finish_call(unit, views);
+  }
+}
+
+void ZeroTrainer::run_backward(const Batch& batch, bool reduce_now) {
+  std::vector<int> bucket;  // units whose gradients wait to be reduced together
+  std::size_t bucket_elements = 0;
+  for (int u = static_cast<int>(units_.size()) - 1; u >= 0; --u) {
+    FlatUnit& unit = units_[u];
+    CallViews views = prepare_call(unit, true);
+    Context context(*this, unit, batch, views);
+    auto begin = trace_begin();
+    unit.unit->backward(context);
+    trace_end(begin, "backward " + unit.layout.unit_name());
+    finish_call(unit, views);
+    inject_gradient_fault(unit);
+    // This unit's output and the gradient it received are no longer needed.
+    release_on(context_.compute, std::move(activations_[u].output));
+    if (u + 1 < static_cast<int>(units_.size())) {
+      release_on(context_.compute, std::move(activations_[u + 1].grad_input));
+    }
+    if (!reduce_now) continue;
+    bucket.push_back(u);
+    bucket_elements += unit.layout.flat_length();
+    // Stages 2-3 reduce every unit at once (only its shard may outlive its backward); stages
+    // 0-1 wait until the bucket holds reduce_bucket_size elements or backward is done.
+    if (options_.stage >= 2 || bucket_elements >= options_.reduce_bucket_size || u == 0) {
+      for (int member : bucket) reduce_gradients(units_[member]);
+      bucket.clear();
+      bucket_elements = 0;
+      if (!options_.overlap_comm) compute_waits_for(context_.comm);
+    }
+  }
+  release_on(context_.compute, std::move(activations_[0].grad_input));
+}
+
+void ZeroTrainer::reduce_gradients(FlatUnit& unit) {
+  // Note: checked before the reduction mixes the ranks' gradients, so that a NaN is traced to
+  // the rank where it arose; in compute-stream order, so the comm stream waits for the check.
+  const void* local = options_.stage >= 2 ? unit.bucket.data() : unit.grads.data();
+  add_gradient_statistics(context_.compute, local, options_.compute_dtype,
+                          unit.layout.flat_length(), gradient_check(unit.index));
+  // The comm stream reduces this unit's gradients while compute goes on to the previous unit.
+  Event& written = *backward_done_[unit.index];
+  context_.compute.record(written);
+  Stream& comm = context_.comm;
+  comm.wait(written);
+  const DType held = options_.compute_dtype;
+  const DType wire = options_.communication_dtype;
+  const std::size_t full = unit.layout.flat_length();
+  const std::size_t shard = unit.layout.shard_length();
+  const std::size_t first = context_.rank * shard;
+  void* source = options_.stage >= 2 ? unit.bucket.data() : unit.grads.data();
+  // Reduce in the communication dtype: in place when it is the dtype gradients are held in,
+  // else through a converted copy (charged to buckets).
+  Buffer converted;
+  void* reduced = source;
+  if (wire != held) {
+    converted = context_.allocator().allocate(full * dtype_size(wire), Category::kBuckets);
+    convert(comm, source, held, converted.data(), wire, full);
+    reduced = converted.data();
+  }
+  void* reduced_shard = byte_offset(reduced, first * dtype_size(wire));
+  Communicator& communicator = context_.communicator;
+  communicator.label_next(("reduce " + unit.layout.unit_name()).c_str());
+  if (options_.stage == 0) {
+    communicator.all_reduce(comm, reduced, reduced, full, wire, Reduction::kMean);
+    if (wire != held) convert(comm, reduced, wire, source, held, full);
+  } else {
+    communicator.reduce_scatter(comm, reduced, reduced_shard, shard, wire, Reduction::kMean);
+    if (options_.stage == 1) {
+      if (wire != held) {
+        convert(comm, reduced_shard, wire, byte_offset(source, first * element_size()), held, shard);
+      }
+    } else {
+      accumulate_into(comm, unit.grads.data(), held, reduced_shard, wire, shard);
+    }
+  }
+  release_on(comm, std::move(converted));
+  if (options_.stage >= 2) {
+    release_on(comm, std::move(unit.bucket));
+    comm.record(*bucket_released_[unit.index]);
+    buckets_in_flight_.push_back(unit.index);
+  }
+  // The step's gradient shard is final after the last micro-batch's reduction.
+  if (offloaded() && micro_batches_ == options_.gradient_accumulation_steps) {
+    copy_gradients_to_host(unit);
+  }
+}
+
+std::vector<std::string> ZeroTrainer::parameter_names() const {
+  std::vector<std::string> names;
+  for (const FlatUnit& unit : units_) {
+    for (std::size_t p = 0; p < unit.specs.size(); ++p) names.push_back(unit.param_name(p));
+  }
+  return names;
+}
+
+std::vector<float> ZeroTrainer::full_parameter(const std::string& name) {
+  for (FlatUnit& unit : units_) {
+    for (std::size_t p = 0; p < unit.specs.size(); ++p) {
+      if (unit.param_name(p) != name) continue;
+      const ParamSlot& slot = unit.layout.params()[p];
+      context_.synchronize();
+      Buffer gathered;
+      const void* params = unit.params.data();
+      if (options_.stage == 3) {
+        gathered = context_.allocator().allocate(unit.layout.flat_length() * element_size(),
+                                                 Category::kWorkspace);
+        context_.communicator.all_gather(context_.comm, unit.params.data(), gathered.data(),
+                                         unit.layout.shard_length(), options_.compute_dtype);
+        context_.comm.synchronize();
+        params = gathered.data();
+      }
+      std::vector<unsigned char> held(slot.numel * element_size());
+      read_to_host(context_.device, context_.comm, held.data(),
+                   static_cast<const char*>(params) + slot.offset * element_size(), held.size());
+      std::vector<float> value(slot.numel);
+      cpu::convert(held.data(), options_.compute_dtype, value.data(), DType::kFloat32, slot.numel);
+      return value;
+    }
+  }
+  throw Error(ErrorKind::kUsage, "no parameter named '" + name + "'");
+}
+
+ModelStateShape ZeroTrainer::model_state_shape() const {
+  ModelStateShape shape;
+  shape.compute_dtype = options_.compute_dtype;
+  shape.optimizer_states = optimizer_->state_count();
+  shape.alignment = options_.shard_alignment;
+  for (const FlatUnit& unit : units_) {
+    UnitShapes shapes{unit.layout.unit_name(), {}, unit.borrowed};
+    for (const ParamSlot& slot : unit.layout.params()) shapes.params.push_back({slot.name, slot.shape});
+    shape.units.push_back(std::move(shapes));
+  }
+  return shape;
+}
+
+MemoryPrediction ZeroTrainer::predicted_memory() const {
+  return predict_model_state(model_state_shape(), options_.stage, context_.world_size,
+                             offloaded());
+}
+
+Engine::Engine(RankContext& context, EngineOptions options)
+    : context_(context), options_(std::move(options)) {}
+
+std::unique_ptr<Trainer> Engine::shard(Module& module, std::unique_ptr<Optimizer> optimizer) {
+  if (!optimizer) throw Error(ErrorKind::kUsage, "Engine::shard needs an optimizer");
+  return std::make_unique<ZeroTrainer>(context_, options_, module, std::move(optimizer));
+}
+
+}  // namespace zest

@@ -1,0 +1,71 @@
+// Checkpoint access to the ZeRO engine's state: every rank exposes the shard of each state
+// tensor it owns in the sharded layout, whatever the stage, so a checkpoint's files have the
+// same shape at every stage and can be resharded by flat-coordinate arithmetic alone. With the
+// optimizer offloaded the views of master and states are into host memory; the files are the same.
+#include "base/error.h"
+#include "engine/zero_trainer.h"
+
+namespace zest {
+
+std::vector<StateShard> ZeroTrainer::state_shards(std::size_t index) {
+  FlatUnit& unit = units_.at(index);
+  context_.synchronize();
+  if (host_stream_) host_stream_->synchronize();
+  const ElementRange shard = unit.layout.shard_range(context_.rank);
+  const int stage = options_.stage;
+  // Buffers that hold the full flat unit are viewed from the shard's start; shard buffers from 0.
+  auto shard_of = [&](Buffer& buffer, bool full, DType dtype) {
+    return static_cast<char*>(buffer.data()) + (full ? shard.begin * dtype_size(dtype) : 0);
+  };
+  std::vector<StateShard> shards;
+  shards.push_back({"params", options_.compute_dtype,
+                    shard_of(unit.params, stage < 3, options_.compute_dtype), shard.begin, shard.end});
+  // Note: an offloaded fp32 run keeps a host master too, but it equals the parameters between
+  // steps, so its checkpoint holds what a run without offload holds (and either loads it).
+  if (options_.compute_dtype != DType::kFloat32) {
+    shards.push_back({"master", DType::kFloat32, shard_of(unit.master, stage == 0, DType::kFloat32),
+                      shard.begin, shard.end});
+  }
+  for (std::size_t s = 0; s < unit.optimizer_state.size(); ++s) {
+    shards.push_back({"optimizer." + std::to_string(s), DType::kFloat32,
+                      shard_of(unit.optimizer_state[s], stage == 0, DType::kFloat32), shard.begin,
+                      shard.end});
+  }
+  return shards;
+}
+
+void ZeroTrainer::state_loaded() {
+  const int stage = options_.stage;
+  Stream& comm = context_.comm;
+  for (FlatUnit& unit : units_) {
+    const std::size_t shard = unit.layout.shard_length();
+    auto gather_in_place = [&](Buffer& buffer, DType dtype) {
+      char* base = buffer.as<char>();
+      context_.communicator.all_gather(comm, base + context_.rank * shard * dtype_size(dtype), base,
+                                       shard, dtype);
+    };
+    if (stage < 3) gather_in_place(unit.params, options_.compute_dtype);
+    if (stage == 0) {
+      if (!unit.master.empty()) gather_in_place(unit.master, DType::kFloat32);
+      for (Buffer& state : unit.optimizer_state) gather_in_place(state, DType::kFloat32);
+    }
+  }
+  if (ring_) ring_->clear();
+  if (offloaded()) offload_state_loaded();
+  context_.synchronize();
+}
+
+TrainerCounters ZeroTrainer::counters() const {
+  return {steps_taken_, optimizer_steps_, scaler_.state()};
+}
+
+void ZeroTrainer::set_counters(const TrainerCounters& counters) {
+  if (micro_batches_ != 0) {
+    throw Error(ErrorKind::kUsage, "set_counters between micro-batches; restore between steps");
+  }
+  steps_taken_ = counters.steps_taken;
+  optimizer_steps_ = counters.optimizer_steps;
+  scaler_.restore(counters.loss_scaler);
+}
+
+}  // namespace zest

@@ -1,0 +1,172 @@
+// The optimizer step of the ZeRO engine: agree on the loss, the gradient norm and (fp16) whether
+// any rank overflowed; clip; update each rank's shard; gather the parameters back.
+#include <cmath>
+#include <cstring>
+
+#include "base/error.h"
+#include "kernels/convert.h"
+#include "engine/zero_trainer.h"
+#include "runtime/host_collectives.h"
+#include "runtime/host_copies.h"
+
+namespace zest {
+
+namespace {
+const char* byte_offset(const void* base, std::size_t bytes) {
+  return static_cast<const char*>(base) + bytes;
+}
+}  // namespace
+
+void ZeroTrainer::inspect_local_gradients() {
+  // The reduced gradients were last written on the comm stream; the per-unit checks ran on
+  // compute before each reduction, which comm waited for. So, on comm: the norm's slot is
+  // zeroed and summed over this rank's update ranges, then every slot is read back at once.
+  Stream& comm = context_.comm;
+  const std::size_t norm_slot = units_.size();
+  context_.device.fill_zero(comm, gradient_check(norm_slot), sizeof(GradientStatistics));
+  for (FlatUnit& unit : units_) {
+    const std::size_t base = options_.stage >= 2 ? unit.layout.shard_range(context_.rank).begin : 0;
+    for (const FlatUnit::UpdateRange& range : unit.update_ranges) {
+      const void* grads = byte_offset(unit.grads.data(), (range.flat_offset - base) * element_size());
+      add_gradient_statistics(comm, grads, options_.compute_dtype, range.count,
+                              gradient_check(norm_slot));
+    }
+  }
+  read_to_host(context_.device, comm, local_checks_.data(), gradient_checks_.data(),
+               gradient_checks_.bytes());
+}
+
+StepStats ZeroTrainer::step(float lr) {
+  if (micro_batches_ != options_.gradient_accumulation_steps) {
+    throw Error(ErrorKind::kUsage, "step() after " + std::to_string(micro_batches_) +
+                                       " micro-batches; gradient_accumulation_steps is " +
+                                       std::to_string(options_.gradient_accumulation_steps));
+  }
+  context_.comm.synchronize();
+  // One all-reduce carries the loss, the squared gradient norm and the overflow flag. At stage 0
+  // every rank holds the same full gradients, so each contributes a world-th of the norm.
+  const int world = context_.world_size;
+  inspect_local_gradients();
+  bool non_finite = false;
+  for (const GradientStatistics& check : local_checks_) non_finite = non_finite || check.non_finite;
+  const double square_sum = local_checks_.back().sum_of_squares;
+  float totals[3] = {
+      static_cast<float>(loss_sum_ / options_.gradient_accumulation_steps / world),
+      static_cast<float>(options_.stage == 0 ? square_sum / world : square_sum),
+      non_finite ? 1.0f : 0.0f};
+  context_.communicator.label_next("step loss, norm, overflow");
+  all_reduce_host(context_, totals, totals, 3, DType::kFloat32, Reduction::kSum);
+
+  StepStats stats;
+  stats.loss_scale = scaler_.scale();
+  stats.loss = totals[0];  // units report the unscaled loss
+  stats.lr = lr >= 0.0f ? lr : optimizer_->options().lr;
+  micro_batches_ = 0;
+  loss_sum_ = 0.0;
+  stats.step = ++steps_taken_;
+  const bool overflow = totals[2] > 0.0f || !std::isfinite(totals[1]);
+  if (overflow && !options_.loss_scale.enabled) raise_divergence(stats.step);
+  // The per-unit checks start again from zero for the next step's reductions (compute order).
+  context_.device.fill_zero(context_.compute, gradient_checks_.data(), gradient_checks_.bytes());
+  if (options_.loss_scale.enabled && overflow) {
+    // Every rank saw the same flag, so every rank skips: nothing is updated or gathered.
+    stats.skipped = true;
+    stats.grad_norm = std::nanf("");
+    zero_gradients();
+    scaler_.update(true);
+    return stats;
+  }
+  scaler_.update(false);
+  stats.grad_norm = std::sqrt(totals[1]) / stats.loss_scale;
+  float grad_scale = 1.0f / stats.loss_scale;
+  if (options_.gradient_clipping > 0.0f && stats.grad_norm > options_.gradient_clipping) {
+    // torch.nn.utils.clip_grad_norm_'s rule: scale by max_norm / (norm + 1e-6).
+    grad_scale *= options_.gradient_clipping / (stats.grad_norm + 1e-6f);
+  }
+  apply_optimizer(stats.lr, grad_scale);
+  gather_updated_parameters();
+  return stats;
+}
+
+void ZeroTrainer::apply_optimizer(float lr, float grad_scale) {
+  UpdateArgs args;
+  args.lr = lr;
+  args.step = ++optimizer_steps_;
+  args.grad_scale = grad_scale;
+  auto begin = trace_begin();
+  for (FlatUnit& unit : units_) update_unit(unit, args);
+  trace_end(begin, "optimizer");
+  zero_gradients();
+}
+
+void ZeroTrainer::update_unit(FlatUnit& unit, const UpdateArgs& shared_args) {
+  if (offloaded()) return update_unit_on_host(unit, shared_args);
+  Stream& compute = context_.compute;
+  const DType held = options_.compute_dtype;
+  const bool two_byte = held != DType::kFloat32;
+  // Offsets are in the unit's flat coordinates; buffers that hold only the shard start at the
+  // shard's first element.
+  const std::size_t shard_begin = unit.layout.shard_range(context_.rank).begin;
+  const std::size_t params_base = options_.stage == 3 ? shard_begin : 0;
+  const std::size_t grads_base = options_.stage >= 2 ? shard_begin : 0;
+  const std::size_t state_base = options_.stage >= 1 ? shard_begin : 0;
+  Buffer widened;  // 2-byte gradients widened to fp32 for the optimizer
+  if (two_byte) {
+    const std::size_t length = options_.stage == 0 ? unit.layout.flat_length() : unit.layout.shard_length();
+    widened = context_.allocator().allocate(length * sizeof(float), Category::kWorkspace);
+  }
+  for (const FlatUnit::UpdateRange& range : unit.update_ranges) {
+    UpdateArgs args = shared_args;
+    args.decay = range.decay;
+    std::vector<float*> state;
+    for (Buffer& buffer : unit.optimizer_state) {
+      state.push_back(buffer.as<float>() + (range.flat_offset - state_base));
+    }
+    const void* grads = byte_offset(unit.grads.data(), (range.flat_offset - grads_base) * dtype_size(held));
+    void* params = const_cast<char*>(byte_offset(unit.params.data(), (range.flat_offset - params_base) * dtype_size(held)));
+    if (!two_byte) {
+      optimizer_->update(compute, static_cast<float*>(params), static_cast<const float*>(grads),
+                         state, range.count, args);
+      continue;
+    }
+    // 2-byte compute: update the fp32 master and round it to the compute dtype (in the same
+    // pass where the optimizer can).
+    float* master = unit.master.as<float>() + (range.flat_offset - state_base);
+    float* wide_grads = widened.as<float>() + (range.flat_offset - state_base);
+    convert(compute, grads, held, wide_grads, DType::kFloat32, range.count);
+    optimizer_->update_and_round(compute, master, wide_grads, state, range.count, args, params,
+                                 held);
+  }
+  release_on(compute, std::move(widened));
+}
+
+void ZeroTrainer::zero_gradients() {
+  for (FlatUnit& unit : units_) {
+    context_.device.fill_zero(context_.compute, unit.grads.data(), unit.grads.bytes());
+  }
+}
+
+void ZeroTrainer::gather_updated_parameters() {
+  // Both gathering streams must see the updated shards: comm gathers them back now (stages
+  // 1-2), prefetch gathers them for the next forward (stage 3).
+  context_.compute.record(*optimizer_done_);
+  context_.comm.wait(*optimizer_done_);
+  context_.prefetch.wait(*optimizer_done_);
+  // Offloaded, each unit went back to the device (and was gathered) as the host updated it.
+  if (!offloaded() && (options_.stage == 1 || options_.stage == 2)) {
+    for (FlatUnit& unit : units_) {
+      const std::size_t shard = unit.layout.shard_length();
+      char* params = unit.params.as<char>();
+      context_.communicator.label_next(("gather updated " + unit.layout.unit_name()).c_str());
+      context_.communicator.all_gather(context_.comm, params + context_.rank * shard * element_size(),
+                                       params, shard, options_.compute_dtype);
+      // The next forward waits for this unit's gather only, when it reaches the unit, so the
+      // gathers of later units overlap the forward of earlier ones.
+      context_.comm.record(*unit_gathered_[unit.index]);
+      awaiting_gather_[unit.index] = true;
+    }
+  }
+  if (ring_) ring_->clear();
+}
+
+}  // namespace zest

@@ -1,0 +1,276 @@
+#include "planner/peak_plan.h"
+
+#include <algorithm>
+#include <deque>
+#include <utility>
+
+#include "base/error.h"
+#include "kernels/gradient_statistics.h"
+#include "memory/shard_layout.h"
+#include "engine/flat_unit.h"
+#include "engine/gather_ring.h"
+#include "planner/peak_ledger.h"
+
+namespace zest {
+namespace {
+
+using Handle = PeakLedger::Handle;
+using Stream = PeakLedger::Stream;
+constexpr Handle kNone = PeakLedger::kNone;
+
+struct PlannedUnit {
+  std::size_t full = 0;   // flat length, padded
+  std::size_t shard = 0;
+  std::vector<int> borrowed;
+  UnitMemory memory;
+};
+
+// Replays ZeroTrainer's allocations and frees, call by call, in the order the host makes them.
+class Replay {
+ public:
+  explicit Replay(const PeakPlanInput& input);
+  void construct();
+  void micro_batch(bool last);
+  void step();
+  PeakPrediction result() const;
+
+ private:
+  bool two_byte() const { return options_.compute_dtype != DType::kFloat32; }
+  std::size_t element() const { return dtype_size(options_.compute_dtype); }
+  // ZeroTrainer::prepare_call: fp32 copies of 2-byte parameters, gradient buckets, fp32
+  // gradient accumulators, for the unit and the units it borrows.
+  void prepare(int u, bool backward, std::vector<Handle>& scratch);
+  void gradient_target(int u);
+  void forward();
+  void backward(bool reduce_now);
+  void reduce(int u);
+
+  bool on_cuda() const { return input_.device == DeviceKind::kCuda; }
+  // CudaStream::workspace: the compute stream's scratch grows to the largest ask (the old one
+  // freed first), never shrinks. Nothing on the CPU device.
+  void grow_stream_scratch(std::size_t bytes);
+
+  const PeakPlanInput& input_;
+  const EngineOptions& options_;
+  PeakLedger ledger_;
+  Handle stream_scratch_ = PeakLedger::kNone;
+  std::size_t stream_scratch_bytes_ = 0;
+  std::vector<PlannedUnit> units_;
+  std::vector<Handle> outputs_, grad_inputs_, saved_, buckets_;
+  std::vector<std::size_t> bucket_released_;
+  std::deque<int> buckets_in_flight_;
+};
+
+Replay::Replay(const PeakPlanInput& input)
+    : input_(input), options_(input.engine), ledger_(input.device == DeviceKind::kCuda) {
+  for (std::size_t u = 0; u < input.model.units.size(); ++u) {
+    const UnitShapes& shapes = input.model.units[u];
+    const ShardLayout layout =
+        ShardLayout::build(shapes.name, shapes.params, input.world_size, input.model.alignment);
+    PlannedUnit unit{layout.flat_length(), layout.shard_length(), shapes.borrowed, {}};
+    if (u < input.units.size()) unit.memory = input.units[u];
+    units_.push_back(std::move(unit));
+  }
+  const std::size_t n = units_.size();
+  outputs_.assign(n, kNone);
+  grad_inputs_.assign(n, kNone);
+  saved_.assign(n, kNone);
+  buckets_.assign(n, kNone);
+  bucket_released_.assign(n, 0);
+}
+
+void Replay::construct() {
+  const MemoryPrediction state = predict_model_state(
+      input_.model, options_.stage, input_.world_size, options_.offload_optimizer.enabled());
+  ledger_.allocate(state.params, Category::kParams);
+  ledger_.allocate(state.grads, Category::kGrads);
+  ledger_.allocate(state.optimizer, Category::kOptimizer);
+  if (input_.model_state_only) return;
+  if (options_.stage == 3) {
+    GatherRingSizing sizing;
+    sizing.minimum_slots = options_.gather_slots;
+    sizing.prefetch_elements = options_.stage3_prefetch_bucket_size;
+    sizing.max_live_elements = options_.stage3_max_live_parameters;
+    sizing.unit_count = units_.size();
+    for (const PlannedUnit& unit : units_) {
+      sizing.largest_unit = std::max(sizing.largest_unit, unit.full);
+      sizing.most_borrowed = std::max(sizing.most_borrowed, unit.borrowed.size());
+    }
+    const std::size_t slots = gather_ring_slots(sizing);
+    for (std::size_t s = 0; s < slots; ++s) {
+      ledger_.allocate(sizing.largest_unit * element(), Category::kGather);
+    }
+  }
+  ledger_.allocate(sizeof(float), Category::kWorkspace);  // the loss
+  // The gradient checks: a slot per unit and one for the step's norm.
+  ledger_.allocate((units_.size() + 1) * sizeof(GradientStatistics), Category::kWorkspace);
+}
+
+void Replay::gradient_target(int u) {
+  if (options_.stage < 2 || buckets_[u] != kNone) return;
+  while (buckets_in_flight_.size() >= kLiveGradientBuckets) {
+    ledger_.synchronize(Stream::kComm, bucket_released_[buckets_in_flight_.front()]);
+    buckets_in_flight_.pop_front();
+  }
+  buckets_[u] = ledger_.allocate(units_[u].full * element(), Category::kBuckets);
+}
+
+void Replay::prepare(int u, bool backward, std::vector<Handle>& scratch) {
+  std::vector<int> members{u};
+  members.insert(members.end(), units_[u].borrowed.begin(), units_[u].borrowed.end());
+  for (int member : members) {
+    const std::size_t fp32_bytes = units_[member].full * sizeof(float);
+    if (two_byte()) scratch.push_back(ledger_.allocate(fp32_bytes, Category::kWorkspace));
+    if (!backward) continue;
+    gradient_target(member);
+    if (two_byte()) scratch.push_back(ledger_.allocate(fp32_bytes, Category::kWorkspace));
+  }
+}
+
+void Replay::forward() {
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    std::vector<Handle> scratch;
+    prepare(static_cast<int>(u), false, scratch);
+    const UnitMemory& memory = units_[u].memory;
+    saved_[u] = ledger_.allocate(memory.saved, Category::kActivations);
+    scratch.push_back(ledger_.allocate(memory.forward_workspace, Category::kWorkspace));
+    outputs_[u] = ledger_.allocate(memory.output, Category::kActivations);
+    grow_stream_scratch(memory.forward_stream_scratch);
+    for (Handle handle : scratch) ledger_.release_on(Stream::kCompute, handle);
+  }
+}
+
+void Replay::backward(bool reduce_now) {
+  std::vector<int> bucket;
+  std::size_t bucket_elements = 0;
+  const int last = static_cast<int>(units_.size()) - 1;
+  for (int u = last; u >= 0; --u) {
+    std::vector<Handle> scratch;
+    prepare(u, true, scratch);
+    const UnitMemory& memory = units_[u].memory;
+    grad_inputs_[u] = ledger_.allocate(memory.grad_input, Category::kActivations);
+    const std::size_t workspace =
+        memory.backward_workspace - (on_cuda() ? memory.backward_workspace_cpu_only : 0);
+    scratch.push_back(ledger_.allocate(workspace, Category::kWorkspace));
+    grow_stream_scratch(memory.backward_stream_scratch);
+    scratch.push_back(std::exchange(saved_[u], kNone));
+    for (Handle handle : scratch) ledger_.release_on(Stream::kCompute, handle);
+    ledger_.release_on(Stream::kCompute, std::exchange(outputs_[u], kNone));
+    if (u < last) ledger_.release_on(Stream::kCompute, std::exchange(grad_inputs_[u + 1], kNone));
+    if (!reduce_now) continue;
+    bucket.push_back(u);
+    bucket_elements += units_[u].full;
+    if (options_.stage >= 2 || bucket_elements >= options_.reduce_bucket_size || u == 0) {
+      for (int member : bucket) reduce(member);
+      bucket.clear();
+      bucket_elements = 0;
+      if (!options_.overlap_comm) {
+        ledger_.wait(Stream::kCompute, Stream::kComm, ledger_.record(Stream::kComm));
+      }
+    }
+  }
+  ledger_.release_on(Stream::kCompute, std::exchange(grad_inputs_[0], kNone));
+}
+
+void Replay::reduce(int u) {
+  ledger_.wait(Stream::kComm, Stream::kCompute, ledger_.record(Stream::kCompute));
+  if (options_.communication_dtype != options_.compute_dtype) {
+    const std::size_t bytes = units_[u].full * dtype_size(options_.communication_dtype);
+    ledger_.release_on(Stream::kComm, ledger_.allocate(bytes, Category::kBuckets));
+  }
+  if (options_.stage >= 2) {
+    ledger_.release_on(Stream::kComm, std::exchange(buckets_[u], kNone));
+    bucket_released_[u] = ledger_.record(Stream::kComm);
+    buckets_in_flight_.push_back(u);
+  }
+}
+
+void Replay::grow_stream_scratch(std::size_t bytes) {
+  if (!on_cuda() || bytes <= stream_scratch_bytes_) return;
+  ledger_.release_on(Stream::kCompute, std::exchange(stream_scratch_, kNone));
+  stream_scratch_ = ledger_.allocate(bytes, Category::kWorkspace);
+  stream_scratch_bytes_ = bytes;
+}
+
+void Replay::micro_batch(bool last) {
+  // engine/device_batch.h: a CUDA device copies the batch in first and frees it after backward.
+  const Handle batch =
+      on_cuda() ? ledger_.allocate(input_.batch_bytes, Category::kActivations) : kNone;
+  forward();
+  backward(options_.stage >= 2 || last);
+  ledger_.release_on(Stream::kCompute, batch);
+  ledger_.synchronize(Stream::kCompute);  // forward_backward reads the loss
+}
+
+void Replay::step() {
+  ledger_.synchronize(Stream::kComm);
+  if (!options_.offload_optimizer.enabled() && two_byte()) {
+    // ZeroTrainer::update_unit: each unit's 2-byte gradients widened to fp32 for the optimizer.
+    for (const PlannedUnit& unit : units_) {
+      const std::size_t length = options_.stage == 0 ? unit.full : unit.shard;
+      ledger_.release_on(Stream::kCompute,
+                         ledger_.allocate(length * sizeof(float), Category::kWorkspace));
+    }
+  }
+  // gather_updated_parameters: comm waits for the optimizer (optimizer_done_).
+  ledger_.wait(Stream::kComm, Stream::kCompute, ledger_.record(Stream::kCompute));
+  if (input_.synchronize_between_steps) ledger_.synchronize(Stream::kComm);
+}
+
+PeakPrediction Replay::result() const {
+  PeakPrediction prediction;
+  for (Category category : all_categories()) {
+    prediction.peak[static_cast<std::size_t>(category)] = ledger_.peak_of(category);
+  }
+  prediction.device_total = ledger_.total_peak();
+  prediction.model_state = predict_model_state(input_.model, options_.stage, input_.world_size,
+                                               options_.offload_optimizer.enabled());
+  prediction.peak[static_cast<std::size_t>(Category::kOffload)] =
+      prediction.model_state.offload;
+  return prediction;
+}
+
+}  // namespace
+
+PeakPrediction predict_peak(const PeakPlanInput& input) {
+  const EngineOptions& options = input.engine;
+  if (options.stage < 0 || options.stage > 3) {
+    throw Error(ErrorKind::kConfig, "zero_optimization.stage: must be 0, 1, 2 or 3, got " +
+                                        std::to_string(options.stage));
+  }
+  if (options.offload_optimizer.enabled() && options.stage == 0) {
+    throw Error(ErrorKind::kConfig,
+                "zero_optimization.offload_optimizer.device: \"cpu\" needs "
+                "zero_optimization.stage 1, 2 or 3 (got 0)");
+  }
+  if (input.world_size < 1) {
+    throw Error(ErrorKind::kConfig, "world.ranks: must be >= 1, got " +
+                                        std::to_string(input.world_size));
+  }
+  Replay replay(input);
+  replay.construct();
+  if (input.model_state_only) return replay.result();
+  // Two steps: the second starts while the first's optimizer scratch may still be queued.
+  for (int step = 0; step < 2; ++step) {
+    const int micro_batches = std::max(options.gradient_accumulation_steps, 1);
+    for (int micro = 0; micro < micro_batches; ++micro) {
+      replay.micro_batch(micro + 1 == micro_batches);
+    }
+    replay.step();
+  }
+  return replay.result();
+}
+
+PeakPlanInput plan_input(Module& module, const std::vector<std::int64_t>& input_shape,
+                         const EngineOptions& engine, std::size_t optimizer_states,
+                         int world_size) {
+  PeakPlanInput input;
+  input.model = describe_model_state(module, engine.compute_dtype, optimizer_states,
+                                     engine.shard_alignment);
+  input.units = module.unit_memory(input_shape);
+  input.engine = engine;
+  input.world_size = world_size;
+  return input;
+}
+
+}  // namespace zest

@@ -1,0 +1,41 @@
+// The memory planner: the peak bytes one rank reaches in every category while training, from the
+// model's unit shapes and per-micro-batch allocations (Module::unit_memory), the stage, world
+// size, dtypes, offload and the options that size ZeRO-3's gather ring and the reduction
+// buckets. It replays the engine's allocation order (engine/zero_trainer*.cc) for two steps
+// against a PeakLedger, so the prediction is what the allocator measures when the host runs
+// ahead of the streams (the usual case; a host that falls behind only lowers the peaks).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <vector>
+
+#include "memory/category.h"
+#include "engine/engine.h"
+#include "engine/job_shape.h"
+#include "engine/model_state.h"
+#include "engine/unit_memory.h"
+#include "runtime/stream.h"
+
+namespace zest {
+
+struct PeakPrediction {
+  std::array<std::size_t, kCategoryCount> peak{};  // per rank; `offload` is host memory
+  std::size_t device_total = 0;  // the peak of the device's sum, not the sum of peaks
+  MemoryPrediction model_state;  // DESIGN.md's table: params, grads, optimizer, offload
+
+  std::size_t of(Category category) const { return peak[static_cast<std::size_t>(category)]; }
+  std::size_t host_total() const { return of(Category::kOffload); }
+};
+
+// Throws a kConfig Error for options the engine refuses (offload at stage 0, a
+// stage3_max_live_parameters below one unit set).
+PeakPrediction predict_peak(const PeakPlanInput& input);
+
+// The same input for `module` at a micro-batch whose inputs have `input_shape` (shape only:
+// nothing is allocated).
+PeakPlanInput plan_input(Module& module, const std::vector<std::int64_t>& input_shape,
+                         const EngineOptions& engine, std::size_t optimizer_states,
+                         int world_size);
+
+}  // namespace zest
