@@ -20,13 +20,25 @@ namespace {
 
 std::atomic<int> caught_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
+// Written only by install(), which runs while the process has a single thread.
+bool signals_installed = false;
 
-struct sigaction previous_interrupt;
-struct sigaction previous_terminate;
+void set_stop_action(void (*handler)(int)) {
+  struct sigaction action {};
+  action.sa_handler = handler;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
 
 extern "C" void on_stop_signal(int signal) {
   int none = 0;
   caught_signal.compare_exchange_strong(none, signal);
+  // Note: both signals, not only the one caught (SA_RESETHAND's way): a user who sent SIGINT and
+  // then SIGTERM (a scheduler's) does not want to wait for the save either. sigaction is
+  // async-signal-safe.
+  set_stop_action(SIG_DFL);
 }
 
 // A saved config value that differs from this run's, for a warning: the data of step k depends
@@ -41,29 +53,22 @@ void warn_if_changed(const nlohmann::json& saved, const nlohmann::json& now, con
 
 }  // namespace
 
-StopSignals::StopSignals(bool enabled) : enabled_(enabled) {
-  if (!enabled_) return;
-  caught_signal = 0;
-  struct sigaction action {};
-  action.sa_handler = on_stop_signal;
-  sigemptyset(&action.sa_mask);
-  // Note: SA_RESETHAND makes a second signal do what it always does (end the process), so a
-  // user who does not want to wait for the save still can.
-  action.sa_flags = SA_RESETHAND | SA_RESTART;
-  sigaction(SIGINT, &action, &previous_interrupt);
-  sigaction(SIGTERM, &action, &previous_terminate);
-}
-
-StopSignals::~StopSignals() {
-  if (!enabled_) return;
-  sigaction(SIGINT, &previous_interrupt, nullptr);
-  sigaction(SIGTERM, &previous_terminate, nullptr);
+void StopSignals::install() {
+  if (signals_installed) return;
+  signals_installed = true;
+  set_stop_action(on_stop_signal);
+  // A signal that arrived before the handler was in place and was held by an inherited mask is
+  // delivered now, to the handler.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  sigprocmask(SIG_UNBLOCK, &stop, nullptr);
 }
 
 int StopSignals::caught() { return caught_signal.load(); }
 
-TrainCheckpoints::TrainCheckpoints(const TrainConfig& config, const StopSignals& signals)
-    : config_(config), signals_(signals) {}
+TrainCheckpoints::TrainCheckpoints(const TrainConfig& config) : config_(config) {}
 
 std::int64_t TrainCheckpoints::resume(RankContext& context, Trainer& trainer) {
   const bool leader = context.rank == 0;
@@ -92,14 +97,15 @@ std::int64_t TrainCheckpoints::resume(RankContext& context, Trainer& trainer) {
   return trainer.steps_taken() + 1;
 }
 
+bool TrainCheckpoints::stop_requested(RankContext& context) const {
+  float mine = StopSignals::caught() != 0 ? 1.0f : 0.0f;
+  float any = 0.0f;
+  all_reduce_host(context, &mine, &any, 1, DType::kFloat32, Reduction::kSum);
+  return any > 0.0f;
+}
+
 bool TrainCheckpoints::after_step(RankContext& context, Trainer& trainer, std::int64_t step) {
-  bool stop = false;
-  if (signals_.enabled()) {
-    float mine = StopSignals::caught() != 0 ? 1.0f : 0.0f;
-    float any = 0.0f;
-    all_reduce_host(context, &mine, &any, 1, DType::kFloat32, Reduction::kSum);
-    stop = any > 0.0f;
-  }
+  const bool stop = stop_requested(context);
   const CheckpointConfig& checkpoint = config_.checkpoint;
   if (checkpoint.dir.empty()) return stop;
   const bool periodic = checkpoint.every_steps > 0 && step % checkpoint.every_steps == 0;
@@ -109,6 +115,7 @@ bool TrainCheckpoints::after_step(RankContext& context, Trainer& trainer, std::i
 }
 
 void TrainCheckpoints::save(RankContext& context, Trainer& trainer, std::int64_t step) {
+  if (before_save_) before_save_();
   CheckpointOptions options;
   options.dir = config_.checkpoint.dir;
   options.keep_last = static_cast<int>(config_.checkpoint.keep_last);

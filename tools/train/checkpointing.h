@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <utility>
 
 #include "engine/engine.h"
 #include "runtime/world.h"
@@ -13,41 +15,42 @@
 
 namespace zest {
 
-// For the process: while it lives, SIGINT and SIGTERM only raise a flag (a second one ends the
-// process at once, as usual); when `enabled` is false it changes nothing.
+// For the process: SIGINT and SIGTERM only raise a flag, which the ranks read after each step;
+// the first one caught puts both back to their default action, so a second one ends the process
+// at once, as usual. install() runs before anything else in zest-train (before main where the
+// platform allows: tools/train/main.cc), so a signal sent while the process starts up is caught
+// rather than fatal; it also unblocks the two signals, should the parent have left them blocked.
 class StopSignals {
  public:
-  explicit StopSignals(bool enabled);
-  ~StopSignals();
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
-  bool enabled() const { return enabled_; }
+  // Once per process; later calls do nothing (they must not re-arm a handler a signal spent).
+  static void install();
   // The first signal caught, or 0.
   static int caught();
-
- private:
-  bool enabled_;
 };
 
 // For one rank.
 class TrainCheckpoints {
  public:
-  // `config` is the resolved config (stored in every manifest); both must outlive this.
-  TrainCheckpoints(const TrainConfig& config, const StopSignals& signals);
+  // `config` is the resolved config (stored in every manifest); it must outlive this.
+  explicit TrainCheckpoints(const TrainConfig& config);
 
   // A collective, before the first step: loads the checkpoint checkpoint.resume names, if any,
   // and returns the first step to run (1 for a fresh run). Rank 0 prints what it resumed.
   std::int64_t resume(RankContext& context, Trainer& trainer);
+  // A collective: true when a signal reached some rank's process (every rank gets the same
+  // answer, so every rank stops after the same step).
+  bool stop_requested(RankContext& context) const;
   // A collective, after step `step`: saves when due (every_steps, the last step, a stop) and
-  // returns true when training must stop now (a signal reached some rank).
+  // returns true when training must stop now (stop_requested).
   bool after_step(RankContext& context, Trainer& trainer, std::int64_t step);
+  // Runs on this rank just before each save (zest-train syncs its metrics log there).
+  void before_save(std::function<void()> hook) { before_save_ = std::move(hook); }
 
  private:
   void save(RankContext& context, Trainer& trainer, std::int64_t step);
 
   const TrainConfig& config_;
-  const StopSignals& signals_;
+  std::function<void()> before_save_;
   std::int64_t last_saved_ = -1;
 };
 

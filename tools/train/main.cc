@@ -10,9 +10,10 @@
 // beside the engine's prediction. Ranks are threads of this process, or processes under mpirun /
 // srun with world.backend "mpi" or "auto" (docs/multi_process.md); then only rank 0's process
 // prints and writes files. SIGINT / SIGTERM stop every rank after the step in progress (saving
-// a checkpoint first when a `checkpoint` block names a directory) and exit with status 128 + the
-// signal. Errors print one line, "zest-train: error: <message>", and exit 2 for bad input, 1 for
-// failures at run time.
+// a checkpoint first when a `checkpoint` block names a directory; one that arrives while the job
+// starts up stops it before its first step) and exit with status 128 + the signal; a second one
+// ends the process at once. Errors print one line, "zest-train: error: <message>", and exit 2
+// for bad input, 1 for failures at run time.
 #include <iostream>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "runtime/world_detection.h"
 #include "tools/common/tool_main.h"
 #include "config/train_config.h"
+#include "tools/train/checkpointing.h"
 #include "tools/train/training_run.h"
 
 namespace {
@@ -91,8 +93,19 @@ int run(int argc, char** argv) {
   return zest::run_training(config, options);
 }
 
+// Note: the stop handlers go in before anything else runs. In main they would come only after
+// the dynamic loader and every library's initializers (OpenBLAS starts its threads there):
+// milliseconds in which Ctrl-C or a scheduler's SIGTERM would kill the process outright. An
+// ELF executable's .preinit_array runs before the libraries' initializers, with one thread.
+void install_stop_signals(int, char**, char**) { zest::StopSignals::install(); }
+#if defined(__ELF__)
+[[gnu::used, gnu::section(".preinit_array")]] void (*preinit_stop_signals)(
+    int, char**, char**) = &install_stop_signals;
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  zest::StopSignals::install();  // done already where .preinit_array exists; then a no-op
   return zest::run_tool(kProgram, [&] { return run(argc, argv); });
 }

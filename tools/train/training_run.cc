@@ -56,14 +56,14 @@ double milliseconds(Clock::duration duration) {
 struct RunState {
   const TrainConfig& config;
   const BatchSource& batches;
-  const StopSignals& signals;
   std::optional<AtomicOutputFile>& metrics;  // rank 0 of the leader process only
   const RunOptions& options;
   RunSummary summary;
   std::vector<MemoryUsage> usage;
   std::vector<MemoryPrediction> predicted;
   std::atomic<bool> stopped{false};
-  std::int64_t last_step = 0;
+  std::int64_t first_step = 1;
+  std::int64_t last_step = 0;  // 0 until a step has run
 };
 
 // The held-out loss: the mean over data.val_batches batches of micro-batch × ranks rows each.
@@ -150,10 +150,17 @@ void train_rank(RankContext& context, RunState& run) {
   Engine engine(context, config.engine);
   std::unique_ptr<Trainer> trainer = engine.shard(*model, make_optimizer(config.optimizer));
 
-  TrainCheckpoints checkpoints(config, run.signals);
+  TrainCheckpoints checkpoints(config);
   const std::int64_t first_step = start(context, *trainer, checkpoints, config);
   if (!run.options.export_initial.empty()) {
     export_parameters(context, *trainer, run.options.export_initial);
+    return;
+  }
+  if (leader) run.first_step = first_step;
+  // A signal while the job started up (resuming can take minutes) stops it here: nothing has
+  // been trained, so nothing is saved or written.
+  if (checkpoints.stop_requested(context)) {
+    run.stopped = true;
     return;
   }
   const LrSchedule schedule(config.scheduler, config.optimizer.lr);
@@ -243,13 +250,18 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
     Console::say("zest-train: world: " + world.detected().describe());
   }
   // Every rank stops after the same step when SIGINT or SIGTERM arrives (and saves first when
-  // a checkpoint directory is set); a second signal ends the process at once.
-  const StopSignals signals(true);
-  RunState run{config, *batches, signals, metrics, options, {}, {}, {}};
+  // a checkpoint directory is set); a second signal ends the process at once (StopSignals, set
+  // up before main).
+  RunState run{config, *batches, metrics, options, {}, {}, {}};
   world.run([&](RankContext& context) { train_rank(context, run); });
   // A stop by SIGINT / SIGTERM ends with 128 + the signal, as the signal itself would have.
   const int stop_status = run.stopped ? 128 + StopSignals::caught() : 0;
   if (!leader_process || !options.export_initial.empty()) return stop_status;
+  if (run.stopped && run.last_step == 0) {
+    Console::say(fmt::format("zest-train: stopped by signal {} before step {}",
+                             StopSignals::caught(), run.first_step));
+    return stop_status;
+  }
 
   const std::optional<PeakPrediction> planned = plan_peaks(config);
   print_memory_table(run.usage, run.predicted, planned);
