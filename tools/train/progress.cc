@@ -53,12 +53,15 @@ std::string Progress::line(const StepStats& stats, double step_ms) const {
   return text;
 }
 
-void Progress::after_step(const StepStats& stats, double step_ms, bool stopping) {
+void Progress::count(double step_ms) {
   if (steps_run_++ == 0) {
     first_step_ms_ = step_ms;
   } else {
     later_steps_ms_ += step_ms;
   }
+}
+
+void Progress::show(const StepStats& stats, double step_ms, bool stopping) {
   const std::string text = line(stats, step_ms);
   if (Console::is_terminal()) {
     Console::live(text);

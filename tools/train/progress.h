@@ -18,9 +18,11 @@ class Progress {
   Progress(std::int64_t first_step, std::int64_t last_step, std::int64_t steps_per_print,
            std::int64_t tokens_per_step);
 
-  // Records a finished step that took `step_ms` and shows it. `stopping`: the run stops after it
-  // (a signal), so it is shown whatever steps_per_print says.
-  void after_step(const StepStats& stats, double step_ms, bool stopping);
+  // Records a finished step that took `step_ms` (tokens_per_s() then counts it).
+  void count(double step_ms);
+  // Shows the step count() recorded. `stopping`: the run stops after it (a signal), so it is
+  // shown whatever steps_per_print says.
+  void show(const StepStats& stats, double step_ms, bool stopping);
   // Shows a held-out loss.
   void evaluated(std::int64_t step, float val_loss);
 

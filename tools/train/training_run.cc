@@ -22,12 +22,12 @@
 #include "checkpoint/safetensors.h"
 #include "runtime/host_collectives.h"
 #include "runtime/world.h"
-#include "tools/common/atomic_output_file.h"
 #include "tools/common/batch_source_factory.h"
 #include "tools/common/memory_estimate.h"
 #include "models/registry.h"
 #include "tools/train/checkpointing.h"
 #include "tools/train/console.h"
+#include "tools/train/metrics_log.h"
 #include "tools/train/progress.h"
 #include "tools/train/run_report.h"
 
@@ -56,7 +56,7 @@ double milliseconds(Clock::duration duration) {
 struct RunState {
   const TrainConfig& config;
   const BatchSource& batches;
-  std::optional<AtomicOutputFile>& metrics;  // rank 0 of the leader process only
+  std::optional<MetricsLog>& metrics;  // rank 0 of the leader process only
   const RunOptions& options;
   RunSummary summary;
   std::vector<MemoryUsage> usage;
@@ -123,8 +123,8 @@ std::int64_t start(RankContext& context, Trainer& trainer, TrainCheckpoints& che
   return first_step;
 }
 
-void write_step_record(AtomicOutputFile& metrics, const TrainConfig& config,
-                       const StepStats& stats, double step_ms, double tokens_per_s) {
+ordered_json step_record(const TrainConfig& config, const StepStats& stats, double step_ms,
+                         double tokens_per_s) {
   ordered_json line = {{"step", stats.step},
                        {"loss", shortest_json(stats.loss)},
                        {"lr", shortest_json(stats.lr)},
@@ -135,7 +135,7 @@ void write_step_record(AtomicOutputFile& metrics, const TrainConfig& config,
     line["loss_scale"] = stats.loss_scale;
     line["skipped"] = stats.skipped;
   }
-  metrics.stream() << line.dump() << '\n';
+  return line;
 }
 
 // One rank's whole run.
@@ -163,6 +163,13 @@ void train_rank(RankContext& context, RunState& run) {
     run.stopped = true;
     return;
   }
+  MetricsLog* metrics = leader && run.metrics ? &*run.metrics : nullptr;
+  if (metrics != nullptr) {
+    metrics->open(first_step);
+    // A checkpoint is only as far on as the log: after a power loss the log on disk must still
+    // hold every step the newest checkpoint holds.
+    checkpoints.before_save([metrics] { metrics->sync(); });
+  }
   const LrSchedule schedule(config.scheduler, config.optimizer.lr);
   Progress progress(first_step, config.steps, config.steps_per_print,
                     config.train_batch_size * run.batches.tokens_per_row());
@@ -184,8 +191,12 @@ void train_rank(RankContext& context, RunState& run) {
       if (step == first_step) run.summary.first_loss = stats.loss;
       run.summary.final_loss = stats.loss;
       run.last_step = step;
-      progress.after_step(stats, step_ms, StopSignals::caught() != 0);
-      if (run.metrics) write_step_record(*run.metrics, config, stats, step_ms, progress.tokens_per_s());
+      progress.count(step_ms);
+      // Written before the step is shown: a step the user has seen is on disk.
+      if (metrics != nullptr) {
+        metrics->append(step_record(config, stats, step_ms, progress.tokens_per_s()));
+      }
+      progress.show(stats, step_ms, StopSignals::caught() != 0);
     }
     // Every rank: save when due, and stop together when a signal reached any of them.
     const bool stop = checkpoints.after_step(context, *trainer, step);
@@ -196,9 +207,8 @@ void train_rank(RankContext& context, RunState& run) {
         progress.evaluated(step, val_loss);
         run.summary.evaluated = true;
         run.summary.final_val_loss = val_loss;
-        if (run.metrics) {
-          run.metrics->stream() << ordered_json{{"step", step}, {"val_loss", shortest_json(val_loss)}}.dump()
-                                << '\n';
+        if (metrics != nullptr) {
+          metrics->append(ordered_json{{"step", step}, {"val_loss", shortest_json(val_loss)}});
         }
       }
     }
@@ -239,8 +249,8 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
     // One rank has the machine: its optimizer kernels may use every core (OpenBLAS already does).
     set_kernel_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   }
-  // Fails on a bad path, or bad data, before any training is done.
-  std::optional<AtomicOutputFile> metrics;
+  // Opened by rank 0 once it knows the first step (a fresh run's or a resumed one's).
+  std::optional<MetricsLog> metrics;
   if (leader_process && !options.metrics_path.empty()) metrics.emplace(options.metrics_path);
   const std::unique_ptr<BatchSource> batches = make_batch_source(config);
   if (leader_process) {
@@ -266,10 +276,9 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
   const std::optional<PeakPrediction> planned = plan_peaks(config);
   print_memory_table(run.usage, run.predicted, planned);
   print_summary(run.summary);
-  if (metrics) {
-    metrics->stream() << summary_record(run.summary, run.usage, run.predicted, planned).dump()
-                      << '\n';
-    metrics->commit();
+  if (metrics && metrics->is_open()) {
+    metrics->append(summary_record(run.summary, run.usage, run.predicted, planned));
+    metrics->close();
   }
   if (run.stopped) {
     Console::say(fmt::format("zest-train: stopped by signal {} after step {}", StopSignals::caught(),
