@@ -7,16 +7,18 @@
 #include <CLI/CLI.hpp>
 
 #include "base/error.h"
+#include "base/printable.h"
 
 namespace zest {
 namespace {
 
-// One line, whatever the message holds.
+// One line, whatever the message holds, and nothing in it the terminal would act on (a message
+// may quote a file's bytes).
 int report(const char* program, std::string message, int status) {
   for (char& c : message) {
     if (c == '\n' || c == '\r') c = ' ';
   }
-  std::cerr << program << ": error: " << message << std::endl;
+  std::cerr << program << ": error: " << printable(message) << std::endl;
   return status;
 }
 
