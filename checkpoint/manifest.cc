@@ -3,11 +3,14 @@
 #include <filesystem>
 #include <limits>
 #include <optional>
+#include <string_view>
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include "base/error.h"
 #include "base/json_depth.h"
+#include "base/printable.h"
 #include "checkpoint/files.h"
 
 // Note: the build does not yet pass the project version to the sources; until it does
@@ -21,6 +24,32 @@ namespace zest {
 namespace {
 
 using json = nlohmann::json;
+
+// The checksum's declaration near the top of a manifest and its line at the end (manifest_text).
+constexpr const char* kChecksumKey = "checksum";
+constexpr const char* kChecksumRule =
+    "xxh3-64 of the bytes before the last line, which holds it as manifest_xxh3";
+constexpr std::string_view kChecksumLineHead = "  \"manifest_xxh3\": \"";
+constexpr std::string_view kChecksumLineTail = "\"\n}\n";
+constexpr std::size_t kChecksumLineBytes = kChecksumLineHead.size() + 16 + kChecksumLineTail.size();
+
+struct ChecksumLine {
+  std::uint64_t recorded = 0;  // what the line says
+  std::uint64_t actual = 0;    // what the bytes before it hash to
+};
+
+// The checksum line `text` ends with, exactly as manifest_text writes it; nothing otherwise.
+std::optional<ChecksumLine> checksum_line(std::string_view text) {
+  if (text.size() < kChecksumLineBytes) return std::nullopt;
+  const std::size_t body = text.size() - kChecksumLineBytes;
+  const std::string_view line = text.substr(body);
+  if (!line.starts_with(kChecksumLineHead) || !line.ends_with(kChecksumLineTail)) {
+    return std::nullopt;
+  }
+  const auto recorded = parse_hex_digest(std::string(line.substr(kChecksumLineHead.size(), 16)));
+  if (!recorded) return std::nullopt;
+  return ChecksumLine{*recorded, XXH3_64bits(text.data(), body)};
+}
 
 // Strict access to a manifest: every failure names the file and the JSON path.
 class Fields {
@@ -75,7 +104,7 @@ class Fields {
     for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
       if (name == dtype_name(d)) return d;
     }
-    fail_key(key, "is '" + name + "', not one of fp32, bf16, fp16");
+    fail_key(key, "is '" + printable(name) + "', not one of fp32, bf16, fp16");
   }
 
   [[noreturn]] void fail_key(const std::string& key, const std::string& what) const {
@@ -150,6 +179,7 @@ nlohmann::ordered_json manifest_to_json(const CheckpointManifest& m) {
   nlohmann::ordered_json out;
   out["format"] = "zest-checkpoint";
   out["format_version"] = m.format_version;
+  out[kChecksumKey] = kChecksumRule;
   out["zest_version"] = m.zest_version;
   out["step"] = m.step;
   out["world_size"] = m.world_size;
@@ -201,6 +231,10 @@ CheckpointManifest manifest_from_json(const json& value, const std::string& sour
                             "(version {}); use a newer zest",
                             source, m.format_version, zest_version(), kCheckpointFormatVersion));
   }
+  if (value.contains(kChecksumKey) && top.string(kChecksumKey) != kChecksumRule) {
+    top.fail_key(kChecksumKey, "is not the rule this zest checks ('" + std::string(kChecksumRule) +
+                                   "')");
+  }
   m.zest_version = top.string("zest_version");
   m.step = top.integer("step");
   m.world_size = static_cast<int>(top.integer("world_size", 1, 1 << 24));
@@ -232,7 +266,7 @@ CheckpointManifest manifest_from_json(const json& value, const std::string& sour
     const Fields f(tensors[t], source, fmt::format("tensors[{}]", t));
     m.tensors.push_back({f.string("name"), f.dtype("dtype")});
     if (m.find_tensor(m.tensors.back().name) != static_cast<int>(t)) {
-      f.fail_key("name", "'" + m.tensors.back().name + "' appears twice");
+      f.fail_key("name", "'" + printable(m.tensors.back().name) + "' appears twice");
     }
   }
   if (m.find_tensor("params") != 0) top.fail_key("tensors", "must start with 'params'");
@@ -322,8 +356,8 @@ CheckpointManifest manifest_from_json(const json& value, const std::string& sour
     CheckpointFile file;
     file.name = f.string("name");
     if (file.name != rank_file_name(static_cast<int>(r))) {
-      f.fail_key("name",
-                 "is '" + file.name + "', expected '" + rank_file_name(static_cast<int>(r)) + "'");
+      f.fail_key("name", "is '" + printable(file.name) + "', expected '" +
+                             rank_file_name(static_cast<int>(r)) + "'");
     }
     file.bytes = static_cast<std::uint64_t>(f.integer("bytes"));
     const auto hash = parse_hex_digest(f.string("xxh3"));
@@ -338,26 +372,68 @@ CheckpointManifest manifest_from_json(const json& value, const std::string& sour
   return m;
 }
 
-CheckpointManifest read_manifest(const std::string& dir) {
-  const std::string path = (std::filesystem::path(dir) / "manifest.json").string();
-  const std::string text = read_text_file(path, kMaxManifestBytes, "a manifest");
+std::string manifest_text(const CheckpointManifest& manifest) {
+  std::string text = manifest_to_json(manifest).dump(2);
+  // dump(2) ends an object with "\n}"; the checksum line becomes its last member.
+  if (!text.ends_with("\n}")) throw Error(ErrorKind::kInternal, "a manifest is not a JSON object");
+  text.resize(text.size() - 2);
+  text += ",\n";
+  const std::string digest = hex_digest(XXH3_64bits(text.data(), text.size()));
+  text += kChecksumLineHead;
+  text += digest;
+  text += kChecksumLineTail;
+  return text;
+}
+
+CheckpointManifest parse_manifest(const std::string& text, const std::string& source,
+                                  ManifestChecksum checksum) {
+  const bool require = checksum == ManifestChecksum::kRequire;
+  // Note: the checksum comes first, so that a changed bit anywhere gets this one message, not
+  // whatever the changed JSON happens to break.
+  const std::optional<ChecksumLine> line = checksum_line(text);
+  if (require && line && line->recorded != line->actual) {
+    throw Error(ErrorKind::kCheckpoint,
+                fmt::format("{}: checksum mismatch (xxh3 {} of its bytes, {} on its last line): "
+                            "the manifest is corrupt or was edited",
+                            source, hex_digest(line->actual), hex_digest(line->recorded)));
+  }
   if (json_nesting_depth(text) > kMaxJsonDepth) {
     throw Error(ErrorKind::kCheckpoint, fmt::format("{}: nests deeper than {} levels (a manifest "
                                                     "nests about 5): not a zest manifest",
-                                                    path, kMaxJsonDepth));
+                                                    source, kMaxJsonDepth));
   }
   json value;
   try {
     value = json::parse(text);
   } catch (const json::exception& error) {
-    throw Error(ErrorKind::kCheckpoint, path + ": not valid JSON (" + error.what() + ")");
+    // The parser's message quotes the bytes it stopped at.
+    throw Error(ErrorKind::kCheckpoint,
+                source + ": not valid JSON (" + printable(error.what()) + ")");
   }
-  return manifest_from_json(value, path);
+  CheckpointManifest manifest = manifest_from_json(value, source);
+  if (line) {
+    manifest.manifest_xxh3 = line->recorded;
+  } else if (require && (value.contains(kChecksumKey) || value.contains("manifest_xxh3"))) {
+    // Note: a manifest with neither key was written before checksums and is read unchecked; one
+    // with either has lost its last line to corruption or an edit.
+    throw Error(ErrorKind::kCheckpoint,
+                fmt::format("{}: declares a checksum but does not end with its line "
+                            "(\"manifest_xxh3\": \"<16 hex digits>\", then }}): the manifest is "
+                            "corrupt or was edited",
+                            source));
+  }
+  if (!require) manifest.manifest_xxh3.reset();
+  return manifest;
+}
+
+CheckpointManifest read_manifest(const std::string& dir, ManifestChecksum checksum) {
+  const std::string path = (std::filesystem::path(dir) / "manifest.json").string();
+  return parse_manifest(read_text_file(path, kMaxManifestBytes, "a manifest"), path, checksum);
 }
 
 std::uint64_t write_manifest(const std::string& dir, const CheckpointManifest& manifest,
                              std::optional<std::uint64_t>* budget) {
-  const std::string text = manifest_to_json(manifest).dump(2) + "\n";
+  const std::string text = manifest_text(manifest);
   HashingFileWriter writer((std::filesystem::path(dir) / "manifest.json").string(), budget);
   writer.write(text.data(), text.size());
   return writer.finish().bytes;
@@ -390,23 +466,24 @@ std::vector<std::string> model_differences(const std::vector<CheckpointUnit>& ch
   for (std::size_t u = 0; u < std::min(checkpoint.size(), model.size()); ++u) {
     const CheckpointUnit& saved = checkpoint[u];
     const ShardLayout& here = model[u];
+    // Names from the checkpoint are the file's text: shown printable.
+    const std::string unit = printable(saved.name);
     if (saved.name != here.unit_name()) {
-      add(fmt::format("unit {}: '{}' in the checkpoint, '{}' here", u, saved.name,
-                      here.unit_name()));
+      add(fmt::format("unit {}: '{}' in the checkpoint, '{}' here", u, unit, here.unit_name()));
       continue;
     }
     const auto& params = here.params();
     for (std::size_t p = 0; p < std::max(saved.params.size(), params.size()); ++p) {
       if (p >= params.size()) {
-        add(fmt::format("{}.{}: in the checkpoint, not in this model", saved.name,
-                        saved.params[p].name));
+        add(fmt::format("{}.{}: in the checkpoint, not in this model", unit,
+                        printable(saved.params[p].name)));
       } else if (p >= saved.params.size()) {
-        add(fmt::format("{}.{}: in this model, not in the checkpoint", saved.name, params[p].name));
+        add(fmt::format("{}.{}: in this model, not in the checkpoint", unit, params[p].name));
       } else if (saved.params[p].name != params[p].name) {
-        add(fmt::format("{}: parameter {} is '{}' in the checkpoint, '{}' here", saved.name, p,
-                        saved.params[p].name, params[p].name));
+        add(fmt::format("{}: parameter {} is '{}' in the checkpoint, '{}' here", unit, p,
+                        printable(saved.params[p].name), params[p].name));
       } else if (saved.params[p].shape != params[p].shape) {
-        add(fmt::format("{}.{}: shape {} in the checkpoint, {} here", saved.name, params[p].name,
+        add(fmt::format("{}.{}: shape {} in the checkpoint, {} here", unit, params[p].name,
                         shape_text(saved.params[p].shape), shape_text(params[p].shape)));
       }
     }

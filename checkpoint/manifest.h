@@ -5,6 +5,8 @@
 // tensor's dtype, flat elements [r·shard_length, (r+1)·shard_length) of the unit (padding past
 // numel included, as zeros). So block (u, t) starts at the sum of the sizes of the blocks before
 // it, and flat element e of unit u lives in rank e / shard_length at e % shard_length.
+// manifest.json carries its own checksum on its last line (manifest_text), so a changed bit in
+// the manifest is found as surely as one in a rank file.
 // Invariant: the manifest is written last, after every rank file is complete and fsynced.
 #pragma once
 
@@ -65,6 +67,9 @@ struct CheckpointManifest {
   std::vector<CheckpointUnit> units;
   std::vector<CheckpointTensor> tensors;
   std::vector<CheckpointFile> files;  // one per rank, in rank order
+  // Set by read_manifest: manifest.json's own checksum, when it had one (then it matched); none
+  // for a manifest written before zest checksummed manifests. Ignored when writing.
+  std::optional<std::uint64_t> manifest_xxh3;
 
   // Byte offset of block (unit, tensor) in every rank file, and a rank file's length.
   std::uint64_t block_offset(std::size_t unit, std::size_t tensor) const;
@@ -83,10 +88,28 @@ nlohmann::ordered_json manifest_to_json(const CheckpointManifest& manifest);
 // Strict: a missing key or a wrong type is a kCheckpoint Error naming `source` and the key; a
 // format version newer than this build reads is a kCheckpoint Error that says so.
 CheckpointManifest manifest_from_json(const nlohmann::json& json, const std::string& source);
+
+// The bytes of manifest.json: manifest_to_json indented, its last line
+//   "manifest_xxh3": "<16 hex digits>"
+// the XXH3-64 of every byte before that line, then "}" and a newline. The manifest also declares
+// near its top that it carries the line ("checksum"), so a damaged last line cannot pass for a
+// manifest written before checksums.
+std::string manifest_text(const CheckpointManifest& manifest);
+
+enum class ManifestChecksum {
+  kRequire,  // a manifest that declares a checksum must end with one that matches its bytes
+  kIgnore,   // parse regardless (a diagnosis of a manifest that failed, the fuzzer)
+};
+// Parses the text of a manifest file named `source`. With kRequire a checksum line that does not
+// match is found before anything is parsed (one message for any changed bit); a manifest
+// without the line and without the declaration (an older zest wrote it) is read as before.
+CheckpointManifest parse_manifest(const std::string& text, const std::string& source,
+                                  ManifestChecksum checksum = ManifestChecksum::kRequire);
 // Reads and parses <dir>/manifest.json.
-CheckpointManifest read_manifest(const std::string& dir);
-// Writes <dir>/manifest.json, a new file, and fsyncs it; returns its size in bytes. `budget` as
-// for HashingFileWriter.
+CheckpointManifest read_manifest(const std::string& dir,
+                                 ManifestChecksum checksum = ManifestChecksum::kRequire);
+// Writes manifest_text as <dir>/manifest.json, a new file, and fsyncs it; returns its size in
+// bytes. `budget` as for HashingFileWriter.
 std::uint64_t write_manifest(const std::string& dir, const CheckpointManifest& manifest,
                              std::optional<std::uint64_t>* budget = nullptr);
 

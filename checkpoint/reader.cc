@@ -1,12 +1,14 @@
 #include "checkpoint/reader.h"
 
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "base/printable.h"
 #include "checkpoint/agreement.h"
 #include "checkpoint/files.h"
 #include "checkpoint/manifest.h"
@@ -19,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string tensor_names(const std::vector<std::string>& names) {
-  return names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "));
+  return names.empty() ? "none" : printable(fmt::format("{}", fmt::join(names, ", ")));
 }
 
 // The state tensors this trainer wants must all be available, and the saved optimizer's state
@@ -48,6 +50,27 @@ void check_fits(const CheckpointSource& source, Trainer& trainer) {
                 fmt::format("checkpoint {} holds optimizer state {} but this optimizer keeps {}: "
                             "it was saved with another optimizer",
                             source.dir(), tensor_names(saved_states), tensor_names(wanted_states)));
+  }
+}
+
+// Opens the checkpoint, adding to a manifest that failed to read how it differs from this model
+// when it still parses: a changed bit in a name then says which name.
+std::unique_ptr<CheckpointSource> open_for(const std::string& dir, Trainer& trainer) {
+  try {
+    return std::make_unique<CheckpointSource>(dir);
+  } catch (const Error& error) {
+    if (error.kind() != ErrorKind::kCheckpoint) throw;
+    std::vector<std::string> differences;
+    try {
+      differences = model_differences(read_manifest(dir, ManifestChecksum::kIgnore).units,
+                                      trainer.layouts());
+    } catch (const Error&) {
+      throw error;
+    }
+    if (differences.empty()) throw;
+    throw Error(ErrorKind::kCheckpoint,
+                fmt::format("{}; read regardless, it differs from this model: {}", error.what(),
+                            fmt::join(differences, "; ")));
   }
 }
 
@@ -90,7 +113,8 @@ LoadedCheckpoint load_checkpoint(RankContext& context, Trainer& trainer, const s
   PhaseRecord record;
   const std::optional<Error> failure = capture(record, [&] {
     loaded.path = resolve_checkpoint(path);
-    const CheckpointSource source(loaded.path);
+    const std::unique_ptr<CheckpointSource> opened = open_for(loaded.path, trainer);
+    const CheckpointSource& source = *opened;
     const CheckpointManifest& manifest = source.manifest();
     check_fits(source, trainer);
 
@@ -122,6 +146,7 @@ LoadedCheckpoint load_checkpoint(RankContext& context, Trainer& trainer, const s
     loaded.resharded = manifest.world_size != context.world_size;
     loaded.config = manifest.config;
     loaded.extra = manifest.extra;
+    loaded.manifest_checksum = manifest.manifest_xxh3.has_value();
     counters = manifest.counters;
   });
   raise_if_failed(exchange_records(context, record, failure), failure,

@@ -31,15 +31,20 @@ struct LoadedCheckpoint {
   bool resharded = false;  // the world size differed: shards were cut anew
   nlohmann::json config;   // the saved run's resolved config
   nlohmann::json extra;    // what save_checkpoint was given (the data position)
+  // manifest.json carried its checksum (and it matched); false: an older zest wrote it, so its
+  // counters and layout were read unchecked.
+  bool manifest_checksum = false;
 };
 
 // A collective: every rank calls it between steps (before the first, to resume). Errors: a
 // newer format version, a different model (the first differences listed), another optimizer
-// (its state tensors differ), a missing, truncated or corrupt shard file (named), all kCheckpoint.
+// (its state tensors differ), a corrupt manifest (with how it differs from this model when it
+// still parses), a missing, truncated or corrupt shard file (named), all kCheckpoint.
 LoadedCheckpoint load_checkpoint(RankContext& context, Trainer& trainer, const std::string& path);
 
-// Checks every shard file of the checkpoint at `path` (resolved as above) against the
-// manifest's sizes and checksums; a kCheckpoint Error names the first bad file.
+// Checks the manifest's own checksum and every shard file of the checkpoint at `path` (resolved
+// as above) against the manifest's sizes and checksums; a kCheckpoint Error names the first bad
+// file.
 void verify_checkpoint(const std::string& path);
 
 }  // namespace zest

@@ -1,14 +1,16 @@
 // zest-ckpt: looks into, checks and converts zest checkpoints without training.
 //
 //   zest-ckpt inspect DIR                                    a human summary
-//   zest-ckpt verify  DIR                                    every shard file's size and checksum
+//   zest-ckpt verify  DIR                                    the manifest's checksum, every shard
+//                                                            file's size and checksum
 //   zest-ckpt export  DIR --out FILE.safetensors [--dtype fp32|bf16|fp16]
 //   zest-ckpt reshard DIR --world M [--stage T] --out DIR2   rewrite for M ranks
 //
 // DIR is a checkpoint directory (step-<N>/) or a checkpoint root whose `latest` names one.
 // Errors print one line, "zest-ckpt: error: <message>", and exit 2 for bad input (usage, a
-// missing or malformed checkpoint) and 1 for failures at run time — a checksum mismatch found
-// by verify among them, since the input was well-formed and its data went bad.
+// missing or malformed checkpoint) and 1 for failures at run time — a shard file's checksum
+// mismatch found by verify among them, since the input was well-formed and its data went bad. A
+// manifest that fails its own checksum is bad input (2): without it nothing can be checked.
 #include <cstdint>
 #include <iostream>
 #include <optional>
@@ -18,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "base/printable.h"
 #include "memory/allocator.h"
 #include "checkpoint/export.h"
 #include "checkpoint/files.h"
@@ -35,6 +38,11 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
+std::string manifest_checksum_text(const zest::CheckpointManifest& m) {
+  return m.manifest_xxh3 ? "xxh3 " + zest::hex_digest(*m.manifest_xxh3)
+                         : std::string("no checksum (an older zest wrote it: read unchecked)");
+}
+
 int inspect(const std::string& path) {
   const std::string dir = zest::resolve_checkpoint(path);
   const zest::CheckpointManifest m = zest::read_manifest(dir);
@@ -44,7 +52,7 @@ int inspect(const std::string& path) {
   for (const zest::CheckpointUnit& u : m.units) parameters += u.numel;
   std::cout << fmt::format("checkpoint {}\n", dir);
   std::cout << fmt::format("  format version {}, written by zest {}\n", m.format_version,
-                           m.zest_version);
+                           zest::printable(m.zest_version));
   std::cout << fmt::format("  step {} (optimizer steps {}), world size {}, stage {}, compute {}\n",
                            m.step, m.counters.optimizer_steps, m.world_size, m.stage,
                            zest::dtype_name(m.compute_dtype));
@@ -53,19 +61,20 @@ int inspect(const std::string& path) {
   std::cout << fmt::format("  {} parameters in {} units; state tensors:", parameters,
                            m.units.size());
   for (const zest::CheckpointTensor& t : m.tensors) {
-    std::cout << fmt::format(" {} ({})", t.name, zest::dtype_name(t.dtype));
+    std::cout << fmt::format(" {} ({})", zest::printable(t.name), zest::dtype_name(t.dtype));
   }
   std::cout << '\n';
   if (!m.extra.empty()) std::cout << "  extra: " << m.extra.dump() << '\n';
   std::cout << fmt::format("  {:<20} {:>12} {:>12} {:>12}\n", "unit", "numel", "flat", "shard");
   for (const zest::CheckpointUnit& u : m.units) {
-    std::cout << fmt::format("  {:<20} {:>12} {:>12} {:>12}\n", u.name, u.numel, u.flat_length,
-                             u.shard_length);
+    std::cout << fmt::format("  {:<20} {:>12} {:>12} {:>12}\n", zest::printable(u.name),
+                             u.numel, u.flat_length, u.shard_length);
     for (const zest::CheckpointParam& p : u.params) {
-      std::cout << fmt::format("    {:<18} {:>12} at {:<10} {}\n", p.name, p.numel, p.offset,
-                               shape_text(p.shape));
+      std::cout << fmt::format("    {:<18} {:>12} at {:<10} {}\n", zest::printable(p.name),
+                               p.numel, p.offset, shape_text(p.shape));
     }
   }
+  std::cout << fmt::format("  {:<14} {}\n", "manifest.json", manifest_checksum_text(m));
   std::cout << fmt::format("  files ({} in all):\n", zest::format_bytes(bytes));
   for (const zest::CheckpointFile& f : m.files) {
     std::cout << fmt::format("    {:<14} {:>12} bytes  xxh3 {}\n", f.name, f.bytes,
@@ -75,7 +84,11 @@ int inspect(const std::string& path) {
 }
 
 int verify(const std::string& path) {
+  // The manifest's own checksum is checked as it is read.
   const zest::CheckpointSource source(zest::resolve_checkpoint(path));
+  const zest::CheckpointManifest& m = source.manifest();
+  std::cout << fmt::format("manifest.json: {}\n",
+                           m.manifest_xxh3 ? "ok" : manifest_checksum_text(m));
   for (int rank = 0; rank < source.manifest().world_size; ++rank) {
     try {
       source.verify(rank);

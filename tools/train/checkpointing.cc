@@ -90,6 +90,11 @@ std::int64_t TrainCheckpoints::resume(RankContext& context, Trainer& trainer) {
         "zest-train: resumed from {} at step {} (saved by {} rank{} at stage {}{})", loaded.path,
         loaded.step, loaded.saved_world_size, loaded.saved_world_size == 1 ? "" : "s",
         loaded.saved_stage, loaded.resharded ? "; resharded" : ""));
+    if (!loaded.manifest_checksum) {
+      Console::say("zest-train: warning: " + loaded.path +
+                   "/manifest.json has no checksum (an older zest wrote it): its counters and "
+                   "layout were read unchecked; checkpoints saved from now on carry one");
+    }
     for (const char* key : {"seed", "train_batch_size", "gradient_accumulation_steps"}) {
       warn_if_changed(loaded.config, config_.json, key);
     }
