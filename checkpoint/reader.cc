@@ -53,6 +53,40 @@ void check_fits(const CheckpointSource& source, Trainer& trainer) {
   }
 }
 
+// The step directory <root>/latest names. Note: `latest` is held to exactly what the writer
+// puts there, "step-<N>" and a newline (the newline may be missing), N without leading zeros: a
+// changed byte then either breaks that form or names a step that is not there, or — a digit
+// changed into another — a complete checkpoint of that other step, which loads whole (with its
+// own counters and data position) and says which step it is.
+std::string latest_step_directory(const std::string& root) {
+  const fs::path latest = fs::path(root) / "latest";
+  const std::string text = read_text_file(latest.string(), kMaxLatestBytes, "the latest pointer");
+  const std::string name = text.ends_with('\n') ? text.substr(0, text.size() - 1) : text;
+  const std::int64_t step = parse_step_directory_name(name);
+  if (step < 0 || name != step_directory_name(step)) {
+    throw Error(ErrorKind::kCheckpoint,
+                fmt::format("{} holds {}, not the name of a step directory (\"step-<N>\" and a "
+                            "newline, as zest writes it)",
+                            latest.string(), quoted_text(text)));
+  }
+  const fs::path dir = fs::path(root) / name;
+  std::error_code error;
+  const fs::file_status status = fs::status(dir, error);
+  if (!fs::exists(status)) {
+    throw Error(ErrorKind::kCheckpoint,
+                latest.string() + " names " + name + ", which does not exist in " + root);
+  }
+  if (!fs::is_directory(status)) {
+    throw Error(ErrorKind::kCheckpoint,
+                latest.string() + " names " + name + ", which is not a directory");
+  }
+  if (!fs::exists(dir / "manifest.json", error)) {
+    throw Error(ErrorKind::kCheckpoint, latest.string() + " names " + name +
+                                            ", which has no manifest.json (not a checkpoint)");
+  }
+  return dir.string();
+}
+
 // Opens the checkpoint, adding to a manifest that failed to read how it differs from this model
 // when it still parses: a changed bit in a name then says which name.
 std::unique_ptr<CheckpointSource> open_for(const std::string& dir, Trainer& trainer) {
@@ -79,26 +113,8 @@ std::unique_ptr<CheckpointSource> open_for(const std::string& dir, Trainer& trai
 std::string resolve_checkpoint(const std::string& path) {
   std::error_code error;
   if (fs::exists(fs::path(path) / "manifest.json", error)) return path;
-  const fs::path latest = fs::path(path) / "latest";
-  if (fs::exists(latest, error)) {
-    std::string name = read_text_file(latest.string(), kMaxLatestBytes, "the latest pointer");
-    while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) {
-      name.pop_back();
-    }
-    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
-      throw Error(ErrorKind::kCheckpoint,
-                  latest.string() + " does not hold a checkpoint directory name: '" + name + "'");
-    }
-    const fs::path dir = fs::path(path) / name;
-    if (!fs::exists(dir, error)) {
-      throw Error(ErrorKind::kCheckpoint,
-                  latest.string() + " names " + name + ", which does not exist in " + path);
-    }
-    if (!fs::exists(dir / "manifest.json", error)) {
-      throw Error(ErrorKind::kCheckpoint, latest.string() + " names " + name +
-                                              ", which has no manifest.json (not a checkpoint)");
-    }
-    return dir.string();
+  if (fs::exists(fs::path(path) / "latest", error)) {
+    return latest_step_directory(path);
   }
   if (!fs::exists(path, error)) {
     throw Error(ErrorKind::kCheckpoint, "no checkpoint at " + path + ": it does not exist");

@@ -19,8 +19,9 @@
 namespace zest {
 
 // The checkpoint directory `path` means: `path` itself when it holds manifest.json, else the
-// directory its `latest` file names. A kCheckpoint Error says which is missing, or that
-// `latest` names a directory that does not exist.
+// directory its `latest` file names. `latest` must hold exactly "step-<N>" and a newline, as the
+// writer puts it. A kCheckpoint Error says which is missing, shows what a malformed `latest`
+// holds (escaped: it may hold any bytes), or that it names a directory that does not exist.
 std::string resolve_checkpoint(const std::string& path);
 
 struct LoadedCheckpoint {
