@@ -120,5 +120,28 @@ TEST_F(ZestCkpt, BadInputExitsTwoWithOneLine) {
   expect_error({"verify", root()}, 2, "latest names step-7, which does not exist");
 }
 
+// The manifest is checked like the shards, and what a malformed `latest` holds is shown escaped:
+// the error line carries no byte the terminal would act on.
+TEST_F(ZestCkpt, VerifyChecksTheManifestAndShowsLatestEscaped) {
+  const ProcessResult good = run({"verify", root()});
+  EXPECT_EQ(good.status, 0) << good.err;
+  EXPECT_THAT(good.out, HasSubstr("manifest.json: ok\n"));
+  EXPECT_THAT(run({"inspect", root()}).out, HasSubstr("manifest.json  xxh3 "));
+
+  const std::string manifest = root() + "/step-2/manifest.json";
+  const std::string text = testing::read_whole_file(manifest);
+  testing::flip_byte(manifest, text.find("\"optimizer_steps\": 2") + 19);  // 2 -> "
+  expect_error({"verify", root()}, 2, "manifest.json: checksum mismatch");
+  testing::write_whole_file(manifest, text);
+
+  testing::write_whole_file(root() + "/latest", std::string("step-2\0\x1b[2J\x1b]0;x\x07\n", 18));
+  expect_error({"verify", root()}, 2,
+               R"(latest holds "step-2\x00\x1b[2J\x1b]0;x\x07\n", not the name of a step directory)");
+  const ProcessResult bad = run({"inspect", root()});
+  EXPECT_TRUE(std::none_of(bad.err.begin(), bad.err.end() - 1,
+                           [](char c) { return static_cast<unsigned char>(c) < 0x20; }))
+      << bad.err;
+}
+
 }  // namespace
 }  // namespace zest
