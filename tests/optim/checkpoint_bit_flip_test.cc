@@ -74,7 +74,7 @@ std::string reason(const std::string& message) {
                           "not the name of a step directory", "which does not exist"}) {
     if (message.find(why) != std::string::npos) return why;
   }
-  return "unexplained: " + message;
+  return "unexplained";
 }
 
 // A one-rank trainer of kSizes that stays up for many loads (a failed load leaves its state
@@ -188,22 +188,27 @@ TEST_F(CheckpointBitFlips, EveryFlipIsFoundOrLoadsAnotherWholeCheckpoint) {
           const std::string why = reason(verify.message);
           EXPECT_THAT(load.message, HasSubstr(why)) << what;
           if (target.file == "manifest.json" && bit / 8 < checksum_line_at) {
-            EXPECT_EQ(why, "checksum mismatch") << what;
+            EXPECT_EQ(why, "checksum mismatch") << what << ": " << verify.message;
           }
           ++counts[target.file + ": found, " + why];
-          continue;
+        } else if (verify.threw || load.threw) {
+          const std::string by = verify.threw ? "verify" : "load";
+          if (++counts[target.file + ": found by " + by + " only"] <= 5) {
+            ADD_FAILURE() << what << " found by " << by << " only";
+          }
+        } else if (target.file == "latest" && load.loaded.path != step_dir() &&
+                   saved.contains(load.loaded.path)) {
+          // `latest` now names another step: its checkpoint must load whole.
+          EXPECT_EQ(step_dir(static_cast<int>(load.loaded.step)), load.loaded.path) << what;
+          EXPECT_EQ(trainer.steps_taken(), load.loaded.step) << what;
+          EXPECT_EQ(parameters(trainer), saved.at(load.loaded.path)) << what;
+          ++counts["latest: names " + fs::path(load.loaded.path).filename().string() +
+                   ", which loads whole"];
+        } else {
+          if (++counts[target.file + ": unnoticed"] <= 5) {
+            ADD_FAILURE() << what << " passed verify and load unnoticed";
+          }
         }
-        // Not found: only `latest`, naming another step whose checkpoint then loads whole.
-        EXPECT_EQ(target.file, "latest") << what << " passed verify or load unnoticed";
-        EXPECT_FALSE(verify.threw) << what << ": " << verify.message;
-        ASSERT_FALSE(load.threw) << what << ": " << load.message;
-        EXPECT_NE(load.loaded.path, step_dir()) << what;
-        ASSERT_TRUE(saved.contains(load.loaded.path)) << what << ": " << load.loaded.path;
-        EXPECT_EQ(step_dir(static_cast<int>(load.loaded.step)), load.loaded.path) << what;
-        EXPECT_EQ(trainer.steps_taken(), load.loaded.step) << what;
-        EXPECT_EQ(parameters(trainer), saved.at(load.loaded.path)) << what;
-        ++counts[target.file + ": names " + fs::path(load.loaded.path).filename().string() +
-                 ", which loads whole"];
       }
     }
   });
