@@ -20,8 +20,8 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
-#include "optim/checkpoint_manifest.h"
-#include "tests/optim/checkpoint_test_support.h"
+#include "checkpoint/manifest.h"
+#include "tests/checkpoint/checkpoint_test_support.h"
 
 namespace zest {
 namespace {
