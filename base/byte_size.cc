@@ -1,6 +1,7 @@
 #include "base/byte_size.h"
 
 #include <cctype>
+#include <cstdio>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -71,5 +72,23 @@ std::optional<std::size_t> parse_byte_size(std::string_view text) {
   if (bytes > kMax) return std::nullopt;
   return static_cast<std::size_t>(bytes);
 }
+
+std::string format_bytes(std::size_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  if (unit == 0) {
+    std::snprintf(text, sizeof(text), "%zu B", bytes);
+  } else {
+    std::snprintf(text, sizeof(text), "%.2f %s", value, kUnits[unit]);
+  }
+  return text;
+}
+
 
 }  // namespace zest

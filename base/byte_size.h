@@ -1,4 +1,4 @@
-// Byte counts as people write them in configs: a plain integer ("1048576") or a number with a
+// Byte counts as people write them in configs and read them in messages: a plain integer ("1048576") or a number with a
 // unit ("2GiB", "512 MiB", "1.5GB"). Binary units (KiB, MiB, GiB, TiB) are powers of 1024, decimal
 // units (kB, MB, GB, TB) powers of 1000, the way DeepSpeed and the SI prefixes read them.
 // Invariant: a parsed size is a whole number of bytes that fits std::size_t, or nothing.
@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace zest {
@@ -18,5 +19,8 @@ inline constexpr const char* kByteSizeForms =
 // A fraction must come out as whole bytes ("1.5GB" yes, "1.5B" no). Returns nothing for a
 // malformed, negative or overflowing size.
 std::optional<std::size_t> parse_byte_size(std::string_view text);
+
+// "1.50 GiB" style (binary units, two decimals; "1023 B" below 1 KiB), for messages and reports.
+std::string format_bytes(std::size_t bytes);
 
 }  // namespace zest

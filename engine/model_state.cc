@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "base/byte_size.h"
+
 namespace zest {
 
 ModelStateShape describe_model_state(Module& module, DType compute_dtype,

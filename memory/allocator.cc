@@ -1,8 +1,8 @@
 #include "memory/allocator.h"
 
-#include <cstdio>
 #include <utility>
 
+#include "base/byte_size.h"
 #include "base/error.h"
 
 namespace zest {
@@ -120,23 +120,6 @@ void Allocator::throw_out_of_memory(std::size_t bytes, Category category,
   }
   message += "]; " + advice_;
   throw OutOfMemory(message);
-}
-
-std::string format_bytes(std::size_t bytes) {
-  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024.0 && unit < 4) {
-    value /= 1024.0;
-    ++unit;
-  }
-  char text[32];
-  if (unit == 0) {
-    std::snprintf(text, sizeof(text), "%zu B", bytes);
-  } else {
-    std::snprintf(text, sizeof(text), "%.2f %s", value, kUnits[unit]);
-  }
-  return text;
 }
 
 }  // namespace zest

@@ -104,7 +104,4 @@ class Allocator {
   std::optional<Category> fail_next_;  // guarded by mutex_
 };
 
-// "1.50 GiB" style, for messages and reports.
-std::string format_bytes(std::size_t bytes);
-
 }  // namespace zest

@@ -49,5 +49,13 @@ TEST(ByteSize, RejectsSizesPastSizeT) {
   EXPECT_FALSE(parse_byte_size("0.0000000000000000000000000000000000000001KiB").has_value());
 }
 
+TEST(FormatBytes, UsesBinaryUnits) {
+  EXPECT_EQ(format_bytes(0), "0 B");
+  EXPECT_EQ(format_bytes(1023), "1023 B");
+  EXPECT_EQ(format_bytes(1024), "1.00 KiB");
+  EXPECT_EQ(format_bytes(3 * std::size_t{1024 * 1024} / 2), "1.50 MiB");
+  EXPECT_EQ(format_bytes(std::size_t{2} << 30), "2.00 GiB");
+}
+
 }  // namespace
 }  // namespace zest

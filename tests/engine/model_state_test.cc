@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "base/byte_size.h"
 #include "base/error.h"
 #include "models/gpt.h"
 #include "engine/engine.h"

@@ -316,14 +316,6 @@ TEST(Buffer, TypedViewPointsAtTheData) {
   EXPECT_EQ(buffer.as<float>()[15], 15.0f);
 }
 
-TEST(FormatBytes, UsesBinaryUnits) {
-  EXPECT_EQ(format_bytes(0), "0 B");
-  EXPECT_EQ(format_bytes(1023), "1023 B");
-  EXPECT_EQ(format_bytes(1024), "1.00 KiB");
-  EXPECT_EQ(format_bytes(3 * kMiB / 2), "1.50 MiB");
-  EXPECT_EQ(format_bytes(std::size_t{2} << 30), "2.00 GiB");
-}
-
 TEST(Allocator, AnOutOfMemoryEndsWithTheAllocatorsAdvice) {
   HostAllocator device("cpu:0", kKiB);
   HostAllocator host("cpu:0 host", kKiB, "give the host arena more memory (world.host_memory)");

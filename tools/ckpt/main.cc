@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "base/byte_size.h"
 #include "base/error.h"
 #include "base/printable.h"
 #include "memory/allocator.h"

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "base/byte_size.h"
 #include "memory/allocator.h"
 
 namespace zest {

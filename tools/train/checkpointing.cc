@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/byte_size.h"
 #include "memory/allocator.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
