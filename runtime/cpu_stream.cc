@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "runtime/thread_start.h"
 
 namespace zest::cpu {
 
@@ -33,7 +34,9 @@ void CpuEvent::wait_for(std::uint64_t sequence) {
   }
 }
 
-CpuStream::CpuStream(std::string name) : name_(std::move(name)), worker_([this] { run_worker(); }) {}
+CpuStream::CpuStream(std::string name)
+    : name_(std::move(name)),
+      worker_(start_thread("the thread of stream '" + name_ + "'", [this] { run_worker(); })) {}
 
 CpuStream::~CpuStream() {
   {
