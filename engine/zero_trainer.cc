@@ -386,7 +386,11 @@ float ZeroTrainer::forward_backward(const Batch& batch) {
                     std::to_string(options_.gradient_accumulation_steps) +
                     ") times since the last step(); call step()");
   }
-  if (micro_batches_ == 0) inject_step_fault();
+  if (micro_batches_ == 0) {
+    // The step this micro-batch belongs to, for the errors of the collectives issued from now.
+    context_.communicator.begin_step(steps_taken_ + 1);
+    inject_step_fault();
+  }
   ++micro_batches_;
   const bool last_micro_batch = micro_batches_ == options_.gradient_accumulation_steps;
   try {

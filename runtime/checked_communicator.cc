@@ -130,7 +130,14 @@ void CheckedCommunicator::check(Stream& stream, Op op, std::size_t count, DType 
   // Both buffers live until the stream has run the comparison that reads them.
   auto send = std::make_shared<Record>(mine);
   auto all = std::make_shared<std::vector<Record>>(static_cast<std::size_t>(inner_.world_size()));
-  inner_.label_next("collective-order check");
+  // Note: a peer that never arrives is first missed at this gather, not at the collective it
+  // checks: the gather's errors name the caller's collective (numbered as the caller counts),
+  // so that a timeout says what the caller was waiting in.
+  const Reduction reduction =
+      op == Op::kReduceScatter || op == Op::kAllReduce ? static_cast<Reduction>(detail)
+                                                       : Reduction::kSum;
+  inner_.name_next(describe_collective(op_name(mine.op), mine.sequence - 1, count, dtype,
+                                       reduction, op == Op::kBroadcast ? detail : 0, label));
   if (device_ == nullptr) {
     inner_.all_gather(stream, send.get(), all->data(), kRecordWords, DType::kInt32);
   } else {

@@ -43,6 +43,8 @@ class CheckedCommunicator final : public Communicator {
   void broadcast(Stream& stream, void* buffer, std::size_t count, DType dtype, int root) override;
   void barrier(Stream& stream) override;
   void label_next(const char* label) override;
+  void name_next(const std::string& caller) override { inner_.name_next(caller); }
+  void begin_step(std::int64_t step) override { inner_.begin_step(step); }
 
   // Collectives checked so far on this rank.
   std::uint64_t checked() const { return sequence_; }

@@ -8,6 +8,9 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "base/dtype.h"
 #include "runtime/stream.h"
@@ -49,10 +52,34 @@ class Communicator {
 
   virtual void barrier(Stream& stream) = 0;
 
-  // Names the next collective this rank issues ("gather block3"), for diagnostics only: the
-  // collective-order check (checked_communicator.h) shows it when ranks disagree. A no-op
-  // elsewhere.
+  // Names the next collective this rank issues ("gather block3"), for diagnostics only: its
+  // errors and the collective-order check (checked_communicator.h) show it. A no-op where a
+  // backend keeps no names.
   virtual void label_next(const char* label) { (void)label; }
+
+  // For a wrapper that issues a collective of its own just before the caller's next one (the
+  // collective-order check's gather of its record): errors about the next collective name
+  // `caller` — the caller's collective, as describe_collective writes it — in its place, so that
+  // a timeout names what the caller issued. A no-op where a backend keeps no names.
+  virtual void name_next(const std::string& caller) { (void)caller; }
+
+  // The step this rank is in (1, 2, ...; 0: none), for diagnostics only: errors about the
+  // collectives issued from now on say "at step N". A trainer sets it as each step begins.
+  virtual void begin_step(std::int64_t step) { (void)step; }
 };
+
+// How errors name a collective: "all_reduce #4 (3 x fp32, sum)", "broadcast #0 (8 x int32,
+// root 1)", "barrier #7", then " 'gather block3'" when the caller labelled it. `op` is the
+// interface's name for it ("all_gather", ...); the reduction is shown for reduce_scatter and
+// all_reduce, the root for broadcast.
+std::string describe_collective(std::string_view op, std::uint64_t sequence, std::size_t count,
+                                DType dtype, Reduction reduction, int root,
+                                std::string_view label = {});
+
+// " at step N" for errors, or "" for step 0 (outside steps).
+std::string at_step(std::int64_t step);
+
+// "5 s", "0.5 s": a timeout as errors show it.
+std::string seconds_text(std::chrono::milliseconds duration);
 
 }  // namespace zest

@@ -1,7 +1,6 @@
 // World's ranks as threads of this process, one GPU each (rank r on GPU r), with NCCL.
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "runtime/cuda_device.h"
@@ -9,6 +8,7 @@
 #include "runtime/first_failure.h"
 #include "runtime/nccl_communicator.h"
 #include "runtime/rank_resources.h"
+#include "runtime/rank_threads.h"
 
 namespace zest::detail {
 
@@ -50,15 +50,19 @@ void run_rank(int rank, const WorldOptions& options, Group& group,
 void run_cuda_threads(const WorldOptions& options, const std::function<void(RankContext&)>& work) {
   Group group = NcclCommunicator::create_group(options.ranks, options.timeout);
   FirstFailure failures;
-  std::vector<std::thread> threads;
-  threads.reserve(options.ranks);
-  for (int rank = 0; rank < options.ranks; ++rank) {
-    threads.emplace_back(run_rank, rank, std::cref(options), std::ref(group), std::cref(work),
-                         std::ref(failures));
+  // Note: as with the local backend, a rank still running `options.grace` after another failed
+  // (a watchdog's timeout names the collective it waited in) ends the process without it:
+  // its stream may be stuck behind a kernel the abort cannot reach, or its host thread in I/O.
+  try {
+    run_rank_threads(
+        options, failures,
+        [&](int rank) { run_rank(rank, options, group, work, failures); },
+        [&](int rank, const std::string& reason) { abort_group(group, rank, reason); });
+  } catch (...) {
+    NcclCommunicator::destroy_group(group);
+    throw;
   }
-  for (auto& thread : threads) thread.join();
   NcclCommunicator::destroy_group(group);
-  failures.rethrow();
 }
 
 }  // namespace zest::detail

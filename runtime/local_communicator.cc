@@ -20,15 +20,6 @@ std::string rank_list(const std::vector<int>& ranks) {
   return text;
 }
 
-const char* reduction_name(Reduction reduction) {
-  switch (reduction) {
-    case Reduction::kSum: return "sum";
-    case Reduction::kMean: return "mean";
-    case Reduction::kPreDividedMean: return "pre-divided mean";
-  }
-  return "?";
-}
-
 const char* byte_pointer(const void* p, std::size_t offset) {
   return static_cast<const char*>(p) + offset;
 }
@@ -51,7 +42,7 @@ LocalGroup::LocalGroup(int world_size, std::chrono::milliseconds timeout)
   }
 }
 
-void LocalGroup::poison(int rank, const std::string& reason) {
+void LocalGroup::poison(int rank, ErrorKind kind, const std::string& reason) {
   {
     std::lock_guard lock(mutex_);
     if (poisoned_) return;  // the first failure is the cause; later ones are its echoes
@@ -59,6 +50,7 @@ void LocalGroup::poison(int rank, const std::string& reason) {
     poison_reason_ = "rank " + std::to_string(rank) + " failed: " + reason;
   }
   changed_.notify_all();
+  if (observer_) observer_(rank, Error(kind, reason));
 }
 
 void LocalGroup::depart(int rank) {
@@ -69,14 +61,8 @@ void LocalGroup::depart(int rank) {
   changed_.notify_all();
 }
 
-std::string LocalGroup::describe(std::uint64_t sequence, const LocalCall& call) const {
-  std::string text = call.op + " #" + std::to_string(sequence) + " (" +
-                     std::to_string(call.count) + " x " + dtype_name(call.dtype);
-  if (call.op == "reduce_scatter" || call.op == "all_reduce") {
-    text += std::string(", ") + reduction_name(call.reduction);
-  }
-  if (call.op == "broadcast") text += ", root " + std::to_string(call.root);
-  return text + ")";
+std::string LocalGroup::where(int rank, const LocalCall& call) {
+  return call.name + at_step(call.step) + " on rank " + std::to_string(rank);
 }
 
 template <typename Done>
@@ -91,7 +77,7 @@ void LocalGroup::wait_for_arrivals(std::unique_lock<std::mutex>& lock, int rank,
   const auto give_up = [&](ErrorKind kind, const std::string& message) {
     meeting.withdrawn = true;
     lock.unlock();
-    poison(rank, message);
+    poison(rank, kind, message);
     throw Error(kind, message);
   };
   for (;;) {
@@ -100,9 +86,7 @@ void LocalGroup::wait_for_arrivals(std::unique_lock<std::mutex>& lock, int rank,
     if (done()) return;
     if (poisoned_) {
       meeting.withdrawn = true;
-      throw Error(ErrorKind::kPeerFailure,
-                  describe(sequence, call) + " on rank " + std::to_string(rank) + ": " +
-                      poison_reason_);
+      throw Error(ErrorKind::kPeerFailure, where(rank, call) + ": " + poison_reason_);
     }
     std::vector<int> missing, departed;
     for (int r = 0; r < world_size_; ++r) {
@@ -112,16 +96,14 @@ void LocalGroup::wait_for_arrivals(std::unique_lock<std::mutex>& lock, int rank,
     }
     if (!departed.empty()) {
       give_up(ErrorKind::kCommMismatch,
-              describe(sequence, call) + " on rank " + std::to_string(rank) + ": rank(s) " +
-                  rank_list(departed) +
+              where(rank, call) + ": rank(s) " + rank_list(departed) +
                   " finished without calling it; every rank must call the same collectives in "
                   "the same order");
     }
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && !done() && !poisoned_) {
       give_up(ErrorKind::kCommTimeout,
-              describe(sequence, call) + " on rank " + std::to_string(rank) + ": timed out after " +
-                  std::to_string(timeout_.count() / 1000.0) + " s waiting for rank(s) " +
-                  rank_list(missing) +
+              where(rank, call) + ": timed out after " + seconds_text(timeout_) +
+                  " waiting for rank(s) " + rank_list(missing) +
                   "; a rank is stalled or skipped the collective (world.timeout_s sets the limit)");
     }
   }
@@ -143,10 +125,10 @@ const std::vector<LocalCall>& LocalGroup::arrive(int rank, std::uint64_t sequenc
   wait_for_arrivals(lock, rank, sequence,
                     [&] { return meeting.arrived_count == world_size_ && !meeting.withdrawn; });
   try {
-    check_agreement(sequence, meeting);
+    check_agreement(meeting);
   } catch (const Error& error) {
     lock.unlock();
-    poison(rank, error.what());
+    poison(rank, error.kind(), error.what());
     throw;
   }
   return meeting.calls;
@@ -159,26 +141,41 @@ void LocalGroup::leave(int rank, std::uint64_t sequence, bool moved) {
   ++meeting.finished_count;
   if (!moved) meeting.move_failed = true;
   changed_.notify_all();
-  // Note: every rank arrived, so any may still be reading this rank's buffers, and that needs
-  // no peer: wait for all, with no timeout and whatever else fails meanwhile. Giving up early on
-  // a poisoned group let the caller free a buffer a peer was still copying from.
-  changed_.wait(lock, [&] { return meeting.finished_count == world_size_; });
+  // Note: every rank arrived, so any may still be reading this rank's buffers: wait for all,
+  // whatever else fails meanwhile. Giving up early on a poisoned group let the caller free a
+  // buffer a peer was still copying from. A peer that stalls here past the timeout fails the
+  // group, so that the World learns of it (and ends the process after its grace period), but
+  // this rank waits on: only the process's end may free what the peer still reads.
+  const auto all_finished = [&] { return meeting.finished_count == world_size_; };
+  if (!changed_.wait_for(lock, timeout_, all_finished)) {
+    std::vector<int> missing;
+    for (int r = 0; r < world_size_; ++r) {
+      if (!meeting.finished[r]) missing.push_back(r);
+    }
+    const std::string message =
+        where(rank, meeting.calls[rank]) + ": timed out after " + seconds_text(timeout_) +
+        " waiting for rank(s) " + rank_list(missing) +
+        " to finish it; a rank is stalled (world.timeout_s sets the limit)";
+    lock.unlock();
+    poison(rank, ErrorKind::kCommTimeout, message);
+    lock.lock();
+    changed_.wait(lock, all_finished);
+  }
   const bool peer_failed = moved && meeting.move_failed;
-  const std::string what = describe(sequence, meeting.calls[rank]) + " on rank " +
-                           std::to_string(rank) + ": " + poison_reason_;
+  const std::string what = where(rank, meeting.calls[rank]) + ": " + poison_reason_;
   if (++meeting.departed_count == world_size_) meetings_.erase(sequence);
   if (peer_failed) throw Error(ErrorKind::kPeerFailure, what);
 }
 
-void LocalGroup::check_agreement(std::uint64_t sequence, const Meeting& meeting) const {
+void LocalGroup::check_agreement(const Meeting& meeting) const {
   const LocalCall& first = meeting.calls[0];
   for (int r = 1; r < world_size_; ++r) {
     const LocalCall& call = meeting.calls[r];
     if (call.op != first.op || call.count != first.count || call.dtype != first.dtype ||
         call.reduction != first.reduction || call.root != first.root) {
       throw Error(ErrorKind::kCommMismatch,
-                  "collective mismatch: rank 0 called " + describe(sequence, first) + " but rank " +
-                      std::to_string(r) + " called " + describe(sequence, call) +
+                  "collective mismatch: rank 0 called " + first.name + " but rank " +
+                      std::to_string(r) + " called " + call.name +
                       "; every rank must call the same collectives in the same order");
     }
   }
@@ -200,6 +197,12 @@ std::vector<std::unique_ptr<LocalCommunicator>> LocalCommunicator::create_group(
 void LocalCommunicator::enqueue_collective(
     Stream& stream, LocalCall call, void (*move)(int rank, const std::vector<LocalCall>& calls)) {
   const std::uint64_t sequence = next_sequence_++;
+  call.name = name_.empty() ? describe_collective(call.op, sequence, call.count, call.dtype,
+                                                  call.reduction, call.root, label_)
+                            : std::move(name_);
+  call.step = step_;
+  label_.clear();
+  name_.clear();
   const std::string track = stream_role(stream.name());
   stream.enqueue([group = group_, rank = rank_, sequence, call = std::move(call), move,
                   delay = delay_, trace = trace_, track] {
@@ -209,7 +212,8 @@ void LocalCommunicator::enqueue_collective(
     try {
       move(rank, calls);
     } catch (const std::exception& error) {
-      group->poison(rank, error.what());
+      const auto* zest_error = dynamic_cast<const Error*>(&error);
+      group->poison(rank, zest_error ? zest_error->kind() : ErrorKind::kInternal, error.what());
       group->leave(rank, sequence, /*moved=*/false);  // the peers wait for this rank to finish
       throw;
     }

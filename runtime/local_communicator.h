@@ -7,12 +7,14 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "runtime/communicator.h"
 #include "runtime/trace.h"
 
@@ -27,6 +29,10 @@ struct LocalCall {
   int root = 0;
   const void* send = nullptr;
   void* recv = nullptr;
+  // For errors: the collective as its caller knows it (describe_collective, or what name_next
+  // gave), and the step its rank was in when it was issued.
+  std::string name = {};
+  std::int64_t step = 0;
 };
 
 // The state all ranks of one local group share.
@@ -38,8 +44,15 @@ class LocalGroup {
   std::chrono::milliseconds timeout() const { return timeout_; }
 
   // Marks the group failed because of `rank`: every collective waiting now or called later fails
-  // at once with `reason`, instead of waiting out its timeout.
-  void poison(int rank, const std::string& reason);
+  // at once with `reason`, instead of waiting out its timeout. The first call is the cause: it
+  // alone reaches the failure observer, as an Error of `kind`.
+  void poison(int rank, ErrorKind kind, const std::string& reason);
+  // Called (once, on the thread that poisons) with the group's first failure, when it happens:
+  // how a World learns which rank failed first, and when, while other ranks still wait. Set it
+  // before any rank runs.
+  void set_failure_observer(std::function<void(int rank, const Error& failure)> observer) {
+    observer_ = std::move(observer);
+  }
   // Marks `rank` as finished: a collective still waiting for it fails at once.
   void depart(int rank);
 
@@ -49,7 +62,9 @@ class LocalGroup {
   const std::vector<LocalCall>& arrive(int rank, std::uint64_t sequence, const LocalCall& call);
   // Phase two, after arrive() returned: marks this rank done with every rank's buffers
   // (`moved`: its part of the collective succeeded) and waits until every rank is, whatever
-  // fails meanwhile. Throws kPeerFailure when another rank's part failed.
+  // fails meanwhile. Throws kPeerFailure when another rank's part failed. A peer that has not
+  // finished within the timeout fails the group (a kCommTimeout naming it), but this rank
+  // still waits: the peer may be reading its buffers, which the caller frees next.
   void leave(int rank, std::uint64_t sequence, bool moved = true);
 
  private:
@@ -69,8 +84,9 @@ class LocalGroup {
   template <typename Done>
   void wait_for_arrivals(std::unique_lock<std::mutex>& lock, int rank, std::uint64_t sequence,
                          Done done);
-  std::string describe(std::uint64_t sequence, const LocalCall& call) const;
-  void check_agreement(std::uint64_t sequence, const Meeting& meeting) const;
+  // "all_reduce #4 (3 x fp32, sum) 'step loss' at step 2 on rank 0": the call, for errors.
+  static std::string where(int rank, const LocalCall& call);
+  void check_agreement(const Meeting& meeting) const;
 
   const int world_size_;
   const std::chrono::milliseconds timeout_;
@@ -80,6 +96,7 @@ class LocalGroup {
   std::vector<bool> rank_departed_;
   bool poisoned_ = false;
   std::string poison_reason_;
+  std::function<void(int, const Error&)> observer_;
 };
 
 class LocalCommunicator final : public Communicator {
@@ -103,6 +120,9 @@ class LocalCommunicator final : public Communicator {
                   Reduction reduction) override;
   void broadcast(Stream& stream, void* buffer, std::size_t count, DType dtype, int root) override;
   void barrier(Stream& stream) override;
+  void label_next(const char* label) override { label_ = label == nullptr ? "" : label; }
+  void name_next(const std::string& caller) override { name_ = caller; }
+  void begin_step(std::int64_t step) override { step_ = step; }
 
   // Makes `world_size` communicators over one new group.
   static std::vector<std::unique_ptr<LocalCommunicator>> create_group(
@@ -120,6 +140,9 @@ class LocalCommunicator final : public Communicator {
   std::uint64_t next_sequence_ = 0;
   std::chrono::milliseconds delay_{0};
   TraceRecorder* trace_ = nullptr;
+  std::string label_;  // for the next collective
+  std::string name_;   // for the next collective: the caller's, when a wrapper issues it
+  std::int64_t step_ = 0;
 };
 
 }  // namespace zest

@@ -13,7 +13,10 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 
+#include "base/error.h"
 #include "runtime/communicator.h"
 
 namespace zest {
@@ -42,6 +45,14 @@ class MpiCommunicator final : public Communicator {
                   Reduction reduction) override;
   void broadcast(Stream& stream, void* buffer, std::size_t count, DType dtype, int root) override;
   void barrier(Stream& stream) override;
+  void label_next(const char* label) override { label_ = label == nullptr ? "" : label; }
+  void name_next(const std::string& caller) override { name_ = caller; }
+  void begin_step(std::int64_t step) override { step_ = step; }
+
+  // The communicator's first failure (a timeout, a mismatch, an MPI error), from any thread:
+  // the cause that the echoes of it (a stream that waited on the failed one, a collective that
+  // failed because the communicator had) only repeat. Nothing while it has not failed.
+  std::optional<Error> failure() const;
 
   // The state every enqueued collective shares (the duplicated communicator, the issue order);
   // defined in the .cc, where <mpi.h> may be included.
@@ -53,6 +64,9 @@ class MpiCommunicator final : public Communicator {
   const int world_size_;
   const std::chrono::milliseconds timeout_;
   std::uint64_t next_sequence_ = 0;
+  std::string label_;  // for the next collective
+  std::string name_;   // for the next collective: the caller's, when a wrapper issues it
+  std::int64_t step_ = 0;
 };
 
 }  // namespace zest

@@ -39,15 +39,6 @@ const char* op_name(Op op) {
   return "?";
 }
 
-const char* reduction_name(Reduction reduction) {
-  switch (reduction) {
-    case Reduction::kSum: return "sum";
-    case Reduction::kMean: return "mean";
-    case Reduction::kPreDividedMean: return "pre-divided mean";
-  }
-  return "?";
-}
-
 // What this rank passed to one collective: enough to describe it and to check that every rank
 // called the same thing.
 struct Call {
@@ -57,6 +48,11 @@ struct Call {
   DType dtype = DType::kFloat32;
   Reduction reduction = Reduction::kSum;
   int root = 0;
+  // For errors: the caller's name for it (name_next), or empty for describe(); its label; the
+  // step its rank was in when it was issued.
+  std::string name = {};
+  std::string label = {};
+  std::int64_t step = 0;
 
   // The fields every rank must agree on, as exchanged by the agreement check.
   static constexpr int kSignatureLength = 5;
@@ -69,16 +65,10 @@ struct Call {
             static_cast<DType>(words[2]), static_cast<Reduction>(words[3]),
             static_cast<int>(words[4])};
   }
-  bool has_reduction() const { return op == Op::kReduceScatter || op == Op::kAllReduce; }
-
-  // "all_reduce #12 (1000 x bf16, mean)"
+  // "all_reduce #12 (1000 x bf16, mean)", with the label if it has one.
   std::string describe() const {
-    std::string text = std::string(op_name(op)) + " #" + std::to_string(sequence);
-    if (op == Op::kBarrier) return text;
-    text += " (" + std::to_string(count) + " x " + dtype_name(dtype);
-    if (has_reduction()) text += std::string(", ") + reduction_name(reduction);
-    if (op == Op::kBroadcast) text += ", root " + std::to_string(root);
-    return text + ")";
+    if (!name.empty()) return name;
+    return describe_collective(op_name(op), sequence, count, dtype, reduction, root, label);
   }
 };
 
@@ -197,6 +187,7 @@ struct MpiCommunicator::Shared {
   std::condition_variable turn_changed;
   std::vector<std::uint64_t> next_on_lane;  // the next collective each lane may start
   std::string broken;                       // non-empty: why every later collective fails at once
+  ErrorKind broken_kind = ErrorKind::kInternal;
   std::vector<std::shared_ptr<Scratch>> abandoned;  // of collectives MPI may still complete
 
   ~Shared() {
@@ -211,15 +202,18 @@ struct MpiCommunicator::Shared {
   }
 
   std::string where(const Call& call) const {
-    return call.describe() + " on rank " + std::to_string(rank) + " of " +
+    return call.describe() + at_step(call.step) + " on rank " + std::to_string(rank) + " of " +
            std::to_string(world_size);
   }
 
   // Records the first failure; later collectives fail at once with it.
-  void break_with(const std::string& reason) {
+  void break_with(ErrorKind kind, const std::string& reason) {
     {
       std::lock_guard lock(mutex);
-      if (broken.empty()) broken = reason;
+      if (broken.empty()) {
+        broken = reason;
+        broken_kind = kind;
+      }
     }
     turn_changed.notify_all();
   }
@@ -238,12 +232,12 @@ struct MpiCommunicator::Shared {
       if (turn_changed.wait_until(lock, deadline) == std::cv_status::timeout &&
           next_on_lane[lane] != call.sequence && broken.empty()) {
         const std::string message =
-            where(call) + ": timed out after " + seconds_text() + " waiting for collective #" +
+            where(call) + ": timed out after " + timeout_text() + " waiting for collective #" +
             std::to_string(next_on_lane[lane]) +
             ", issued earlier on this rank, to start on its stream; that stream is stalled "
             "(world.timeout_s sets the limit)";
         lock.unlock();
-        break_with(message);
+        break_with(ErrorKind::kCommTimeout, message);
         throw Error(ErrorKind::kCommTimeout, message);
       }
     }
@@ -257,11 +251,7 @@ struct MpiCommunicator::Shared {
     turn_changed.notify_all();
   }
 
-  std::string seconds_text() const {
-    char text[32];
-    std::snprintf(text, sizeof text, "%g s", static_cast<double>(timeout.count()) / 1000.0);
-    return text;
-  }
+  std::string timeout_text() const { return seconds_text(timeout); }
 
   // Polls `request` until it completes. Past the deadline: a kCommTimeout naming the collective.
   void complete(MPI_Request& request, const Call& call, const char* what,
@@ -281,14 +271,14 @@ struct MpiCommunicator::Shared {
       const auto now = Clock::now();
       if (now >= deadline) {
         const std::string message =
-            where(call) + ": timed out after " + seconds_text() +
+            where(call) + ": timed out after " + timeout_text() +
             " waiting for the other ranks; a rank is stalled, failed or skipped the collective "
             "(world.timeout_s sets the limit)";
         {
           std::lock_guard lock(mutex);
           abandoned.push_back(scratch);
         }
-        break_with(message);
+        break_with(ErrorKind::kCommTimeout, message);
         throw Error(ErrorKind::kCommTimeout, message);
       }
       if (now - started < kSpin) {
@@ -304,7 +294,7 @@ struct MpiCommunicator::Shared {
       mpi::check(code, what, __FILE__, __LINE__);
     } catch (const Error& error) {
       const std::string message = where(call) + ": " + error.what();
-      break_with(message);
+      break_with(error.kind(), message);
       throw Error(error.kind(), message);
     }
     throw Error(ErrorKind::kInternal, "mpi::check accepted a failing code");
@@ -334,7 +324,7 @@ struct MpiCommunicator::Shared {
           Call::from_signature(call.sequence, first).describe() + " but rank " +
           std::to_string(r) + " called " + Call::from_signature(call.sequence, theirs).describe() +
           "; every rank must call the same collectives in the same order";
-      break_with(message);
+      break_with(ErrorKind::kCommMismatch, message);
       throw Error(ErrorKind::kCommMismatch, message);
     }
   }
@@ -362,8 +352,9 @@ class Ticket {
       : shared_(std::move(shared)), call_(call) {}
   ~Ticket() {
     if (!ran_) {
-      shared_->break_with(shared_->where(call_) +
-                          " was skipped because its stream had failed earlier");
+      shared_->break_with(ErrorKind::kPeerFailure,
+                          shared_->where(call_) +
+                              " was skipped because its stream had failed earlier");
     }
   }
   Ticket(const Ticket&) = delete;
@@ -376,7 +367,11 @@ class Ticket {
   bool ran_ = false;
 };
 
-void enqueue_plan(Stream& stream, const std::shared_ptr<Shared>& shared, Plan plan) {
+void enqueue_plan(Stream& stream, const std::shared_ptr<Shared>& shared, Plan plan,
+                  std::string name, std::string label, std::int64_t step) {
+  plan.call.name = std::move(name);
+  plan.call.label = std::move(label);
+  plan.call.step = step;
   auto ticket = std::make_shared<Ticket>(shared, plan.call);
   stream.enqueue([shared, ticket, plan = std::move(plan)] {
     ticket->mark_ran();
@@ -385,7 +380,9 @@ void enqueue_plan(Stream& stream, const std::shared_ptr<Shared>& shared, Plan pl
       if (plan.prepare) plan.prepare(*scratch);
     } catch (const std::exception& error) {
       // Later collectives wait for this one to start; they must fail, not wait out the timeout.
-      shared->break_with(shared->where(plan.call) + ": " + error.what());
+      const auto* zest_error = dynamic_cast<const Error*>(&error);
+      shared->break_with(zest_error ? zest_error->kind() : ErrorKind::kInternal,
+                         shared->where(plan.call) + ": " + error.what());
       throw;
     }
     shared->wait_for_turn(plan.call);
@@ -451,6 +448,12 @@ MpiCommunicator::MpiCommunicator(std::chrono::milliseconds timeout)
 
 MpiCommunicator::~MpiCommunicator() = default;
 
+std::optional<Error> MpiCommunicator::failure() const {
+  std::lock_guard lock(shared_->mutex);
+  if (shared_->broken.empty()) return std::nullopt;
+  return Error(shared_->broken_kind, shared_->broken);
+}
+
 void MpiCommunicator::all_gather(Stream& stream, const void* send, void* recv, std::size_t count,
                                  DType dtype) {
   const int n = checked_count(count, "all_gather");
@@ -461,7 +464,8 @@ void MpiCommunicator::all_gather(Stream& stream, const void* send, void* recv, s
   plan.start = [send, recv, n, type, in_place](MPI_Comm comm, Scratch&, MPI_Request* request) {
     return MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, type, recv, n, type, comm, request);
   };
-  enqueue_plan(stream, shared_, std::move(plan));
+  enqueue_plan(stream, shared_, std::move(plan), std::exchange(name_, {}),
+               std::exchange(label_, {}), step_);
 }
 
 void MpiCommunicator::reduce_scatter(Stream& stream, const void* send, void* recv,
@@ -503,7 +507,8 @@ void MpiCommunicator::reduce_scatter(Stream& stream, const void* send, void* rec
       for (std::size_t i = 0; i < count; ++i) out[i] /= post_divisor;
     }
   };
-  enqueue_plan(stream, shared_, std::move(plan));
+  enqueue_plan(stream, shared_, std::move(plan), std::exchange(name_, {}),
+               std::exchange(label_, {}), step_);
 }
 
 void MpiCommunicator::all_reduce(Stream& stream, const void* send, void* recv, std::size_t count,
@@ -539,7 +544,8 @@ void MpiCommunicator::all_reduce(Stream& stream, const void* send, void* recv, s
       for (std::size_t i = 0; i < count; ++i) out[i] /= post_divisor;
     }
   };
-  enqueue_plan(stream, shared_, std::move(plan));
+  enqueue_plan(stream, shared_, std::move(plan), std::exchange(name_, {}),
+               std::exchange(label_, {}), step_);
 }
 
 void MpiCommunicator::broadcast(Stream& stream, void* buffer, std::size_t count, DType dtype,
@@ -555,7 +561,8 @@ void MpiCommunicator::broadcast(Stream& stream, void* buffer, std::size_t count,
   plan.start = [buffer, n, type, root](MPI_Comm comm, Scratch&, MPI_Request* request) {
     return MPI_Ibcast(buffer, n, type, root, comm, request);
   };
-  enqueue_plan(stream, shared_, std::move(plan));
+  enqueue_plan(stream, shared_, std::move(plan), std::exchange(name_, {}),
+               std::exchange(label_, {}), step_);
 }
 
 void MpiCommunicator::barrier(Stream& stream) {
@@ -563,7 +570,8 @@ void MpiCommunicator::barrier(Stream& stream) {
   plan.start = [](MPI_Comm comm, Scratch&, MPI_Request* request) {
     return MPI_Ibarrier(comm, request);
   };
-  enqueue_plan(stream, shared_, std::move(plan));
+  enqueue_plan(stream, shared_, std::move(plan), std::exchange(name_, {}),
+               std::exchange(label_, {}), step_);
 }
 
 }  // namespace zest

@@ -51,6 +51,7 @@ class Failure {
  public:
   void set(ErrorKind kind, const std::string& message);  // keeps the first
   bool failed() const;
+  std::optional<Error> get() const;  // the failure, if any
   void throw_if_failed() const;  // throws the failure as an Error of its kind
 
  private:

@@ -7,6 +7,7 @@
 
 #include "base/cuda_check.h"
 #include "runtime/nccl_check.h"
+#include "runtime/thread_start.h"
 
 namespace zest::nccl {
 
@@ -47,13 +48,13 @@ bool Failure::failed() const {
   return error_.has_value();
 }
 
+std::optional<Error> Failure::get() const {
+  std::lock_guard lock(mutex_);
+  return error_;
+}
+
 void Failure::throw_if_failed() const {
-  std::optional<Error> error;
-  {
-    std::lock_guard lock(mutex_);
-    error = error_;
-  }
-  if (error) raise(*error);
+  if (const std::optional<Error> error = get()) raise(*error);
 }
 
 // ---- GuardedComm -----------------------------------------------------------------------------
@@ -65,7 +66,15 @@ GuardedComm::GuardedComm(ncclComm_t comm, int rank, int world_size, int device,
     std::unique_lock lock(mutex_);
     wait_ready(lock, "NCCL initialization (" + std::to_string(world_size) + " ranks)");
   }
-  watchdog_ = std::thread([this] { watch(); });
+  try {
+    watchdog_ = start_thread("the NCCL watchdog of rank " + std::to_string(rank),
+                             [this] { watch(); });
+  } catch (...) {
+    // The destructor will not run: abort here, or the communicator's peers would wait on it.
+    (void)ncclCommAbort(comm_);
+    comm_ = nullptr;
+    throw;
+  }
 }
 
 GuardedComm::~GuardedComm() {

@@ -17,10 +17,13 @@
 #endif
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "runtime/communicator.h"
 
 namespace zest {
@@ -64,6 +67,9 @@ class NcclCommunicator final : public Communicator {
   // World whose rank failed releases the peers waiting for it in a collective, at once instead
   // of at the timeout. Its later calls and its streams' checks raise `reason`.
   void abort(const std::string& reason);
+  // The communicator's first failure (a watchdog's timeout, an NCCL error, an abort), from any
+  // thread; nothing while it has not failed.
+  std::optional<Error> failure() const;
 
   void all_gather(Stream& stream, const void* send, void* recv, std::size_t count,
                   DType dtype) override;
@@ -75,12 +81,15 @@ class NcclCommunicator final : public Communicator {
   // An all-reduce of one float in a scratch word of its own (NCCL has no barrier).
   void barrier(Stream& stream) override;
   void label_next(const char* label) override;
+  void name_next(const std::string& caller) override { name_ = caller; }
+  void begin_step(std::int64_t step) override { step_ = step; }
 
   // Internal: use the factories. Takes `comm`, initialized.
   explicit NcclCommunicator(std::unique_ptr<nccl::GuardedComm> comm);
 
  private:
-  // "all_gather of 4096 bf16 elements ('gather block3')", consuming the label.
+  // "all_gather of 4096 bf16 elements ('gather block3') at step 2", consuming the label; the
+  // caller's name instead when a wrapper gave one (name_next).
   std::string describe(const char* op, std::size_t count, DType dtype);
   // Enqueues a check after a collective, so the stream fails with the communicator.
   void enqueue_check(Stream& stream);
@@ -88,6 +97,8 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<nccl::GuardedComm> comm_;
   float* barrier_word_ = nullptr;  // device memory (cudaMalloc, made with the communicator)
   std::string label_;              // for the next collective
+  std::string name_;               // for the next collective: the caller's (name_next)
+  std::int64_t step_ = 0;
 };
 
 }  // namespace zest

@@ -148,12 +148,16 @@ void NcclCommunicator::label_next(const char* label) { label_ = label ? label : 
 
 void NcclCommunicator::abort(const std::string& reason) { comm_->abort(reason); }
 
+std::optional<Error> NcclCommunicator::failure() const { return comm_->failure()->get(); }
+
 std::string NcclCommunicator::describe(const char* op, std::size_t count, DType dtype) {
   std::string text =
       std::string(op) + " of " + std::to_string(count) + " " + dtype_name(dtype) + " elements";
   if (!label_.empty()) text += " ('" + label_ + "')";
+  if (!name_.empty()) text = name_;
   label_.clear();
-  return text;
+  name_.clear();
+  return text + at_step(step_);
 }
 
 void NcclCommunicator::enqueue_check(Stream& stream) {
@@ -219,7 +223,10 @@ void NcclCommunicator::broadcast(Stream& stream, void* buffer, std::size_t count
 void NcclCommunicator::barrier(Stream& stream) {
   std::string what = "barrier";
   if (!label_.empty()) what += " ('" + label_ + "')";
+  if (!name_.empty()) what = name_;
+  what += at_step(step_);
   label_.clear();
+  name_.clear();
   const cudaStream_t handle = stream_on(stream, device(), what);
   comm_->issue(what, handle, [&](ncclComm_t comm) {
     ZEST_NCCL_CHECK(

@@ -4,8 +4,10 @@
 
 #include <exception>
 #include <functional>
+#include <optional>
 #include <string>
 
+#include "base/error.h"
 #include "runtime/world.h"
 
 namespace zest::detail {
@@ -19,9 +21,15 @@ DetectedWorld start_processes(const DetectedWorld& detected);
 void run_process_rank(const WorldOptions& options, const DetectedWorld& world,
                       const std::function<void(RankContext&)>& work);
 
-// Prints "<program>: error: <what>" and ends every process of the job with MPI_Abort, exit
-// status 2 for input errors and 1 otherwise.
-[[noreturn]] void end_job(const std::string& program, const std::exception& error);
+// Runs options.before_exit, prints "<program>: error: <what>" and ends every process of the job
+// with MPI_Abort, exit status 2 for input errors and 1 otherwise.
+[[noreturn]] void end_job(const WorldOptions& options, const std::exception& error);
+
+// What a process reports when its rank failed with `error`: `error`, unless it is a
+// communication error (a timeout, a mismatch, a peer failure: the communicator's failure as a
+// stream re-raised it, or an echo of it) and `cause`, the communicator's first failure, is known
+// and not itself an echo: then `cause`.
+const std::exception& cause_of(const std::exception& error, const std::optional<Error>& cause);
 
 // World::verify_same_config for processes.
 void verify_same_config_across_processes(const std::string& text, const DetectedWorld& world,

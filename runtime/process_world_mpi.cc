@@ -15,6 +15,7 @@
 #include "runtime/cpu_stream.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/mpi_process.h"
+#include "runtime/process_end.h"
 #include "runtime/rank_resources.h"
 
 namespace zest::detail {
@@ -51,33 +52,48 @@ DetectedWorld start_processes(const DetectedWorld& detected) {
 void run_process_rank(const WorldOptions& options, const DetectedWorld& world,
                       const std::function<void(RankContext&)>& work) {
   const int rank = world.rank;
+  std::optional<Error> communicator_failure;
   try {
     MpiCommunicator communicator(options.timeout);
-    cpu::CpuDevice device(rank, options.device_memory, options.host_memory);
-    RankResources resources(rank, world.size, device, communicator, options);
-    work(resources.context());
-    resources.context().synchronize();
+    try {
+      cpu::CpuDevice device(rank, options.device_memory, options.host_memory);
+      RankResources resources(rank, world.size, device, communicator, options);
+      work(resources.context());
+      resources.context().synchronize();
+    } catch (const std::exception&) {
+      communicator_failure = communicator.failure();
+      throw;
+    }
   } catch (const std::exception& error) {
-    const Error failure = with_context(error, "rank " + std::to_string(rank));
+    const Error failure =
+        with_context(cause_of(error, communicator_failure), "rank " + std::to_string(rank));
     if (world.size == 1) raise(failure);
     // Note: a failed process ends the job rather than returning: its peers may be waiting in a
-    // collective it will never join, and MPI cannot cancel that. The streams are not drained
-    // (their queued collectives could only wait out the timeout).
-    end_job(options.program, failure);
+    // collective it will never join, and MPI cannot cancel that.
+    end_job(options, failure);
   }
 }
 
-void end_job(const std::string& program, const std::exception& error) {
-  std::string message = error.what();
-  for (char& c : message) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  std::cerr << program << ": error: " << message << std::endl;
+const std::exception& cause_of(const std::exception& error, const std::optional<Error>& cause) {
+  if (!cause || cause->kind() == ErrorKind::kPeerFailure) return error;
+  // Note: a communication error raised by the rank is the communicator's failure again — as a
+  // stream re-raised it ("stream 'rank 0 comm': ..."), or a wait on that stream's event — or a
+  // later one that the first caused; the first, as it happened, is the one to report.
+  const auto* zest_error = dynamic_cast<const Error*>(&error);
+  const ErrorKind kind = zest_error ? zest_error->kind() : ErrorKind::kInternal;
+  const bool communication = kind == ErrorKind::kPeerFailure || kind == ErrorKind::kCommTimeout ||
+                             kind == ErrorKind::kCommMismatch;
+  return communication ? *cause : error;
+}
+
+void end_job(const WorldOptions& options, const std::exception& error) {
+  const auto* zest_error = dynamic_cast<const Error*>(&error);
+  const Error failure = zest_error ? *zest_error : Error(ErrorKind::kInternal, error.what());
+  report_failure(options, failure);
   // Note: the launcher forwards each process's stderr asynchronously, and MPI_Abort tears the
   // job down at once: without a pause the one line that says what failed is often lost.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  const auto* zest_error = dynamic_cast<const Error*>(&error);
-  MpiProcess::get().abort(zest_error && is_input_error(zest_error->kind()) ? 2 : 1);
+  MpiProcess::get().abort(exit_status(failure));
 }
 
 void verify_same_config_across_processes(const std::string& text, const DetectedWorld& world,

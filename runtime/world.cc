@@ -1,10 +1,8 @@
 #include "runtime/world.h"
 
 #include <cstdlib>
-#include <mutex>
 #include <optional>
-#include <thread>
-#include <vector>
+#include <string>
 
 #include "base/error.h"
 #include "runtime/cpu_device.h"
@@ -15,6 +13,7 @@
 #endif
 #include "runtime/local_communicator.h"
 #include "runtime/rank_resources.h"
+#include "runtime/rank_threads.h"
 #if ZEST_HAVE_MPI
 #include "runtime/process_world.h"
 #endif
@@ -133,9 +132,19 @@ World::World(WorldOptions options) : options_(std::move(options)) {
 
 namespace {
 
+ErrorKind kind_of(const std::exception& error) {
+  const auto* zest_error = dynamic_cast<const Error*>(&error);
+  return zest_error ? zest_error->kind() : ErrorKind::kInternal;
+}
+
 void run_rank(int rank, const WorldOptions& options, LocalCommunicator& communicator,
               const std::function<void(RankContext&)>& work, detail::FirstFailure& failures) {
   LocalGroup& group = communicator.group();
+  // Offered before the group is poisoned: the rank's own error, with its type, is the cause.
+  const auto fail = [&](const std::exception& error) {
+    failures.offer(rank, error);
+    group.poison(rank, kind_of(error), error.what());
+  };
   try {
     cpu::CpuDevice device(rank, options.device_memory, options.host_memory);
     // Note: streams are destroyed (drained) before the device, and only after a failure has
@@ -146,14 +155,12 @@ void run_rank(int rank, const WorldOptions& options, LocalCommunicator& communic
       work(context);
       context.synchronize();
     } catch (const std::exception& error) {
-      group.poison(rank, error.what());
-      failures.offer(rank, error);
+      fail(error);
       return;
     }
     group.depart(rank);
   } catch (const std::exception& error) {
-    group.poison(rank, error.what());
-    failures.offer(rank, error);
+    fail(error);
   }
 }
 
@@ -179,19 +186,20 @@ void World::run(const std::function<void(RankContext&)>& work) const {
     communicator->set_trace(options_.trace.get());
   }
   detail::FirstFailure failures;
-  std::vector<std::thread> threads;
-  threads.reserve(options_.ranks);
-  for (int rank = 0; rank < options_.ranks; ++rank) {
-    threads.emplace_back(run_rank, rank, std::cref(options_), std::ref(*communicators[rank]),
-                         std::cref(work), std::ref(failures));
-  }
-  for (auto& thread : threads) thread.join();
-  failures.rethrow();
+  LocalGroup& group = communicators.front()->group();
+  // The first failure is kept when it happens — the first rank to time out — not when its
+  // rank has unwound, by which time its peers' echoes may have been offered.
+  group.set_failure_observer(
+      [&failures](int rank, const Error& failure) { failures.offer(rank, failure); });
+  detail::run_rank_threads(
+      options_, failures,
+      [&](int rank) { run_rank(rank, options_, *communicators[rank], work, failures); },
+      [&](int rank, const std::string& reason) { group.poison(rank, ErrorKind::kDevice, reason); });
 }
 
 void World::end_job_on_failure([[maybe_unused]] const std::exception& error) const {
 #if ZEST_HAVE_MPI
-  if (detected_.processes && detected_.size > 1) detail::end_job(options_.program, error);
+  if (detected_.processes && detected_.size > 1) detail::end_job(options_, error);
 #endif
 }
 

@@ -4,8 +4,11 @@
 // launcher started (mpirun, srun), and run() runs the function once, for this process's rank;
 // `auto` detects which (world_detection.h). Invariant: run() returns only after every rank has
 // finished, and if any rank failed it throws the first failure (the cause, not the peers' echoes
-// of it), naming its rank — except that a failing process of a multi-process world ends the
-// whole job (it prints its error, then MPI_Abort), since its peers could otherwise wait forever.
+// of it), naming its rank — except that it never waits without bound for a rank that cannot
+// finish: a failing process of a multi-process world ends the whole job (it prints its error,
+// then MPI_Abort), since its peers could otherwise wait forever, and with threads, a rank still
+// running WorldOptions::grace after another failed (stalled in compute, a collective or I/O)
+// makes the World end the process with the failure's one line.
 #pragma once
 
 #include <chrono>
@@ -43,9 +46,22 @@ struct WorldOptions {
   // When set, every rank's streams record their collectives and the engine its units' compute
   // here (log.trace / wall_clock_breakdown).
   std::shared_ptr<TraceRecorder> trace;
-  // Names the program in the line a failing process prints before it ends a multi-process job:
-  // "<program>: error: rank 2: ...".
+  // Names the program in the line a failing process prints before it ends a multi-process job,
+  // or before a World of threads ends the process: "<program>: error: rank 2: ...".
   std::string program = "zest";
+  // Threads: once a rank has failed, how long the other ranks get to end before the World ends
+  // the process without them (see run()). They normally end at once: the failure fails every
+  // collective they are in or issue. What outlasts it is stalled (a sleep, a read that never
+  // returns), and a thread cannot be stopped.
+  std::chrono::milliseconds grace{std::chrono::seconds(5)};
+  // Threads: polled while the World waits out `grace`; true ends the wait at once (the tools
+  // pass "a SIGINT or SIGTERM arrived"). Unset: never.
+  std::function<bool()> interrupted;
+  // Runs on the thread that ends the process — a World of threads after `grace`, a failing
+  // process of a multi-process job — just before the one error line is printed: end a live
+  // progress line, remove partial output files. Quick, and without locks that a stalled thread
+  // could hold.
+  std::function<void()> before_exit;
 };
 
 // Everything one rank works with. Streams: `compute` runs the model; `comm` runs gradient
