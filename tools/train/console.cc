@@ -50,4 +50,12 @@ void Console::end_live() {
   live_line.clear();
 }
 
+void Console::end_live_before_exit() {
+  std::unique_lock<std::mutex> lock(console_mutex, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  if (!live_line.empty()) std::cout << '\n';
+  live_line.clear();
+  std::cout << std::flush;
+}
+
 }  // namespace zest

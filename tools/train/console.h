@@ -19,6 +19,9 @@ class Console {
   static void live(const std::string& line);
   // Ends the live line: it stays on screen as a plain line.
   static void end_live();
+  // end_live for a process about to end from another thread (the World's end after a stalled
+  // rank): does nothing if a thread holds the console, which may be one stalled inside a write.
+  static void end_live_before_exit();
 };
 
 }  // namespace zest

@@ -7,7 +7,9 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -71,12 +73,34 @@ std::uint64_t resume_point(int fd, const std::string& path, std::int64_t first_s
   return line_start;
 }
 
+// The logs open now, for discard_open_logs(). A log is in it from the end of open() to the start
+// of close() or its destructor, while its fd_ and kept_bytes_ do not change.
+std::mutex open_logs_mutex;
+std::set<const MetricsLog*> open_logs;
+
+void forget(const MetricsLog* log) {
+  std::lock_guard lock(open_logs_mutex);
+  open_logs.erase(log);
+}
+
 }  // namespace
 
 MetricsLog::MetricsLog(std::string path) : path_(std::move(path)) {}
 
 MetricsLog::~MetricsLog() {
   if (fd_ < 0) return;
+  forget(this);
+  discard();
+  ::close(fd_);
+}
+
+void MetricsLog::discard_open_logs() {
+  std::lock_guard lock(open_logs_mutex);
+  for (const MetricsLog* log : open_logs) log->discard();
+  open_logs.clear();
+}
+
+void MetricsLog::discard() const {
   // Note: a run that fails with an error leaves no output of its own (the tools' rule); only a
   // process that dies cannot clean up, and then its whole records are what a user wants.
   struct stat info {};
@@ -87,7 +111,6 @@ MetricsLog::~MetricsLog() {
       // Nothing more to do: the run is already failing with its own error.
     }
   }
-  ::close(fd_);
 }
 
 void MetricsLog::open(std::int64_t first_step) {
@@ -104,13 +127,19 @@ void MetricsLog::open(std::int64_t first_step) {
   }
   fd_ = fd;
   // A pipe or a terminal (--metrics /dev/stdout) is written as it comes: nothing to keep or cut.
-  if (!resumed || !S_ISREG(info.st_mode)) return;
+  if (!resumed || !S_ISREG(info.st_mode)) {
+    std::lock_guard lock(open_logs_mutex);
+    open_logs.insert(this);
+    return;
+  }
   const std::uint64_t keep = resume_point(fd_, path_, first_step);
   if (keep < static_cast<std::uint64_t>(info.st_size) &&
       ::ftruncate(fd_, static_cast<off_t>(keep)) != 0) {
     throw io_error("cannot cut", path_);
   }
   kept_bytes_ = keep;
+  std::lock_guard lock(open_logs_mutex);
+  open_logs.insert(this);
 }
 
 void MetricsLog::append(const nlohmann::ordered_json& record) {
@@ -139,6 +168,7 @@ void MetricsLog::sync() {
 }
 
 void MetricsLog::close() {
+  forget(this);
   sync();
   if (::close(fd_) != 0) {
     fd_ = -1;

@@ -40,9 +40,17 @@ class MetricsLog {
   // After the summary: syncs and closes; the destructor then leaves the file alone.
   void close();
 
+  // For a process about to end at once, without destructors (the runtime ending it after a
+  // stalled rank, with an error): does to every open log what its destructor would, through the
+  // file descriptor only — another thread may be inside append().
+  static void discard_open_logs();
+
   const std::string& path() const { return path_; }
 
  private:
+  // The destructor's clean-up: removes or cuts back what this run wrote.
+  void discard() const;
+
   std::string path_;
   int fd_ = -1;
   std::uint64_t kept_bytes_ = 0;  // what the file held from earlier runs once open() had cut it

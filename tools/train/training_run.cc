@@ -292,6 +292,15 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
 int run_training(const TrainConfig& config, const RunOptions& options) {
   WorldOptions world_options = config.world;
   world_options.program = "zest-train";
+  // When the runtime ends the process itself (a rank stalled past the grace period, a failed
+  // process of a multi-process job), nothing unwinds: the live progress line is ended and the
+  // metrics log takes this run's records back (as for any error) here, before the error line.
+  world_options.before_exit = [] {
+    Console::end_live_before_exit();
+    MetricsLog::discard_open_logs();
+  };
+  // A signal while the ranks wait for a stalled one ends the wait at once.
+  world_options.interrupted = [] { return StopSignals::caught() != 0; };
   if (!config.trace_path.empty() || config.wall_clock_breakdown) {
     world_options.trace = std::make_shared<TraceRecorder>();
   }
@@ -305,6 +314,8 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
     }
     return status;
   } catch (const std::exception& error) {
+    // The error line must not land in the middle of the live progress line.
+    Console::end_live();
     // With several processes the others may be waiting for this one: end the job.
     world.end_job_on_failure(error);
     throw;
