@@ -101,6 +101,23 @@ TEST(MpiFaultScenario, DISABLED_RankIsKilled) {
   });
 }
 
+// Rank 1 stalls (asleep for 1000 s) at step 3; the others wait in an all-reduce it never joins,
+// with a 2 s timeout and the collective-order check on.
+TEST(MpiFaultScenario, DISABLED_RankStalls) {
+  WorldOptions options = scenario_options();
+  options.timeout = std::chrono::seconds(2);
+  options.check_collectives = true;
+  World(options).run([](RankContext& context) {
+    context.communicator.begin_step(3);
+    if (context.rank == 1) std::this_thread::sleep_for(std::chrono::seconds(1000));
+    float value = 1.0f;
+    context.communicator.label_next("step loss");
+    context.communicator.all_reduce(context.comm, &value, &value, 1, DType::kFloat32,
+                                    Reduction::kSum);
+    context.comm.synchronize();
+  });
+}
+
 // ---- tests -----------------------------------------------------------------------------------
 
 TEST(MpiFaults, ARankThatThrowsEndsTheJobNamingItsRank) {
@@ -120,6 +137,17 @@ TEST(MpiFaults, ARankThatFailsOnInputEndsTheJobWithStatus2) {
   EXPECT_EQ(job.status, 2) << job.output;
   EXPECT_THAT(job.output,
               HasSubstr("fault-scenario: error: rank 1: tokens.bin: truncated at byte 4096"));
+}
+
+TEST(MpiFaults, AStalledRankEndsTheJobWithinItsTimeoutNamingTheCollectiveAndStep) {
+  const JobResult job = run_job("RankStalls", 2);
+  EXPECT_LT(job.elapsed, std::chrono::seconds(15)) << job.output;
+  EXPECT_EQ(job.status, 1) << job.output;
+  // One line, naming the all-reduce as issued (not the order check's gather of its records).
+  EXPECT_THAT(job.output, HasSubstr("fault-scenario: error: rank 0: all_reduce #0 (1 x fp32, sum) "
+                                    "'step loss' at step 3 on rank 0 of 2: timed out after 2 s "
+                                    "waiting for the other ranks"));
+  EXPECT_THAT(job.output, ::testing::Not(HasSubstr("waited on an event")));
 }
 
 TEST(MpiFaults, AKilledRankEndsTheJobThroughTheLauncher) {

@@ -6,16 +6,19 @@
 #pragma once
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -28,6 +31,7 @@ struct ProcessResult {
   int status = -1;
   std::string out;  // stdout; stdout and stderr together when they shared a file
   std::string err;  // stderr; empty when it went to the stdout file
+  bool killed_at_limit = false;  // wait_for_program_within had to end it (status 128 + 9)
 };
 
 // Where a child's stdout and stderr go, truncated first.
@@ -85,6 +89,30 @@ inline ProcessResult wait_for_program(pid_t pid, const OutputFiles& files) {
   if (pid == -1) return result;
   int status = 0;
   waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) result.status = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.status = 128 + WTERMSIG(status);
+  result.out = read_file(files.stdout_path);
+  if (!files.stderr_path.empty()) result.err = read_file(files.stderr_path);
+  return result;
+}
+
+// wait_for_program, bounded: a child still running after `limit` is killed (SIGKILL), so that
+// a test of "this ends in time" fails instead of hanging when it does not.
+inline ProcessResult wait_for_program_within(pid_t pid, const OutputFiles& files,
+                                             std::chrono::milliseconds limit) {
+  ProcessResult result;
+  if (pid == -1) return result;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      result.killed_at_limit = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   if (WIFEXITED(status)) result.status = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) result.status = 128 + WTERMSIG(status);
   result.out = read_file(files.stdout_path);

@@ -6,6 +6,7 @@
 // gathered into them. Starts mpirun itself, bounded by `timeout`.
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -139,6 +140,36 @@ TEST_F(ZestTrainMpi, WorldRanksThatDisagreeWithMpirunAreAConfigError) {
                                          " --set world.backend=mpi");
   EXPECT_EQ(result.status, 2) << result.out;
   EXPECT_THAT(result.out, HasSubstr("world.ranks: is 4, but Open MPI started 2 processes"));
+}
+
+TEST_F(ZestTrainMpi, AStalledProcessEndsTheJobWithinTheTimeoutNamingTheCollectiveAndStep) {
+  // Process 1 sleeps 1000 s before step 2; process 0 times out in the stage-3 gather it issued
+  // (named as issued, with the collective-order check on), prints one line and ends the job.
+  const std::string metrics = path("metrics.jsonl");
+  const auto start = std::chrono::steady_clock::now();
+  const ProcessResult result = run_shell(
+      "timeout -k 5 60 " ZEST_MPIEXEC " " ZEST_MPIEXEC_FLAGS " -np 2 '" + kBinary +
+      "' --config '" + kDefaultConfig + "' --set steps=3 --set world.backend=mpi "
+      "--set world.ranks=2 --set world.timeout_s=5 --set 'debug={\"check_collectives\": true, "
+      "\"fault\": {\"kind\": \"stall\", \"rank\": 1, \"step\": 2, \"stall_seconds\": 1000}}' "
+      "--metrics '" + metrics + "'");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(result.status, 1) << result.out;
+  EXPECT_LT(seconds, 15.0) << result.out;
+  std::vector<std::string> errors;
+  for (const std::string& line : zest::testing::lines_of(result.out)) {
+    const auto at = line.find("zest-train: error: ");
+    if (at != std::string::npos) errors.push_back(line.substr(at));
+  }
+  ASSERT_EQ(errors.size(), 1u) << result.out;
+  EXPECT_THAT(errors[0], ::testing::MatchesRegex(
+                             "zest-train: error: rank 0: all_gather #[0-9]+ \\([0-9]+ x fp32\\) "
+                             "'gather layer[0-9]' at step 2 on rank 0 of 2: timed out after 5 s "
+                             "waiting for the other ranks; .*"));
+  EXPECT_THAT(errors[0], ::testing::Not(HasSubstr("int32")));  // the order check's records
+  EXPECT_FALSE(std::filesystem::exists(metrics));
+  EXPECT_FALSE(std::filesystem::exists(metrics + ".tmp"));
 }
 
 }  // namespace
