@@ -2,10 +2,11 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -89,6 +90,23 @@ const std::exception& cause_of(const std::exception& error, const std::optional<
 void end_job(const WorldOptions& options, const std::exception& error) {
   const auto* zest_error = dynamic_cast<const Error*>(&error);
   const Error failure = zest_error ? *zest_error : Error(ErrorKind::kInternal, error.what());
+  const ErrorKind kind = failure.kind();
+  const bool seen_by_many = kind == ErrorKind::kCommTimeout || kind == ErrorKind::kCommMismatch ||
+                            kind == ErrorKind::kPeerFailure;
+  if (seen_by_many && options.interrupted) {
+    // Note: every healthy process times out (or sees a mismatch) at about the same moment, and
+    // each would print its own line. The lowest rank reports; a higher one first waits 600 ms
+    // per rank below it (at most 3 s) — longer than a report and its pause — and ends silently
+    // if the launcher meanwhile began ending the job (its SIGTERM, which `interrupted` sees):
+    // one line for the job, not one per process.
+    const auto wait = std::min(std::chrono::milliseconds(600) * MpiProcess::get().rank(),
+                               std::chrono::milliseconds(3000));
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (options.interrupted()) MpiProcess::get().abort(exit_status(failure));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
   report_failure(options, failure);
   // Note: the launcher forwards each process's stderr asynchronously, and MPI_Abort tears the
   // job down at once: without a pause the one line that says what failed is often lost.
