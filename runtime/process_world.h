@@ -22,7 +22,10 @@ void run_process_rank(const WorldOptions& options, const DetectedWorld& world,
                       const std::function<void(RankContext&)>& work);
 
 // Runs options.before_exit, prints "<program>: error: <what>" and ends every process of the job
-// with MPI_Abort, exit status 2 for input errors and 1 otherwise.
+// with MPI_Abort, exit status 2 for input errors and 1 otherwise. A communication failure, which
+// every healthy process sees at once, is printed by the lowest rank only: a higher rank waits
+// (600 ms a rank, at most 3 s) and ends silently once options.interrupted says the launcher is
+// ending the job.
 [[noreturn]] void end_job(const WorldOptions& options, const std::exception& error);
 
 // What a process reports when its rank failed with `error`: `error`, unless it is a

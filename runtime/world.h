@@ -55,7 +55,8 @@ struct WorldOptions {
   // returns), and a thread cannot be stopped.
   std::chrono::milliseconds grace{std::chrono::seconds(5)};
   // Threads: polled while the World waits out `grace`; true ends the wait at once (the tools
-  // pass "a SIGINT or SIGTERM arrived"). Unset: never.
+  // pass "a SIGINT or SIGTERM arrived"). Processes: how a failing process learns that the
+  // launcher is already ending the job (process_world.h). Unset: never.
   std::function<bool()> interrupted;
   // Runs on the thread that ends the process — a World of threads after `grace`, a failing
   // process of a multi-process job — just before the one error line is printed: end a live
