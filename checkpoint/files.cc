@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "base/durable_file.h"
 #include "base/error.h"
 
 namespace zest {
@@ -27,6 +28,20 @@ namespace fs = std::filesystem;
 }
 
 constexpr std::size_t kChunk = std::size_t{1} << 20;
+
+// How many of `bytes` the save's simulated disk still takes: all of them without a budget.
+std::size_t take_from_budget(std::optional<std::uint64_t>* budget, std::size_t bytes) {
+  if (budget == nullptr || !budget->has_value()) return bytes;
+  std::uint64_t& left = **budget;
+  const std::size_t allowed = bytes > left ? static_cast<std::size_t>(left) : bytes;
+  left -= allowed;
+  return allowed;
+}
+
+[[noreturn]] void simulated_disk_full(const std::string& path) {
+  throw Error(ErrorKind::kIo, "cannot write " + path + ": " + std::strerror(ENOSPC) +
+                                  " (simulated by " + kCheckpointFaultVariable + ")");
+}
 
 }  // namespace
 
@@ -66,49 +81,21 @@ std::optional<std::uint64_t> parse_hex_digest(const std::string& text) {
 }
 
 HashingFileWriter::HashingFileWriter(std::string path, std::optional<std::uint64_t>* budget)
-    : path_(std::move(path)), budget_(budget) {
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail(ErrorKind::kIo, "cannot create", path_, errno);
+    : file_(std::move(path)), budget_(budget) {
   XXH3_state_t* state = XXH3_createState();
   if (state == nullptr) throw Error(ErrorKind::kInternal, "XXH3_createState failed");
   XXH3_64bits_reset(state);
   state_ = state;
 }
 
-HashingFileWriter::~HashingFileWriter() {
-  if (fd_ >= 0) ::close(fd_);
-  XXH3_freeState(static_cast<XXH3_state_t*>(state_));
-}
+HashingFileWriter::~HashingFileWriter() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
 
 void HashingFileWriter::write(const void* data, std::size_t bytes) {
-  if (fd_ < 0) throw Error(ErrorKind::kInternal, "write after finish: " + path_);
-  const char* next = static_cast<const char*>(data);
-  std::size_t allowed = bytes;
-  bool simulate_full = false;
-  if (budget_ != nullptr && budget_->has_value()) {
-    std::uint64_t& left = **budget_;
-    if (bytes > left) {
-      allowed = static_cast<std::size_t>(left);
-      simulate_full = true;
-    }
-    left -= allowed;
-  }
-  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), next, allowed);
-  std::size_t remaining = allowed;
-  while (remaining > 0) {
-    const ssize_t written = ::write(fd_, next, remaining);
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      fail(ErrorKind::kIo, "cannot write", path_, errno);
-    }
-    next += written;
-    remaining -= static_cast<std::size_t>(written);
-  }
+  const std::size_t allowed = take_from_budget(budget_, bytes);
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data, allowed);
+  file_.write(data, allowed);
   bytes_ += allowed;
-  if (simulate_full) {
-    throw Error(ErrorKind::kIo, "cannot write " + path_ + ": " + std::strerror(ENOSPC) +
-                                    " (simulated by " + kCheckpointFaultVariable + ")");
-  }
+  if (allowed < bytes) simulated_disk_full(file_.path());
 }
 
 void HashingFileWriter::write_zeros(std::size_t bytes) {
@@ -121,11 +108,7 @@ void HashingFileWriter::write_zeros(std::size_t bytes) {
 }
 
 FileDigest HashingFileWriter::finish() {
-  if (::fsync(fd_) != 0) fail(ErrorKind::kIo, "cannot fsync", path_, errno);
-  const int fd = fd_;
-  fd_ = -1;
-  // Note: close can report a deferred write error (NFS); a checkpoint must not ignore it.
-  if (::close(fd) != 0) fail(ErrorKind::kIo, "cannot close", path_, errno);
+  file_.finish();
   return {bytes_, XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_))};
 }
 
@@ -187,20 +170,10 @@ FileDigest ReadOnlyFile::digest() const {
 
 void replace_file_atomically(const std::string& dir, const std::string& name,
                              const std::string& text, std::optional<std::uint64_t>* budget) {
-  const std::string temporary = (fs::path(dir) / ("." + name + ".tmp-" + random_tag())).string();
-  const std::string target = (fs::path(dir) / name).string();
-  try {
-    HashingFileWriter writer(temporary, budget);
-    writer.write(text.data(), text.size());
-    writer.finish();
-    if (std::rename(temporary.c_str(), target.c_str()) != 0) {
-      fail(ErrorKind::kIo, "cannot rename " + temporary + " to", target, errno);
-    }
-  } catch (...) {
-    std::remove(temporary.c_str());
-    throw;
-  }
-  fsync_directory(dir);
+  DurableFile file((fs::path(dir) / name).string());
+  if (take_from_budget(budget, text.size()) < text.size()) simulated_disk_full(file.path());
+  file.write(text);
+  file.commit();
 }
 
 std::string read_text_file(const std::string& path, std::uint64_t max_bytes, const char* what) {
@@ -214,17 +187,6 @@ std::string read_text_file(const std::string& path, std::uint64_t max_bytes, con
   std::string text(static_cast<std::size_t>(file.size()), '\0');
   file.read(0, text.data(), text.size());
   return text;
-}
-
-void fsync_directory(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) fail(ErrorKind::kIo, "cannot open directory", path, errno);
-  const int result = ::fsync(fd);
-  const int error = errno;
-  ::close(fd);
-  // Some file systems cannot fsync a directory (EINVAL); their renames are then as durable as
-  // they can be made.
-  if (result != 0 && error != EINVAL) fail(ErrorKind::kIo, "cannot fsync directory", path, error);
 }
 
 bool publish_directory(const std::string& from, const std::string& to) {
@@ -264,15 +226,6 @@ bool remove_directory_quietly(const std::string& path) {
   if (error) doomed = source;
   fs::remove_all(doomed, error);
   return !error;
-}
-
-std::string random_tag() {
-  static thread_local std::mt19937_64 generator([] {
-    std::random_device device;
-    return (static_cast<std::uint64_t>(device()) << 32) ^ device() ^
-           static_cast<std::uint64_t>(::getpid());
-  }());
-  return hex_digest(generator());
 }
 
 }  // namespace zest

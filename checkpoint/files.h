@@ -1,6 +1,7 @@
-// The file operations a checkpoint is built from: a shard file written with a running xxHash
-// (XXH3_64) and fsynced, small files replaced atomically, directories fsynced and published by
-// rename, files read by offset. Every failure is an Error that names the file and the OS error.
+// The file operations a checkpoint is built from, on base/durable_file.h: a shard file written
+// with a running xxHash (XXH3_64) and fsynced, small files replaced atomically, directories
+// published by rename, files read by offset. Every failure is an Error that names the file and
+// the OS error.
 // Invariant: nothing here leaves a half-written file under its final name — files are written
 // under temporary names (or inside a temporary directory) and only renamed once complete.
 #pragma once
@@ -9,6 +10,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+
+#include "base/durable_file.h"
 
 namespace zest {
 
@@ -42,12 +45,11 @@ class HashingFileWriter {
   void write_zeros(std::size_t bytes);
   // fsyncs and closes; returns what was written.
   FileDigest finish();
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
 
  private:
-  std::string path_;
+  SyncedFile file_;
   std::optional<std::uint64_t>* budget_;
-  int fd_ = -1;
   void* state_ = nullptr;  // XXH3_state_t, owned
   std::uint64_t bytes_ = 0;
 };
@@ -72,8 +74,8 @@ class ReadOnlyFile {
   std::uint64_t size_ = 0;
 };
 
-// Writes `text` as <dir>/<name> atomically: a temporary file beside it, fsynced, renamed over
-// <name>, then <dir> fsynced.
+// Writes `text` as <dir>/<name> through a DurableFile (base/durable_file.h), charged to the
+// save's simulated disk `budget`.
 void replace_file_atomically(const std::string& dir, const std::string& name,
                              const std::string& text, std::optional<std::uint64_t>* budget);
 // The whole file as text; kCheckpoint Error naming it when missing, unreadable, or longer than
@@ -87,7 +89,6 @@ std::string read_text_file(const std::string& path, std::uint64_t max_bytes, con
 inline constexpr std::uint64_t kMaxLatestBytes = 4096;
 inline constexpr std::uint64_t kMaxManifestBytes = 64ull << 20;
 
-void fsync_directory(const std::string& path);
 // Moves the complete directory `from` to `to` (same parent) in one rename. When `to` exists it
 // is swapped atomically (renameat2 RENAME_EXCHANGE) and the old one removed, so `to` names a
 // whole directory at every moment; returns true when it replaced one.
@@ -95,8 +96,5 @@ bool publish_directory(const std::string& from, const std::string& to);
 // Removes a directory tree without failing: renamed to a hidden name first, so a crash midway
 // leaves no half-deleted directory under its old name. Returns false when it could not.
 bool remove_directory_quietly(const std::string& path);
-
-// A short random tag for temporary names: 16 hex digits.
-std::string random_tag();
 
 }  // namespace zest

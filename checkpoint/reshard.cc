@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "base/durable_file.h"
 #include "base/error.h"
 #include "memory/shard_layout.h"
 #include "checkpoint/files.h"

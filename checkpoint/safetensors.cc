@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/durable_file.h"
 #include "base/error.h"
 #include "kernels/convert.h"
 #include "checkpoint/files.h"
@@ -260,34 +261,21 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(text.size() >> (8 * i));
 
-  const std::filesystem::path target(path);
-  const std::string temporary =
-      (target.parent_path() / ("." + target.filename().string() + ".tmp-" + random_tag())).string();
-  try {
-    HashingFileWriter writer(temporary, nullptr);
-    writer.write(length, sizeof length);
-    writer.write(text.data(), text.size());
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      std::uint64_t written = 0;
-      fill(i, [&](const void* data, std::size_t bytes) {
-        writer.write(data, bytes);
-        written += bytes;
-      });
-      if (written != sizes[i]) {
-        throw Error(ErrorKind::kInternal, fmt::format("safetensors: '{}' got {} bytes, not {}",
-                                                      entries[i].name, written, sizes[i]));
-      }
+  DurableFile file(path);
+  file.write(length, sizeof length);
+  file.write(text);
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    std::uint64_t written = 0;
+    fill(i, [&](const void* data, std::size_t bytes) {
+      file.write(data, bytes);
+      written += bytes;
+    });
+    if (written != sizes[i]) {
+      throw Error(ErrorKind::kInternal, fmt::format("safetensors: '{}' got {} bytes, not {}",
+                                                    entries[i].name, written, sizes[i]));
     }
-    writer.finish();
-    std::filesystem::rename(temporary, target);
-  } catch (const std::filesystem::filesystem_error& error) {
-    std::remove(temporary.c_str());
-    throw Error(ErrorKind::kIo,
-                "cannot rename " + temporary + " to " + path + ": " + error.code().message());
-  } catch (...) {
-    std::remove(temporary.c_str());
-    throw;
   }
+  file.commit();
 }
 
 }  // namespace zest

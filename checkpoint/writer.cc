@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "base/durable_file.h"
 #include "base/error.h"
 #include "checkpoint/agreement.h"
 #include "checkpoint/files.h"

@@ -1,13 +1,11 @@
 #include "runtime/trace.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <map>
 
 #include <nlohmann/json.hpp>
 
+#include "base/durable_file.h"
 #include "base/error.h"
 
 namespace zest {
@@ -96,16 +94,7 @@ void TraceRecorder::write(const std::string& path) const {
     events.push_back(std::move(event));
   }
   const nlohmann::json trace = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << trace.dump() << "\n";
-    if (!out) {
-      std::remove(temporary.c_str());
-      throw Error(ErrorKind::kData, path + ": cannot write the trace file");
-    }
-  }
-  std::filesystem::rename(temporary, path);
+  write_file_durably(path, trace.dump() + "\n");
 }
 
 std::vector<TraceRecorder::Overlap> TraceRecorder::overlap(int ranks) const {
