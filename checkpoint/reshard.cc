@@ -11,6 +11,7 @@
 #include "checkpoint/manifest.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/source.h"
+#include "engine/stage_plan.h"
 
 namespace zest {
 namespace {
@@ -38,7 +39,7 @@ ReshardResult reshard_checkpoint(const std::string& source_path, const std::stri
     throw Error(ErrorKind::kUsage,
                 "the new world size must be at least 1, not " + std::to_string(world_size));
   }
-  if (stage && (*stage < 0 || *stage > 3)) {
+  if (stage && !StagePlan::valid(*stage)) {
     throw Error(ErrorKind::kUsage, "the stage must be 0, 1, 2 or 3, not " + std::to_string(*stage));
   }
   std::error_code error;

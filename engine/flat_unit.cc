@@ -2,7 +2,7 @@
 
 namespace zest {
 
-FlatUnit plan_flat_unit(Unit& unit, int index, int stage, int rank, int world_size,
+FlatUnit plan_flat_unit(Unit& unit, int index, const StagePlan& plan, int rank, int world_size,
                         std::size_t alignment) {
   FlatUnit flat;
   flat.unit = &unit;
@@ -13,7 +13,7 @@ FlatUnit plan_flat_unit(Unit& unit, int index, int stage, int rank, int world_si
   for (const ParamSpec& spec : flat.specs) shapes.push_back({spec.name, spec.shape});
   flat.layout = ShardLayout::build(unit.name(), shapes, world_size, alignment);
 
-  if (stage == 0) {
+  if (!plan.optimizer_sharded) {
     // DDP: every rank updates every parameter (padding is never touched).
     for (std::size_t i = 0; i < flat.specs.size(); ++i) {
       const ParamSlot& slot = flat.layout.params()[i];

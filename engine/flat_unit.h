@@ -1,6 +1,6 @@
 // One unit's training state in flat buffers, laid out by its ShardLayout. Which buffers exist,
-// and how long they are, is the ZeRO stage (fp32 compute: parameters are their own master
-// weights, so no second copy is kept):
+// and how long they are, follows the stage plan (engine/stage_plan.h; fp32 compute: parameters
+// are their own master weights, so no second copy is kept):
 //
 //   stage | params (category params) | grads (category grads)  | optimizer (master + states)
 //   ------+--------------------------+-------------------------+----------------------------
@@ -29,6 +29,7 @@
 #include "memory/allocator.h"
 #include "memory/shard_layout.h"
 #include "engine/module.h"
+#include "engine/stage_plan.h"
 
 namespace zest {
 
@@ -62,8 +63,8 @@ struct FlatUnit {
   std::string param_name(std::size_t index) const { return layout.unit_name() + "." + specs[index].name; }
 };
 
-// Builds the layout and the update ranges of `unit` for `rank` at `stage` (no memory yet).
-FlatUnit plan_flat_unit(Unit& unit, int index, int stage, int rank, int world_size,
+// Builds the layout and the update ranges of `unit` for `rank` under `plan` (no memory yet).
+FlatUnit plan_flat_unit(Unit& unit, int index, const StagePlan& plan, int rank, int world_size,
                         std::size_t alignment);
 
 }  // namespace zest

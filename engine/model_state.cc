@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "base/byte_size.h"
+#include "engine/stage_plan.h"
 
 namespace zest {
 
@@ -24,6 +25,7 @@ ModelStateShape describe_model_state(Module& module, DType compute_dtype,
 
 MemoryPrediction predict_model_state(const ModelStateShape& model, int stage, int world_size,
                                      bool offload_optimizer) {
+  const StagePlan plan = StagePlan::of(stage);
   MemoryPrediction prediction;
   const std::size_t element = dtype_size(model.compute_dtype);
   const std::size_t states =
@@ -34,12 +36,12 @@ MemoryPrediction predict_model_state(const ModelStateShape& model, int stage, in
     largest_shard = std::max(largest_shard, layout.shard_length());
     const std::size_t full = layout.flat_length();
     const std::size_t shard = layout.shard_length();
-    prediction.params += (stage == 3 ? shard : full) * element;
-    prediction.grads += (stage >= 2 ? shard : full) * element;
+    prediction.params += plan.params_length(full, shard) * element;
+    prediction.grads += plan.grads_length(full, shard) * element;
     if (offload_optimizer) {
       prediction.offload += shard * (sizeof(float) * (1 + model.optimizer_states) + element);
     } else {
-      prediction.optimizer += (stage == 0 ? full : shard) * sizeof(float) * states;
+      prediction.optimizer += plan.optimizer_length(full, shard) * sizeof(float) * states;
     }
   }
   if (offload_optimizer && model.compute_dtype != DType::kFloat32) {
@@ -70,7 +72,7 @@ std::string model_state_advice(const ModelStateShape& model, int stage, int worl
   // Note: "fits" leaves a quarter of the capacity for activations, buckets and the gather ring,
   // which depend on the micro-batch and the model's widest unit (zest-estimate says exactly).
   const std::size_t budget = capacity / 4 * 3;
-  for (int higher = stage + 1; higher <= 3; ++higher) {
+  for (int higher = stage + 1; higher < StagePlan::kStages; ++higher) {
     const MemoryPrediction p = predict_model_state(model, higher, world_size, offload_optimizer);
     if (p.total() <= budget) {
       return advice + fmt::format("; at zero_optimization.stage {} it needs {}, which leaves "
@@ -79,7 +81,8 @@ std::string model_state_advice(const ModelStateShape& model, int stage, int worl
     }
   }
   if (!offload_optimizer) {
-    for (int offloaded = std::max(stage, 1); offloaded <= 3; ++offloaded) {
+    for (int offloaded = stage; offloaded < StagePlan::kStages; ++offloaded) {
+      if (!StagePlan::of(offloaded).can_offload_optimizer()) continue;
       const MemoryPrediction p = predict_model_state(model, offloaded, world_size, true);
       if (p.total() <= budget) {
         return advice + fmt::format("; with zero_optimization.offload_optimizer.device \"cpu\" "
@@ -89,7 +92,8 @@ std::string model_state_advice(const ModelStateShape& model, int stage, int worl
     }
   }
   for (int ranks = world_size * 2; ranks <= world_size * 64; ranks *= 2) {
-    const MemoryPrediction p = predict_model_state(model, 3, ranks, offload_optimizer);
+    const MemoryPrediction p =
+        predict_model_state(model, StagePlan::kStages - 1, ranks, offload_optimizer);
     if (p.total() <= budget) {
       return advice + fmt::format("; even stage 3 does not fit on {} rank{}, but on {} ranks "
                                   "(world.ranks) it needs {} per rank",

@@ -96,19 +96,15 @@ class ZeroTrainer::Context final : public UnitContext {
 
 ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Module& module,
                          std::unique_ptr<Optimizer> optimizer)
-    : context_(context), module_(module), options_(options), optimizer_(std::move(optimizer)),
-      scaler_(options.loss_scale) {
-  if (options_.stage < 0 || options_.stage > 3) {
-    throw Error(ErrorKind::kConfig, "zero_optimization.stage: must be 0, 1, 2 or 3, got " +
-                                        std::to_string(options_.stage));
-  }
+    : context_(context), module_(module), options_(options), plan_(StagePlan::of(options.stage)),
+      optimizer_(std::move(optimizer)), scaler_(options.loss_scale) {
   if (options_.gradient_accumulation_steps < 1) {
     throw Error(ErrorKind::kConfig, "gradient_accumulation_steps: must be >= 1");
   }
   if (options_.loss_scale.enabled && options_.compute_dtype != DType::kFloat16) {
     throw Error(ErrorKind::kConfig, "fp16: loss scaling applies to fp16 training only");
   }
-  if (offloaded() && options_.stage == 0) {
+  if (offloaded() && !plan_.can_offload_optimizer()) {
     throw Error(ErrorKind::kConfig,
                 "zero_optimization.offload_optimizer.device: \"cpu\" needs "
                 "zero_optimization.stage 1, 2 or 3 (got 0): only a sharded optimizer state is "
@@ -120,7 +116,7 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
   std::vector<Unit*> units = module.units();
   if (units.empty()) throw Error(ErrorKind::kUsage, "the module has no units");
   for (std::size_t i = 0; i < units.size(); ++i) {
-    units_.push_back(plan_flat_unit(*units[i], static_cast<int>(i), options_.stage, context.rank,
+    units_.push_back(plan_flat_unit(*units[i], static_cast<int>(i), plan_, context.rank,
                                     context.world_size, options_.shard_alignment));
     for (int borrowed : units_.back().borrowed) {
       if (borrowed < 0 || borrowed >= static_cast<int>(i)) {
@@ -176,16 +172,17 @@ ZeroTrainer::~ZeroTrainer() {
 
 void ZeroTrainer::allocate_state() {
   Allocator& allocator = context_.allocator();
-  const int stage = options_.stage;
   const bool two_byte = options_.compute_dtype != DType::kFloat32;
   std::size_t largest_unit = 0;
   std::size_t most_borrowed = 0;
   for (FlatUnit& unit : units_) {
     const std::size_t full = unit.layout.flat_length();
     const std::size_t shard = unit.layout.shard_length();
-    const std::size_t optimizer_length = (stage == 0 ? full : shard) * sizeof(float);
-    unit.params = allocator.allocate((stage == 3 ? shard : full) * element_size(), Category::kParams);
-    unit.grads = allocator.allocate((stage >= 2 ? shard : full) * element_size(), Category::kGrads);
+    const std::size_t optimizer_length = plan_.optimizer_length(full, shard) * sizeof(float);
+    unit.params =
+        allocator.allocate(plan_.params_length(full, shard) * element_size(), Category::kParams);
+    unit.grads =
+        allocator.allocate(plan_.grads_length(full, shard) * element_size(), Category::kGrads);
     // Offloaded, the master and the states live in the host arena (allocate_offload_state).
     const std::size_t device_states = offloaded() ? 0 : optimizer_->state_count();
     if (two_byte && !offloaded()) {
@@ -200,7 +197,7 @@ void ZeroTrainer::allocate_state() {
     largest_unit = std::max(largest_unit, full);
     most_borrowed = std::max(most_borrowed, unit.borrowed.size());
   }
-  if (stage == 3) {
+  if (plan_.gathers_before_each_use()) {
     GatherRingSizing sizing;
     sizing.minimum_slots = options_.gather_slots;
     sizing.prefetch_elements = options_.stage3_prefetch_bucket_size;
@@ -224,19 +221,19 @@ void ZeroTrainer::allocate_model_state() {
     // The allocator knows the bytes it was asked for; the engine knows what the whole model
     // state needs and what would fit, which is what the user must change.
     throw OutOfMemory(std::string(error.what()) + "; " +
-                      model_state_advice(model_state_shape(), options_.stage, context_.world_size,
+                      model_state_advice(model_state_shape(), plan_.stage, context_.world_size,
                                          context_.allocator().capacity(), offloaded()));
   }
 }
 
 void ZeroTrainer::initialize_parameters() {
-  const int stage = options_.stage;
   for (FlatUnit& unit : units_) {
     const std::size_t shard_begin = unit.layout.shard_range(context_.rank).begin;
     // At stage 3 this rank holds only its shard, so it draws only the shard's elements: the
     // draw of an element depends on (seed, unit, parameter, element), never on the rank.
-    const std::size_t first = stage == 3 ? shard_begin : 0;
-    const std::size_t length = stage == 3 ? unit.layout.shard_length() : unit.layout.flat_length();
+    const std::size_t first = plan_.params_first(shard_begin);
+    const std::size_t length =
+        plan_.params_length(unit.layout.flat_length(), unit.layout.shard_length());
     std::vector<float> values(length, 0.0f);
     for (std::size_t p = 0; p < unit.specs.size(); ++p) {
       const ParamSlot& slot = unit.layout.params()[p];
@@ -254,9 +251,9 @@ void ZeroTrainer::initialize_parameters() {
     if (!unit.master.empty()) {
       // The master starts from the fp32 draw itself, not from its 2-byte rounding, so every
       // stage starts from the same master weights.
-      const std::size_t master_begin = stage == 0 || stage == 3 ? 0 : shard_begin;
+      const std::size_t master_first = plan_.optimizer_first(shard_begin);
       write_from_host(context_.device, context_.compute, unit.master.data(),
-                      values.data() + master_begin, unit.master.bytes());
+                      values.data() + (master_first - first), unit.master.bytes());
     }
   }
 }
@@ -295,7 +292,7 @@ void ZeroTrainer::release_params(FlatUnit& unit) {
 }
 
 void* ZeroTrainer::gradient_target(FlatUnit& unit) {
-  if (options_.stage < 2) return unit.grads.data();
+  if (!plan_.reduce_per_unit) return unit.grads.data();
   if (unit.bucket.empty()) {
     // Note: at most kLiveGradientBuckets buckets exist at once: one being written by backward
     // and one being reduced meanwhile. Without the bound, a host that runs ahead of the comm
@@ -398,7 +395,7 @@ float ZeroTrainer::forward_backward(const Batch& batch) {
     run_forward(staged.batch());
     // Stages 0-1 keep full gradients and reduce them once per step; stages 2-3 must reduce
     // every micro-batch, since only the shard is kept between them.
-    run_backward(staged.batch(), options_.stage >= 2 || last_micro_batch);
+    run_backward(staged.batch(), plan_.reduce_every_micro_batch || last_micro_batch);
   } catch (const OutOfMemory& error) {
     const std::string advice = training_memory_advice(batch);
     if (advice.empty()) throw;
@@ -468,7 +465,7 @@ void ZeroTrainer::run_backward(const Batch& batch, bool reduce_now) {
     bucket_elements += unit.layout.flat_length();
     // Stages 2-3 reduce every unit at once (only its shard may outlive its backward); stages
     // 0-1 wait until the bucket holds reduce_bucket_size elements or backward is done.
-    if (options_.stage >= 2 || bucket_elements >= options_.reduce_bucket_size || u == 0) {
+    if (plan_.reduce_per_unit || bucket_elements >= options_.reduce_bucket_size || u == 0) {
       for (int member : bucket) reduce_gradients(units_[member]);
       bucket.clear();
       bucket_elements = 0;
@@ -481,7 +478,7 @@ void ZeroTrainer::run_backward(const Batch& batch, bool reduce_now) {
 void ZeroTrainer::reduce_gradients(FlatUnit& unit) {
   // Note: checked before the reduction mixes the ranks' gradients, so that a NaN is traced to
   // the rank where it arose; in compute-stream order, so the comm stream waits for the check.
-  const void* local = options_.stage >= 2 ? unit.bucket.data() : unit.grads.data();
+  const void* local = plan_.reduce_per_unit ? unit.bucket.data() : unit.grads.data();
   add_gradient_statistics(context_.compute, local, options_.compute_dtype,
                           unit.layout.flat_length(), gradient_check(unit.index));
   // The comm stream reduces this unit's gradients while compute goes on to the previous unit.
@@ -494,7 +491,7 @@ void ZeroTrainer::reduce_gradients(FlatUnit& unit) {
   const std::size_t full = unit.layout.flat_length();
   const std::size_t shard = unit.layout.shard_length();
   const std::size_t first = context_.rank * shard;
-  void* source = options_.stage >= 2 ? unit.bucket.data() : unit.grads.data();
+  void* source = plan_.reduce_per_unit ? unit.bucket.data() : unit.grads.data();
   // Reduce in the communication dtype: in place when it is the dtype gradients are held in,
   // else through a converted copy (charged to buckets).
   Buffer converted;
@@ -507,12 +504,12 @@ void ZeroTrainer::reduce_gradients(FlatUnit& unit) {
   void* reduced_shard = byte_offset(reduced, first * dtype_size(wire));
   Communicator& communicator = context_.communicator;
   communicator.label_next(("reduce " + unit.layout.unit_name()).c_str());
-  if (options_.stage == 0) {
+  if (plan_.reduction == GradientReduction::kAllReduce) {
     communicator.all_reduce(comm, reduced, reduced, full, wire, Reduction::kMean);
     if (wire != held) convert(comm, reduced, wire, source, held, full);
   } else {
     communicator.reduce_scatter(comm, reduced, reduced_shard, shard, wire, Reduction::kMean);
-    if (options_.stage == 1) {
+    if (!plan_.grads_sharded) {  // the full buffer keeps the reduced shard at its place
       if (wire != held) {
         convert(comm, reduced_shard, wire, byte_offset(source, first * element_size()), held, shard);
       }
@@ -521,7 +518,7 @@ void ZeroTrainer::reduce_gradients(FlatUnit& unit) {
     }
   }
   release_on(comm, std::move(converted));
-  if (options_.stage >= 2) {
+  if (plan_.reduce_per_unit) {
     release_on(comm, std::move(unit.bucket));
     comm.record(*bucket_released_[unit.index]);
     buckets_in_flight_.push_back(unit.index);
@@ -548,7 +545,7 @@ std::vector<float> ZeroTrainer::full_parameter(const std::string& name) {
       context_.synchronize();
       Buffer gathered;
       const void* params = unit.params.data();
-      if (options_.stage == 3) {
+      if (plan_.params_sharded) {
         gathered = context_.allocator().allocate(unit.layout.flat_length() * element_size(),
                                                  Category::kWorkspace);
         context_.communicator.all_gather(context_.comm, unit.params.data(), gathered.data(),
@@ -581,7 +578,7 @@ ModelStateShape ZeroTrainer::model_state_shape() const {
 }
 
 MemoryPrediction ZeroTrainer::predicted_memory() const {
-  return predict_model_state(model_state_shape(), options_.stage, context_.world_size,
+  return predict_model_state(model_state_shape(), plan_.stage, context_.world_size,
                              offloaded());
 }
 

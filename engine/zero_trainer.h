@@ -16,6 +16,7 @@
 #include "engine/gather_ring.h"
 #include "optim/loss_scaler.h"
 #include "engine/model_state.h"
+#include "engine/stage_plan.h"
 
 namespace zest {
 
@@ -131,6 +132,7 @@ class ZeroTrainer final : public Trainer {
   RankContext& context_;
   const Module& module_;  // outlives the trainer (Engine::shard's contract)
   EngineOptions options_;
+  StagePlan plan_;  // from options_.stage
   std::unique_ptr<Optimizer> optimizer_;
   LossScaler scaler_;
   std::vector<FlatUnit> units_;

@@ -68,8 +68,8 @@ void ZeroTrainer::copy_gradients_to_host(FlatUnit& unit) {
   Stream& comm = context_.comm;
   const std::size_t shard_begin = unit.layout.shard_range(context_.rank).begin;
   // Stage 1 keeps full gradients (the rank's shard at its place); stages 2-3 only the shard.
-  void* grads = options_.stage == 1 ? byte_offset(unit.grads.data(), shard_begin * element_size())
-                                    : unit.grads.data();
+  void* grads = byte_offset(unit.grads.data(),
+                            (shard_begin - plan_.grads_first(shard_begin)) * element_size());
   for (const auto& [offset, count] : parameter_runs(unit, shard_begin)) {
     context_.device.copy(comm, byte_offset(unit.transfer.data(), offset * element_size()),
                          byte_offset(grads, offset * element_size()), count * element_size());
@@ -112,15 +112,14 @@ void ZeroTrainer::update_unit_on_host(FlatUnit& unit, const UpdateArgs& shared_a
   // Back to the device on the comm stream: the rounded shard (2-byte) or the master itself.
   comm.wait(*host_updated_[unit.index]);
   // The device's shard: all of `params` at stage 3, the rank's slice of the full unit before.
-  void* params = options_.stage == 3
-                     ? unit.params.data()
-                     : byte_offset(unit.params.data(), shard_begin * element_size());
+  void* params = byte_offset(unit.params.data(),
+                             (shard_begin - plan_.params_first(shard_begin)) * element_size());
   void* updated = two_byte ? unit.transfer.data() : unit.master.data();
   for (const auto& [offset, count] : parameter_runs(unit, shard_begin)) {
     context_.device.copy(comm, byte_offset(params, offset * element_size()),
                          byte_offset(updated, offset * element_size()), count * element_size());
   }
-  if (options_.stage == 1 || options_.stage == 2) {
+  if (plan_.gathers_after_step()) {
     const std::size_t shard = unit.layout.shard_length();
     context_.communicator.label_next(("gather updated " + unit.layout.unit_name()).c_str());
     context_.communicator.all_gather(comm, params, unit.params.data(), shard, held);
@@ -137,7 +136,7 @@ void ZeroTrainer::offload_state_loaded() {
   // from the loaded parameter shard.
   for (FlatUnit& unit : units_) {
     const std::size_t shard_begin = unit.layout.shard_range(context_.rank).begin;
-    float* params = unit.params.as<float>() + (options_.stage == 3 ? 0 : shard_begin);
+    float* params = unit.params.as<float>() + (shard_begin - plan_.params_first(shard_begin));
     for (const auto& [offset, count] : parameter_runs(unit, shard_begin)) {
       context_.device.copy(context_.comm, unit.master.as<float>() + offset, params + offset,
                            count * sizeof(float));

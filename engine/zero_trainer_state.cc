@@ -12,30 +12,28 @@ std::vector<StateShard> ZeroTrainer::state_shards(std::size_t index) {
   context_.synchronize();
   if (host_stream_) host_stream_->synchronize();
   const ElementRange shard = unit.layout.shard_range(context_.rank);
-  const int stage = options_.stage;
   // Buffers that hold the full flat unit are viewed from the shard's start; shard buffers from 0.
   auto shard_of = [&](Buffer& buffer, bool full, DType dtype) {
     return static_cast<char*>(buffer.data()) + (full ? shard.begin * dtype_size(dtype) : 0);
   };
   std::vector<StateShard> shards;
   shards.push_back({"params", options_.compute_dtype,
-                    shard_of(unit.params, stage < 3, options_.compute_dtype), shard.begin, shard.end});
+                    shard_of(unit.params, !plan_.params_sharded, options_.compute_dtype), shard.begin, shard.end});
   // Note: an offloaded fp32 run keeps a host master too, but it equals the parameters between
   // steps, so its checkpoint holds what a run without offload holds (and either loads it).
   if (options_.compute_dtype != DType::kFloat32) {
-    shards.push_back({"master", DType::kFloat32, shard_of(unit.master, stage == 0, DType::kFloat32),
+    shards.push_back({"master", DType::kFloat32, shard_of(unit.master, !plan_.optimizer_sharded, DType::kFloat32),
                       shard.begin, shard.end});
   }
   for (std::size_t s = 0; s < unit.optimizer_state.size(); ++s) {
     shards.push_back({"optimizer." + std::to_string(s), DType::kFloat32,
-                      shard_of(unit.optimizer_state[s], stage == 0, DType::kFloat32), shard.begin,
+                      shard_of(unit.optimizer_state[s], !plan_.optimizer_sharded, DType::kFloat32), shard.begin,
                       shard.end});
   }
   return shards;
 }
 
 void ZeroTrainer::state_loaded() {
-  const int stage = options_.stage;
   Stream& comm = context_.comm;
   for (FlatUnit& unit : units_) {
     const std::size_t shard = unit.layout.shard_length();
@@ -44,8 +42,8 @@ void ZeroTrainer::state_loaded() {
       context_.communicator.all_gather(comm, base + context_.rank * shard * dtype_size(dtype), base,
                                        shard, dtype);
     };
-    if (stage < 3) gather_in_place(unit.params, options_.compute_dtype);
-    if (stage == 0) {
+    if (!plan_.params_sharded) gather_in_place(unit.params, options_.compute_dtype);
+    if (!plan_.optimizer_sharded) {
       if (!unit.master.empty()) gather_in_place(unit.master, DType::kFloat32);
       for (Buffer& state : unit.optimizer_state) gather_in_place(state, DType::kFloat32);
     }

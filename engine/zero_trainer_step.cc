@@ -25,7 +25,7 @@ void ZeroTrainer::inspect_local_gradients() {
   const std::size_t norm_slot = units_.size();
   context_.device.fill_zero(comm, gradient_check(norm_slot), sizeof(GradientStatistics));
   for (FlatUnit& unit : units_) {
-    const std::size_t base = options_.stage >= 2 ? unit.layout.shard_range(context_.rank).begin : 0;
+    const std::size_t base = plan_.grads_first(unit.layout.shard_range(context_.rank).begin);
     for (const FlatUnit::UpdateRange& range : unit.update_ranges) {
       const void* grads = byte_offset(unit.grads.data(), (range.flat_offset - base) * element_size());
       add_gradient_statistics(comm, grads, options_.compute_dtype, range.count,
@@ -52,7 +52,7 @@ StepStats ZeroTrainer::step(float lr) {
   const double square_sum = local_checks_.back().sum_of_squares;
   float totals[3] = {
       static_cast<float>(loss_sum_ / options_.gradient_accumulation_steps / world),
-      static_cast<float>(options_.stage == 0 ? square_sum / world : square_sum),
+      static_cast<float>(plan_.optimizer_sharded ? square_sum : square_sum / world),
       non_finite ? 1.0f : 0.0f};
   context_.communicator.label_next("step loss, norm, overflow");
   all_reduce_host(context_, totals, totals, 3, DType::kFloat32, Reduction::kSum);
@@ -107,12 +107,13 @@ void ZeroTrainer::update_unit(FlatUnit& unit, const UpdateArgs& shared_args) {
   // Offsets are in the unit's flat coordinates; buffers that hold only the shard start at the
   // shard's first element.
   const std::size_t shard_begin = unit.layout.shard_range(context_.rank).begin;
-  const std::size_t params_base = options_.stage == 3 ? shard_begin : 0;
-  const std::size_t grads_base = options_.stage >= 2 ? shard_begin : 0;
-  const std::size_t state_base = options_.stage >= 1 ? shard_begin : 0;
+  const std::size_t params_base = plan_.params_first(shard_begin);
+  const std::size_t grads_base = plan_.grads_first(shard_begin);
+  const std::size_t state_base = plan_.optimizer_first(shard_begin);
   Buffer widened;  // 2-byte gradients widened to fp32 for the optimizer
   if (two_byte) {
-    const std::size_t length = options_.stage == 0 ? unit.layout.flat_length() : unit.layout.shard_length();
+    const std::size_t length =
+        plan_.optimizer_length(unit.layout.flat_length(), unit.layout.shard_length());
     widened = context_.allocator().allocate(length * sizeof(float), Category::kWorkspace);
   }
   for (const FlatUnit::UpdateRange& range : unit.update_ranges) {
@@ -153,7 +154,7 @@ void ZeroTrainer::gather_updated_parameters() {
   context_.comm.wait(*optimizer_done_);
   context_.prefetch.wait(*optimizer_done_);
   // Offloaded, each unit went back to the device (and was gathered) as the host updated it.
-  if (!offloaded() && (options_.stage == 1 || options_.stage == 2)) {
+  if (!offloaded() && plan_.gathers_after_step()) {
     for (FlatUnit& unit : units_) {
       const std::size_t shard = unit.layout.shard_length();
       char* params = unit.params.as<char>();

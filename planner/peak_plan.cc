@@ -9,6 +9,7 @@
 #include "memory/shard_layout.h"
 #include "engine/flat_unit.h"
 #include "engine/gather_ring.h"
+#include "engine/stage_plan.h"
 #include "planner/peak_ledger.h"
 
 namespace zest {
@@ -52,6 +53,7 @@ class Replay {
 
   const PeakPlanInput& input_;
   const EngineOptions& options_;
+  const StagePlan plan_;
   PeakLedger ledger_;
   Handle stream_scratch_ = PeakLedger::kNone;
   std::size_t stream_scratch_bytes_ = 0;
@@ -62,7 +64,7 @@ class Replay {
 };
 
 Replay::Replay(const PeakPlanInput& input)
-    : input_(input), options_(input.engine), ledger_(input.device == DeviceKind::kCuda) {
+    : input_(input), options_(input.engine), plan_(StagePlan::of(input.engine.stage)), ledger_(input.device == DeviceKind::kCuda) {
   for (std::size_t u = 0; u < input.model.units.size(); ++u) {
     const UnitShapes& shapes = input.model.units[u];
     const ShardLayout layout =
@@ -86,7 +88,7 @@ void Replay::construct() {
   ledger_.allocate(state.grads, Category::kGrads);
   ledger_.allocate(state.optimizer, Category::kOptimizer);
   if (input_.model_state_only) return;
-  if (options_.stage == 3) {
+  if (plan_.gathers_before_each_use()) {
     GatherRingSizing sizing;
     sizing.minimum_slots = options_.gather_slots;
     sizing.prefetch_elements = options_.stage3_prefetch_bucket_size;
@@ -107,7 +109,7 @@ void Replay::construct() {
 }
 
 void Replay::gradient_target(int u) {
-  if (options_.stage < 2 || buckets_[u] != kNone) return;
+  if (!plan_.reduce_per_unit || buckets_[u] != kNone) return;
   while (buckets_in_flight_.size() >= kLiveGradientBuckets) {
     ledger_.synchronize(Stream::kComm, bucket_released_[buckets_in_flight_.front()]);
     buckets_in_flight_.pop_front();
@@ -160,7 +162,7 @@ void Replay::backward(bool reduce_now) {
     if (!reduce_now) continue;
     bucket.push_back(u);
     bucket_elements += units_[u].full;
-    if (options_.stage >= 2 || bucket_elements >= options_.reduce_bucket_size || u == 0) {
+    if (plan_.reduce_per_unit || bucket_elements >= options_.reduce_bucket_size || u == 0) {
       for (int member : bucket) reduce(member);
       bucket.clear();
       bucket_elements = 0;
@@ -178,7 +180,7 @@ void Replay::reduce(int u) {
     const std::size_t bytes = units_[u].full * dtype_size(options_.communication_dtype);
     ledger_.release_on(Stream::kComm, ledger_.allocate(bytes, Category::kBuckets));
   }
-  if (options_.stage >= 2) {
+  if (plan_.reduce_per_unit) {
     ledger_.release_on(Stream::kComm, std::exchange(buckets_[u], kNone));
     bucket_released_[u] = ledger_.record(Stream::kComm);
     buckets_in_flight_.push_back(u);
@@ -197,7 +199,7 @@ void Replay::micro_batch(bool last) {
   const Handle batch =
       on_cuda() ? ledger_.allocate(input_.batch_bytes, Category::kActivations) : kNone;
   forward();
-  backward(options_.stage >= 2 || last);
+  backward(plan_.reduce_every_micro_batch || last);
   ledger_.release_on(Stream::kCompute, batch);
   ledger_.synchronize(Stream::kCompute);  // forward_backward reads the loss
 }
@@ -207,7 +209,7 @@ void Replay::step() {
   if (!options_.offload_optimizer.enabled() && two_byte()) {
     // ZeroTrainer::update_unit: each unit's 2-byte gradients widened to fp32 for the optimizer.
     for (const PlannedUnit& unit : units_) {
-      const std::size_t length = options_.stage == 0 ? unit.full : unit.shard;
+      const std::size_t length = plan_.optimizer_length(unit.full, unit.shard);
       ledger_.release_on(Stream::kCompute,
                          ledger_.allocate(length * sizeof(float), Category::kWorkspace));
     }
@@ -234,11 +236,8 @@ PeakPrediction Replay::result() const {
 
 PeakPrediction predict_peak(const PeakPlanInput& input) {
   const EngineOptions& options = input.engine;
-  if (options.stage < 0 || options.stage > 3) {
-    throw Error(ErrorKind::kConfig, "zero_optimization.stage: must be 0, 1, 2 or 3, got " +
-                                        std::to_string(options.stage));
-  }
-  if (options.offload_optimizer.enabled() && options.stage == 0) {
+  const StagePlan plan = StagePlan::of(options.stage);
+  if (options.offload_optimizer.enabled() && !plan.can_offload_optimizer()) {
     throw Error(ErrorKind::kConfig,
                 "zero_optimization.offload_optimizer.device: \"cpu\" needs "
                 "zero_optimization.stage 1, 2 or 3 (got 0)");

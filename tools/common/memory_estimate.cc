@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "engine/stage_plan.h"
 #include "models/registry.h"
 
 namespace zest {
@@ -84,7 +85,7 @@ EstimateJob job_from_config(const TrainConfig& config) {
 EstimateJob job_from_parameters(const BareModel& model) {
   if (model.parameters < 1) throw Error(ErrorKind::kUsage, "--params: must be >= 1");
   if (model.world < 1) throw Error(ErrorKind::kUsage, "--world: must be >= 1");
-  if (model.stage < 0 || model.stage > 3) {
+  if (!StagePlan::valid(model.stage)) {
     throw Error(ErrorKind::kUsage, "--stage: must be 0, 1, 2 or 3, got " + std::to_string(model.stage));
   }
   EstimateJob job;
@@ -111,7 +112,7 @@ std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity
                                        config.model.type + "\"), or --params");
   }
   std::vector<StageFit> fits_by_stage;
-  for (int stage = 0; stage <= 3; ++stage) {
+  for (int stage = 0; stage < StagePlan::kStages; ++stage) {
     TrainConfig changed = config;
     changed.engine.stage = stage;
     auto try_gpt = [&](int layers, int width) {
@@ -139,7 +140,7 @@ std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity
 std::vector<StageFit> fit_parameters(const BareModel& model, std::size_t capacity,
                                      std::size_t host_capacity) {
   std::vector<StageFit> fits_by_stage;
-  for (int stage = 0; stage <= 3; ++stage) {
+  for (int stage = 0; stage < StagePlan::kStages; ++stage) {
     BareModel changed = model;
     changed.stage = stage;
     StageFit fit{stage, {}, {}, {}};
