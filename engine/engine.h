@@ -4,6 +4,7 @@
 //   0: nothing (DDP: gradients all-reduced);   1: optimizer state;
 //   2: + gradients (reduce-scattered per unit right after its backward);
 //   3: + parameters (gathered before a unit's forward and backward, released after each).
+// Engine owns only its options; the Trainer it returns owns the model state (engine/zero_trainer.h).
 // Invariant: every rank calls the same Trainer methods in the same order (they run collectives).
 #pragma once
 

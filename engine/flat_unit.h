@@ -12,13 +12,12 @@
 // Params and grads are in the compute dtype; the optimizer's buffers are fp32. The fp32 master
 // copy exists only when the compute dtype is 2-byte.
 //
-// At stages 2 and 3 a full-unit gradient *bucket* (category buckets) exists only from the first
-// backward that writes the unit's gradients until its reduce-scatter has run.
+// At stages 2 and 3 a full-unit gradient *bucket* (category buckets, owned by the gradient
+// reducer) exists only from the first backward that writes the unit's gradients until its
+// reduce-scatter has run; the gather ring belongs to the parameter gatherer.
 //
-// With the optimizer offloaded (stages 1-3), master and optimizer_state are shards in host memory
-// (category offload), the master exists in fp32 compute too (the host's copy of the parameter
-// shard), and `transfer` is a host shard in the compute dtype that receives the gradient shard
-// and sends the updated parameters back.
+// With the optimizer offloaded (stages 1-3), master and optimizer_state stay empty here: the host
+// optimizer (engine/host_optimizer.h) holds them as shards in host memory.
 #pragma once
 
 #include <cstddef>
@@ -46,11 +45,9 @@ struct FlatUnit {
   ShardLayout layout;
 
   Buffer params;     // full flat (stages 0-2) or shard (stage 3), compute dtype
-  Buffer master;     // fp32 master weights: full flat (stage 0) or shard; 2-byte compute or offload
+  Buffer master;     // fp32 master weights: full flat (stage 0) or shard; 2-byte compute only
   Buffer grads;      // full flat (stages 0-1) or shard (stages 2-3)
-  Buffer bucket;     // stages 2-3, during backward: the unit's full gradient
   std::vector<Buffer> optimizer_state;  // full flat (stage 0) or shard (stages 1-3)
-  Buffer transfer;   // offload only: host shard, compute dtype (gradients in, parameters out)
 
   // Ranges of the flat buffer this rank updates, one per parameter piece, with its decay flag.
   struct UpdateRange {

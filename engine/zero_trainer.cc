@@ -14,10 +14,6 @@
 
 namespace zest {
 
-namespace {
-char* byte_offset(void* base, std::size_t bytes) { return static_cast<char*>(base) + bytes; }
-}  // namespace
-
 // What a unit sees during one forward or backward call. Short-lived: built per call, never
 // captured by enqueued work.
 class ZeroTrainer::Context final : public UnitContext {
@@ -104,7 +100,7 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
   if (options_.loss_scale.enabled && options_.compute_dtype != DType::kFloat16) {
     throw Error(ErrorKind::kConfig, "fp16: loss scaling applies to fp16 training only");
   }
-  if (offloaded() && !plan_.can_offload_optimizer()) {
+  if (options_.offload_optimizer.enabled() && !plan_.can_offload_optimizer()) {
     throw Error(ErrorKind::kConfig,
                 "zero_optimization.offload_optimizer.device: \"cpu\" needs "
                 "zero_optimization.stage 1, 2 or 3 (got 0): only a sharded optimizer state is "
@@ -126,26 +122,15 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
       }
     }
     layouts_.push_back(units_.back().layout);
-    backward_done_.push_back(context.device.create_event());
-    bucket_released_.push_back(context.device.create_event());
   }
   activations_.resize(units_.size());
-  local_checks_.assign(units_.size() + 1, GradientStatistics{});
-  optimizer_done_ = context.device.create_event();
-  serialize_ = context.device.create_event();
-  for (std::size_t i = 0; i < units_.size(); ++i) unit_gathered_.push_back(context.device.create_event());
-  awaiting_gather_.assign(units_.size(), false);
-  if (offloaded()) {
-    for (std::size_t i = 0; i < units_.size(); ++i) {
-      gradients_on_host_.push_back(context.device.create_event());  // recorded by comm
-      host_updated_.push_back(context.device.create_host_event());  // by the host stream
-    }
-    host_stream_ =
-        context.device.create_host_stream("rank " + std::to_string(context.rank) + " host");
+  gatherer_ = std::make_unique<ParameterGatherer>(context_, options_, plan_, units_.size());
+  if (options_.offload_optimizer.enabled()) {
+    host_ = std::make_unique<HostOptimizer>(context_, options_, plan_, units_.size());
   }
   try {
     allocate_model_state();
-    if (offloaded()) allocate_offload_state();
+    if (host_) host_->allocate(units_, optimizer_->state_count());
     initialize_parameters();
     context_.synchronize();
   } catch (...) {
@@ -164,7 +149,7 @@ ZeroTrainer::~ZeroTrainer() {
   // Enqueued work may still use the buffers this object owns.
   try {
     context_.synchronize();
-    if (host_stream_) host_stream_->synchronize();
+    if (host_) host_->synchronize();
   } catch (...) {
     // Whoever synchronizes next reports the failure; a destructor must not throw.
   }
@@ -183,7 +168,7 @@ void ZeroTrainer::allocate_state() {
         allocator.allocate(plan_.params_length(full, shard) * element_size(), Category::kParams);
     unit.grads =
         allocator.allocate(plan_.grads_length(full, shard) * element_size(), Category::kGrads);
-    // Offloaded, the master and the states live in the host arena (allocate_offload_state).
+    // Offloaded, the master and the states live in the host arena (HostOptimizer::allocate).
     const std::size_t device_states = offloaded() ? 0 : optimizer_->state_count();
     if (two_byte && !offloaded()) {
       unit.master = allocator.allocate(optimizer_length, Category::kOptimizer);
@@ -197,21 +182,13 @@ void ZeroTrainer::allocate_state() {
     largest_unit = std::max(largest_unit, full);
     most_borrowed = std::max(most_borrowed, unit.borrowed.size());
   }
-  if (plan_.gathers_before_each_use()) {
-    GatherRingSizing sizing;
-    sizing.minimum_slots = options_.gather_slots;
-    sizing.prefetch_elements = options_.stage3_prefetch_bucket_size;
-    sizing.max_live_elements = options_.stage3_max_live_parameters;
-    sizing.largest_unit = largest_unit;
-    sizing.most_borrowed = most_borrowed;
-    sizing.unit_count = units_.size();
-    ring_ = std::make_unique<GatherRing>(context_.device, largest_unit, options_.compute_dtype,
-                                         gather_ring_slots(sizing));
-  }
+  gatherer_->allocate_ring(largest_unit, most_borrowed, units_.size());
   loss_buffer_ = allocator.allocate(sizeof(float), Category::kWorkspace);
-  gradient_checks_ = allocator.allocate((units_.size() + 1) * sizeof(GradientStatistics),
-                                        Category::kWorkspace);
-  context_.device.fill_zero(context_.compute, gradient_checks_.data(), gradient_checks_.bytes());
+  checks_ = std::make_unique<GradientChecks>(context_, options_.compute_dtype, units_.size());
+  GradientReducer::FinalShard final_shard;
+  if (host_) final_shard = [host = host_.get()](FlatUnit& unit) { host->copy_gradients_to_host(unit); };
+  reducer_ = std::make_unique<GradientReducer>(context_, options_, plan_, units_, *checks_,
+                                               std::move(final_shard));
 }
 
 void ZeroTrainer::allocate_model_state() {
@@ -248,64 +225,16 @@ void ZeroTrainer::initialize_parameters() {
     cpu::convert(values.data(), DType::kFloat32, params.data(), options_.compute_dtype, length);
     write_from_host(context_.device, context_.compute, unit.params.data(), params.data(),
                     params.size());
-    if (!unit.master.empty()) {
+    const Buffer& master = host_ ? host_->shards(static_cast<std::size_t>(unit.index)).master
+                                 : unit.master;
+    if (!master.empty()) {
       // The master starts from the fp32 draw itself, not from its 2-byte rounding, so every
       // stage starts from the same master weights.
       const std::size_t master_first = plan_.optimizer_first(shard_begin);
-      write_from_host(context_.device, context_.compute, unit.master.data(),
-                      values.data() + (master_first - first), unit.master.bytes());
+      write_from_host(context_.device, context_.compute, master.data(),
+                      values.data() + (master_first - first), master.bytes());
     }
   }
-}
-
-void* ZeroTrainer::acquire_params(FlatUnit& unit) {
-  if (!ring_) {
-    if (awaiting_gather_[unit.index]) {  // stages 1-2: the step's gather of this unit
-      context_.compute.wait(*unit_gathered_[unit.index]);
-      awaiting_gather_[unit.index] = false;
-    }
-    return unit.params.data();
-  }
-  // Gathers run on the prefetch stream, so in backward they do not queue behind the
-  // reduce-scatters on the comm stream.
-  if (!options_.overlap_comm) wait_for_compute(context_.prefetch);
-  if (awaiting_gather_[unit.index]) {  // offload: the step's copy of this unit's shard back
-    context_.prefetch.wait(*unit_gathered_[unit.index]);
-    awaiting_gather_[unit.index] = false;
-  }
-  void* params = ring_->acquire(unit, context_.prefetch, context_.compute, context_.communicator);
-  return params;
-}
-
-void ZeroTrainer::wait_for_compute(Stream& stream) {
-  context_.compute.record(*serialize_);
-  stream.wait(*serialize_);
-}
-
-void ZeroTrainer::compute_waits_for(Stream& stream) {
-  stream.record(*serialize_);
-  context_.compute.wait(*serialize_);
-}
-
-void ZeroTrainer::release_params(FlatUnit& unit) {
-  if (ring_) ring_->release(unit, context_.compute);
-}
-
-void* ZeroTrainer::gradient_target(FlatUnit& unit) {
-  if (!plan_.reduce_per_unit) return unit.grads.data();
-  if (unit.bucket.empty()) {
-    // Note: at most kLiveGradientBuckets buckets exist at once: one being written by backward
-    // and one being reduced meanwhile. Without the bound, a host that runs ahead of the comm
-    // stream would hold every unit's full gradients at once, which is what stage 2 avoids.
-    while (buckets_in_flight_.size() >= kLiveGradientBuckets) {
-      bucket_released_[buckets_in_flight_.front()]->synchronize();
-      buckets_in_flight_.pop_front();
-    }
-    unit.bucket = context_.allocator().allocate(unit.layout.flat_length() * element_size(),
-                                                Category::kBuckets);
-    context_.device.fill_zero(context_.compute, unit.bucket.data(), unit.bucket.bytes());
-  }
-  return unit.bucket.data();
 }
 
 float* ZeroTrainer::fp32_params(void* params, std::size_t count, CallViews& views) {
@@ -331,15 +260,15 @@ float* ZeroTrainer::fp32_grads(void* target, std::size_t count, CallViews& views
 
 ZeroTrainer::CallViews ZeroTrainer::prepare_call(FlatUnit& unit, bool backward) {
   CallViews views;
-  views.params = fp32_params(acquire_params(unit), unit.layout.flat_length(), views);
-  if (backward) views.grads = fp32_grads(gradient_target(unit), unit.layout.flat_length(), views);
+  views.params = fp32_params(gatherer_->pin(unit), unit.layout.flat_length(), views);
+  if (backward) views.grads = fp32_grads(reducer_->target(unit), unit.layout.flat_length(), views);
   for (int b : unit.borrowed) {
     FlatUnit& lender = units_[b];
     views.borrowed_params.push_back(
-        fp32_params(acquire_params(lender), lender.layout.flat_length(), views));
+        fp32_params(gatherer_->pin(lender), lender.layout.flat_length(), views));
     if (backward) {
       views.borrowed_grads.push_back(
-          fp32_grads(gradient_target(lender), lender.layout.flat_length(), views));
+          fp32_grads(reducer_->target(lender), lender.layout.flat_length(), views));
     }
   }
   return views;
@@ -351,8 +280,8 @@ void ZeroTrainer::finish_call(FlatUnit& unit, CallViews& views) {
                     DType::kFloat32, fold.count);
   }
   for (Buffer& buffer : views.scratch) release_on(context_.compute, std::move(buffer));
-  for (int b : unit.borrowed) release_params(units_[b]);
-  release_params(unit);
+  for (int b : unit.borrowed) gatherer_->unpin(units_[b]);
+  gatherer_->unpin(unit);
 }
 
 std::shared_ptr<std::int64_t> ZeroTrainer::trace_begin() {
@@ -393,9 +322,7 @@ float ZeroTrainer::forward_backward(const Batch& batch) {
   try {
     const DeviceBatch staged(context_.device, context_.compute, batch);
     run_forward(staged.batch());
-    // Stages 0-1 keep full gradients and reduce them once per step; stages 2-3 must reduce
-    // every micro-batch, since only the shard is kept between them.
-    run_backward(staged.batch(), plan_.reduce_every_micro_batch || last_micro_batch);
+    run_backward(staged.batch(), last_micro_batch);
   } catch (const OutOfMemory& error) {
     const std::string advice = training_memory_advice(batch);
     if (advice.empty()) throw;
@@ -443,9 +370,8 @@ void ZeroTrainer::run_forward(const Batch& batch) {
   }
 }
 
-void ZeroTrainer::run_backward(const Batch& batch, bool reduce_now) {
-  std::vector<int> bucket;  // units whose gradients wait to be reduced together
-  std::size_t bucket_elements = 0;
+void ZeroTrainer::run_backward(const Batch& batch, bool last_micro_batch) {
+  reducer_->backward_begins(last_micro_batch);
   for (int u = static_cast<int>(units_.size()) - 1; u >= 0; --u) {
     FlatUnit& unit = units_[u];
     CallViews views = prepare_call(unit, true);
@@ -460,73 +386,9 @@ void ZeroTrainer::run_backward(const Batch& batch, bool reduce_now) {
     if (u + 1 < static_cast<int>(units_.size())) {
       release_on(context_.compute, std::move(activations_[u + 1].grad_input));
     }
-    if (!reduce_now) continue;
-    bucket.push_back(u);
-    bucket_elements += unit.layout.flat_length();
-    // Stages 2-3 reduce every unit at once (only its shard may outlive its backward); stages
-    // 0-1 wait until the bucket holds reduce_bucket_size elements or backward is done.
-    if (plan_.reduce_per_unit || bucket_elements >= options_.reduce_bucket_size || u == 0) {
-      for (int member : bucket) reduce_gradients(units_[member]);
-      bucket.clear();
-      bucket_elements = 0;
-      if (!options_.overlap_comm) compute_waits_for(context_.comm);
-    }
+    reducer_->unit_done(unit);
   }
   release_on(context_.compute, std::move(activations_[0].grad_input));
-}
-
-void ZeroTrainer::reduce_gradients(FlatUnit& unit) {
-  // Note: checked before the reduction mixes the ranks' gradients, so that a NaN is traced to
-  // the rank where it arose; in compute-stream order, so the comm stream waits for the check.
-  const void* local = plan_.reduce_per_unit ? unit.bucket.data() : unit.grads.data();
-  add_gradient_statistics(context_.compute, local, options_.compute_dtype,
-                          unit.layout.flat_length(), gradient_check(unit.index));
-  // The comm stream reduces this unit's gradients while compute goes on to the previous unit.
-  Event& written = *backward_done_[unit.index];
-  context_.compute.record(written);
-  Stream& comm = context_.comm;
-  comm.wait(written);
-  const DType held = options_.compute_dtype;
-  const DType wire = options_.communication_dtype;
-  const std::size_t full = unit.layout.flat_length();
-  const std::size_t shard = unit.layout.shard_length();
-  const std::size_t first = context_.rank * shard;
-  void* source = plan_.reduce_per_unit ? unit.bucket.data() : unit.grads.data();
-  // Reduce in the communication dtype: in place when it is the dtype gradients are held in,
-  // else through a converted copy (charged to buckets).
-  Buffer converted;
-  void* reduced = source;
-  if (wire != held) {
-    converted = context_.allocator().allocate(full * dtype_size(wire), Category::kBuckets);
-    convert(comm, source, held, converted.data(), wire, full);
-    reduced = converted.data();
-  }
-  void* reduced_shard = byte_offset(reduced, first * dtype_size(wire));
-  Communicator& communicator = context_.communicator;
-  communicator.label_next(("reduce " + unit.layout.unit_name()).c_str());
-  if (plan_.reduction == GradientReduction::kAllReduce) {
-    communicator.all_reduce(comm, reduced, reduced, full, wire, Reduction::kMean);
-    if (wire != held) convert(comm, reduced, wire, source, held, full);
-  } else {
-    communicator.reduce_scatter(comm, reduced, reduced_shard, shard, wire, Reduction::kMean);
-    if (!plan_.grads_sharded) {  // the full buffer keeps the reduced shard at its place
-      if (wire != held) {
-        convert(comm, reduced_shard, wire, byte_offset(source, first * element_size()), held, shard);
-      }
-    } else {
-      accumulate_into(comm, unit.grads.data(), held, reduced_shard, wire, shard);
-    }
-  }
-  release_on(comm, std::move(converted));
-  if (plan_.reduce_per_unit) {
-    release_on(comm, std::move(unit.bucket));
-    comm.record(*bucket_released_[unit.index]);
-    buckets_in_flight_.push_back(unit.index);
-  }
-  // The step's gradient shard is final after the last micro-batch's reduction.
-  if (offloaded() && micro_batches_ == options_.gradient_accumulation_steps) {
-    copy_gradients_to_host(unit);
-  }
 }
 
 std::vector<std::string> ZeroTrainer::parameter_names() const {

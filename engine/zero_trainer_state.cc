@@ -10,24 +10,27 @@ namespace zest {
 std::vector<StateShard> ZeroTrainer::state_shards(std::size_t index) {
   FlatUnit& unit = units_.at(index);
   context_.synchronize();
-  if (host_stream_) host_stream_->synchronize();
+  if (host_) host_->synchronize();
   const ElementRange shard = unit.layout.shard_range(context_.rank);
   // Buffers that hold the full flat unit are viewed from the shard's start; shard buffers from 0.
   auto shard_of = [&](Buffer& buffer, bool full, DType dtype) {
     return static_cast<char*>(buffer.data()) + (full ? shard.begin * dtype_size(dtype) : 0);
   };
+  // Offloaded, master and states are the host optimizer's shards in host memory.
+  Buffer& master = host_ ? host_->shards(index).master : unit.master;
+  std::vector<Buffer>& states = host_ ? host_->shards(index).optimizer_state : unit.optimizer_state;
   std::vector<StateShard> shards;
   shards.push_back({"params", options_.compute_dtype,
                     shard_of(unit.params, !plan_.params_sharded, options_.compute_dtype), shard.begin, shard.end});
   // Note: an offloaded fp32 run keeps a host master too, but it equals the parameters between
   // steps, so its checkpoint holds what a run without offload holds (and either loads it).
   if (options_.compute_dtype != DType::kFloat32) {
-    shards.push_back({"master", DType::kFloat32, shard_of(unit.master, !plan_.optimizer_sharded, DType::kFloat32),
+    shards.push_back({"master", DType::kFloat32, shard_of(master, !plan_.optimizer_sharded, DType::kFloat32),
                       shard.begin, shard.end});
   }
-  for (std::size_t s = 0; s < unit.optimizer_state.size(); ++s) {
+  for (std::size_t s = 0; s < states.size(); ++s) {
     shards.push_back({"optimizer." + std::to_string(s), DType::kFloat32,
-                      shard_of(unit.optimizer_state[s], !plan_.optimizer_sharded, DType::kFloat32), shard.begin,
+                      shard_of(states[s], !plan_.optimizer_sharded, DType::kFloat32), shard.begin,
                       shard.end});
   }
   return shards;
@@ -48,8 +51,8 @@ void ZeroTrainer::state_loaded() {
       for (Buffer& state : unit.optimizer_state) gather_in_place(state, DType::kFloat32);
     }
   }
-  if (ring_) ring_->clear();
-  if (offloaded()) offload_state_loaded();
+  gatherer_->forget();
+  if (host_) host_->state_loaded(units_);
   context_.synchronize();
 }
 

@@ -1,5 +1,6 @@
 // The optimizer step of the ZeRO engine: agree on the loss, the gradient norm and (fp16) whether
-// any rank overflowed; clip; update each rank's shard; gather the parameters back.
+// any rank overflowed; clip; update each rank's shard (on the device, or on the host when the
+// optimizer is offloaded); then the parameter gatherer makes the parameters full again.
 #include <cmath>
 #include <cstring>
 
@@ -17,25 +18,6 @@ const char* byte_offset(const void* base, std::size_t bytes) {
 }
 }  // namespace
 
-void ZeroTrainer::inspect_local_gradients() {
-  // The reduced gradients were last written on the comm stream; the per-unit checks ran on
-  // compute before each reduction, which comm waited for. So, on comm: the norm's slot is
-  // zeroed and summed over this rank's update ranges, then every slot is read back at once.
-  Stream& comm = context_.comm;
-  const std::size_t norm_slot = units_.size();
-  context_.device.fill_zero(comm, gradient_check(norm_slot), sizeof(GradientStatistics));
-  for (FlatUnit& unit : units_) {
-    const std::size_t base = plan_.grads_first(unit.layout.shard_range(context_.rank).begin);
-    for (const FlatUnit::UpdateRange& range : unit.update_ranges) {
-      const void* grads = byte_offset(unit.grads.data(), (range.flat_offset - base) * element_size());
-      add_gradient_statistics(comm, grads, options_.compute_dtype, range.count,
-                              gradient_check(norm_slot));
-    }
-  }
-  read_to_host(context_.device, comm, local_checks_.data(), gradient_checks_.data(),
-               gradient_checks_.bytes());
-}
-
 StepStats ZeroTrainer::step(float lr) {
   if (micro_batches_ != options_.gradient_accumulation_steps) {
     throw Error(ErrorKind::kUsage, "step() after " + std::to_string(micro_batches_) +
@@ -46,10 +28,9 @@ StepStats ZeroTrainer::step(float lr) {
   // One all-reduce carries the loss, the squared gradient norm and the overflow flag. At stage 0
   // every rank holds the same full gradients, so each contributes a world-th of the norm.
   const int world = context_.world_size;
-  inspect_local_gradients();
-  bool non_finite = false;
-  for (const GradientStatistics& check : local_checks_) non_finite = non_finite || check.non_finite;
-  const double square_sum = local_checks_.back().sum_of_squares;
+  checks_->inspect(units_, plan_);
+  const bool non_finite = checks_->any_non_finite();
+  const double square_sum = checks_->local_sum_of_squares();
   float totals[3] = {
       static_cast<float>(loss_sum_ / options_.gradient_accumulation_steps / world),
       static_cast<float>(plan_.optimizer_sharded ? square_sum : square_sum / world),
@@ -65,9 +46,9 @@ StepStats ZeroTrainer::step(float lr) {
   loss_sum_ = 0.0;
   stats.step = ++steps_taken_;
   const bool overflow = totals[2] > 0.0f || !std::isfinite(totals[1]);
-  if (overflow && !options_.loss_scale.enabled) raise_divergence(stats.step);
+  if (overflow && !options_.loss_scale.enabled) checks_->raise_divergence(stats.step, units_);
   // The per-unit checks start again from zero for the next step's reductions (compute order).
-  context_.device.fill_zero(context_.compute, gradient_checks_.data(), gradient_checks_.bytes());
+  checks_->reset();
   if (options_.loss_scale.enabled && overflow) {
     // Every rank saw the same flag, so every rank skips: nothing is updated or gathered.
     stats.skipped = true;
@@ -84,7 +65,8 @@ StepStats ZeroTrainer::step(float lr) {
     grad_scale *= options_.gradient_clipping / (stats.grad_norm + 1e-6f);
   }
   apply_optimizer(stats.lr, grad_scale);
-  gather_updated_parameters();
+  // Offloaded, each unit went back to the device (and was gathered) as the host updated it.
+  gatherer_->step_done(units_, offloaded());
   return stats;
 }
 
@@ -100,7 +82,11 @@ void ZeroTrainer::apply_optimizer(float lr, float grad_scale) {
 }
 
 void ZeroTrainer::update_unit(FlatUnit& unit, const UpdateArgs& shared_args) {
-  if (offloaded()) return update_unit_on_host(unit, shared_args);
+  if (host_) {
+    host_->update(unit, *optimizer_, shared_args);
+    gatherer_->shard_updated(unit);
+    return;
+  }
   Stream& compute = context_.compute;
   const DType held = options_.compute_dtype;
   const bool two_byte = held != DType::kFloat32;
@@ -145,29 +131,6 @@ void ZeroTrainer::zero_gradients() {
   for (FlatUnit& unit : units_) {
     context_.device.fill_zero(context_.compute, unit.grads.data(), unit.grads.bytes());
   }
-}
-
-void ZeroTrainer::gather_updated_parameters() {
-  // Both gathering streams must see the updated shards: comm gathers them back now (stages
-  // 1-2), prefetch gathers them for the next forward (stage 3).
-  context_.compute.record(*optimizer_done_);
-  context_.comm.wait(*optimizer_done_);
-  context_.prefetch.wait(*optimizer_done_);
-  // Offloaded, each unit went back to the device (and was gathered) as the host updated it.
-  if (!offloaded() && plan_.gathers_after_step()) {
-    for (FlatUnit& unit : units_) {
-      const std::size_t shard = unit.layout.shard_length();
-      char* params = unit.params.as<char>();
-      context_.communicator.label_next(("gather updated " + unit.layout.unit_name()).c_str());
-      context_.communicator.all_gather(context_.comm, params + context_.rank * shard * element_size(),
-                                       params, shard, options_.compute_dtype);
-      // The next forward waits for this unit's gather only, when it reaches the unit, so the
-      // gathers of later units overlap the forward of earlier ones.
-      context_.comm.record(*unit_gathered_[unit.index]);
-      awaiting_gather_[unit.index] = true;
-    }
-  }
-  if (ring_) ring_->clear();
 }
 
 }  // namespace zest

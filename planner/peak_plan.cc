@@ -26,7 +26,8 @@ struct PlannedUnit {
   UnitMemory memory;
 };
 
-// Replays ZeroTrainer's allocations and frees, call by call, in the order the host makes them.
+// Replays the allocations and frees of ZeroTrainer and its collaborators (gradient reducer,
+// parameter gatherer, gradient checks), call by call, in the order the host makes them.
 class Replay {
  public:
   explicit Replay(const PeakPlanInput& input);
@@ -38,8 +39,8 @@ class Replay {
  private:
   bool two_byte() const { return options_.compute_dtype != DType::kFloat32; }
   std::size_t element() const { return dtype_size(options_.compute_dtype); }
-  // ZeroTrainer::prepare_call: fp32 copies of 2-byte parameters, gradient buckets, fp32
-  // gradient accumulators, for the unit and the units it borrows.
+  // ZeroTrainer::prepare_call: fp32 copies of 2-byte parameters, gradient buckets
+  // (GradientReducer::target), fp32 gradient accumulators, for the unit and the units it borrows.
   void prepare(int u, bool backward, std::vector<Handle>& scratch);
   void gradient_target(int u);
   void forward();
@@ -214,7 +215,7 @@ void Replay::step() {
                          ledger_.allocate(length * sizeof(float), Category::kWorkspace));
     }
   }
-  // gather_updated_parameters: comm waits for the optimizer (optimizer_done_).
+  // ParameterGatherer::step_done: comm waits for the optimizer.
   ledger_.wait(Stream::kComm, Stream::kCompute, ledger_.record(Stream::kCompute));
   if (input_.synchronize_between_steps) ledger_.synchronize(Stream::kComm);
 }

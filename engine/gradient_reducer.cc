@@ -1,0 +1,122 @@
+#include "engine/gradient_reducer.h"
+
+#include <utility>
+
+#include "kernels/convert.h"
+#include "runtime/release_after.h"
+
+namespace zest {
+
+namespace {
+char* byte_offset(void* base, std::size_t bytes) { return static_cast<char*>(base) + bytes; }
+}  // namespace
+
+GradientReducer::GradientReducer(RankContext& context, const EngineOptions& options,
+                                 const StagePlan& plan, std::vector<FlatUnit>& units,
+                                 GradientChecks& checks, FinalShard final_shard)
+    : context_(context), options_(options), plan_(plan), units_(units), checks_(checks),
+      final_shard_(std::move(final_shard)), unit_buckets_(units.size()) {
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    backward_done_.push_back(context.device.create_event());
+    bucket_released_.push_back(context.device.create_event());
+  }
+  serialize_ = context.device.create_event();
+}
+
+void* GradientReducer::target(FlatUnit& unit) {
+  if (!plan_.reduce_per_unit) return unit.grads.data();
+  Buffer& bucket = unit_buckets_[static_cast<std::size_t>(unit.index)];
+  if (bucket.empty()) {
+    // Note: at most kLiveGradientBuckets buckets exist at once: one being written by backward
+    // and one being reduced meanwhile. Without the bound, a host that runs ahead of the comm
+    // stream would hold every unit's full gradients at once, which is what stage 2 avoids.
+    while (buckets_in_flight_.size() >= kLiveGradientBuckets) {
+      bucket_released_[buckets_in_flight_.front()]->synchronize();
+      buckets_in_flight_.pop_front();
+    }
+    bucket = context_.allocator().allocate(unit.layout.flat_length() * dtype_size(options_.compute_dtype),
+                                           Category::kBuckets);
+    context_.device.fill_zero(context_.compute, bucket.data(), bucket.bytes());
+  }
+  return bucket.data();
+}
+
+void GradientReducer::backward_begins(bool last_micro_batch) {
+  last_micro_batch_ = last_micro_batch;
+  // Stages 0-1 keep full gradients and reduce them once per step; stages 2-3 must reduce
+  // every micro-batch, since only the shard is kept between them.
+  reduce_now_ = plan_.reduce_every_micro_batch || last_micro_batch;
+  bucket_.clear();
+  bucket_elements_ = 0;
+}
+
+void GradientReducer::unit_done(FlatUnit& unit) {
+  if (!reduce_now_) return;
+  bucket_.push_back(unit.index);
+  bucket_elements_ += unit.layout.flat_length();
+  // Stages 2-3 reduce every unit at once (only its shard may outlive its backward); stages
+  // 0-1 wait until the bucket holds reduce_bucket_size elements or backward is done.
+  if (plan_.reduce_per_unit || bucket_elements_ >= options_.reduce_bucket_size || unit.index == 0) {
+    for (int member : bucket_) reduce(units_[static_cast<std::size_t>(member)]);
+    bucket_.clear();
+    bucket_elements_ = 0;
+    if (!options_.overlap_comm) {
+      context_.comm.record(*serialize_);
+      context_.compute.wait(*serialize_);
+    }
+  }
+}
+
+void GradientReducer::reduce(FlatUnit& unit) {
+  Buffer& bucket = unit_buckets_[static_cast<std::size_t>(unit.index)];
+  void* source = plan_.reduce_per_unit ? bucket.data() : unit.grads.data();
+  const std::size_t full = unit.layout.flat_length();
+  // Note: checked before the reduction mixes the ranks' gradients, so that a NaN is traced to
+  // the rank where it arose; in compute-stream order, so the comm stream waits for the check.
+  checks_.check_before_reduction(unit, source, full);
+  // The comm stream reduces this unit's gradients while compute goes on to the previous unit.
+  Event& written = *backward_done_[static_cast<std::size_t>(unit.index)];
+  context_.compute.record(written);
+  Stream& comm = context_.comm;
+  comm.wait(written);
+  const DType held = options_.compute_dtype;
+  const DType wire = options_.communication_dtype;
+  const std::size_t shard = unit.layout.shard_length();
+  const std::size_t first = context_.rank * shard;
+  // Reduce in the communication dtype: in place when it is the dtype gradients are held in,
+  // else through a converted copy (charged to buckets).
+  Buffer converted;
+  void* reduced = source;
+  if (wire != held) {
+    converted = context_.allocator().allocate(full * dtype_size(wire), Category::kBuckets);
+    convert(comm, source, held, converted.data(), wire, full);
+    reduced = converted.data();
+  }
+  void* reduced_shard = byte_offset(reduced, first * dtype_size(wire));
+  Communicator& communicator = context_.communicator;
+  communicator.label_next(("reduce " + unit.layout.unit_name()).c_str());
+  if (plan_.reduction == GradientReduction::kAllReduce) {
+    communicator.all_reduce(comm, reduced, reduced, full, wire, Reduction::kMean);
+    if (wire != held) convert(comm, reduced, wire, source, held, full);
+  } else {
+    communicator.reduce_scatter(comm, reduced, reduced_shard, shard, wire, Reduction::kMean);
+    if (!plan_.grads_sharded) {  // the full buffer keeps the reduced shard at its place
+      if (wire != held) {
+        convert(comm, reduced_shard, wire, byte_offset(source, first * dtype_size(held)), held,
+                shard);
+      }
+    } else {
+      accumulate_into(comm, unit.grads.data(), held, reduced_shard, wire, shard);
+    }
+  }
+  release_after(context_.device, comm, std::move(converted));
+  if (plan_.reduce_per_unit) {
+    release_after(context_.device, comm, std::move(bucket));
+    comm.record(*bucket_released_[static_cast<std::size_t>(unit.index)]);
+    buckets_in_flight_.push_back(unit.index);
+  }
+  // The step's gradient shard is final after the last micro-batch's reduction.
+  if (last_micro_batch_ && final_shard_) final_shard_(unit);
+}
+
+}  // namespace zest

@@ -1,0 +1,65 @@
+// The ZeRO engine's gradient reduction: each micro-batch's gradients to their owners on the comm
+// stream, while backward goes on with the earlier units. Follows the stage plan: stages 0-1
+// reduce the step's last micro-batch only, in buckets of reduce_bucket_size elements (all-reduce
+// at stage 0, reduce-scatter at stage 1); stages 2-3 reduce-scatter every unit as soon as its
+// backward ends, from a bucket of the unit's full gradient into its gradient shard. Owns those
+// per-unit buckets (category buckets), the events that order each reduction after the backward
+// that wrote it, and the units grouped into the bucket being filled.
+// Invariant: at most kLiveGradientBuckets per-unit buckets exist at once (one written by backward,
+// one being reduced), so stage 2 never holds every unit's full gradients.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/flat_unit.h"
+#include "engine/gradient_checks.h"
+#include "engine/stage_plan.h"
+#include "runtime/world.h"
+
+namespace zest {
+
+class GradientReducer {
+ public:
+  // Called in comm-stream order right after a unit's reduction in the step's last micro-batch,
+  // when its gradient shard is final (the offloaded optimizer copies it to the host).
+  using FinalShard = std::function<void(FlatUnit&)>;
+
+  // `units` outlives the reducer; `checks` sees each unit's gradient before it is reduced.
+  GradientReducer(RankContext& context, const EngineOptions& options, const StagePlan& plan,
+                  std::vector<FlatUnit>& units, GradientChecks& checks, FinalShard final_shard);
+
+  // The full flat gradient buffer a unit's backward accumulates into: its gradients at stages
+  // 0-1, its bucket (allocated and zeroed on first use in the micro-batch) at stages 2-3.
+  void* target(FlatUnit& unit);
+  // Before a micro-batch's backward: whether it is the step's last.
+  void backward_begins(bool last_micro_batch);
+  // After `unit`'s backward has been enqueued on compute (units in reverse order, unit 0 last):
+  // reduces it now or with its bucket, as the plan says.
+  void unit_done(FlatUnit& unit);
+
+ private:
+  void reduce(FlatUnit& unit);
+
+  RankContext& context_;
+  const EngineOptions& options_;
+  const StagePlan& plan_;
+  std::vector<FlatUnit>& units_;
+  GradientChecks& checks_;
+  FinalShard final_shard_;
+  bool reduce_now_ = false;   // this micro-batch's gradients are reduced
+  bool last_micro_batch_ = false;
+  std::vector<int> bucket_;   // stages 0-1: units whose gradients wait to be reduced together
+  std::size_t bucket_elements_ = 0;
+  std::vector<Buffer> unit_buckets_;                     // stages 2-3, per unit, during backward
+  std::vector<std::unique_ptr<Event>> backward_done_;    // per unit: its gradients are written
+  std::vector<std::unique_ptr<Event>> bucket_released_;  // per unit: its bucket is freed
+  std::deque<int> buckets_in_flight_;  // units whose bucket the comm stream has yet to free
+  std::unique_ptr<Event> serialize_;   // overlap_comm false: compute waits for each reduction
+};
+
+}  // namespace zest

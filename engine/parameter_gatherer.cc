@@ -1,0 +1,87 @@
+#include "engine/parameter_gatherer.h"
+
+namespace zest {
+
+ParameterGatherer::ParameterGatherer(RankContext& context, const EngineOptions& options,
+                                     const StagePlan& plan, std::size_t unit_count)
+    : context_(context), options_(options), plan_(plan), awaiting_(unit_count, false) {
+  for (std::size_t i = 0; i < unit_count; ++i) ready_.push_back(context.device.create_event());
+  optimizer_done_ = context.device.create_event();
+  serialize_ = context.device.create_event();
+}
+
+void ParameterGatherer::allocate_ring(std::size_t largest_unit, std::size_t most_borrowed,
+                                      std::size_t unit_count) {
+  if (!plan_.gathers_before_each_use()) return;
+  GatherRingSizing sizing;
+  sizing.minimum_slots = options_.gather_slots;
+  sizing.prefetch_elements = options_.stage3_prefetch_bucket_size;
+  sizing.max_live_elements = options_.stage3_max_live_parameters;
+  sizing.largest_unit = largest_unit;
+  sizing.most_borrowed = most_borrowed;
+  sizing.unit_count = unit_count;
+  ring_ = std::make_unique<GatherRing>(context_.device, largest_unit, options_.compute_dtype,
+                                       gather_ring_slots(sizing));
+}
+
+void* ParameterGatherer::pin(FlatUnit& unit) {
+  const auto index = static_cast<std::size_t>(unit.index);
+  if (!ring_) {
+    if (awaiting_[index]) {  // stages 1-2: the step's gather of this unit
+      context_.compute.wait(*ready_[index]);
+      awaiting_[index] = false;
+    }
+    return unit.params.data();
+  }
+  // Gathers run on the prefetch stream, so in backward they do not queue behind the
+  // reduce-scatters on the comm stream.
+  if (!options_.overlap_comm) {
+    context_.compute.record(*serialize_);
+    context_.prefetch.wait(*serialize_);
+  }
+  if (awaiting_[index]) {  // offload: the step's copy of this unit's shard back
+    context_.prefetch.wait(*ready_[index]);
+    awaiting_[index] = false;
+  }
+  return ring_->acquire(unit, context_.prefetch, context_.compute, context_.communicator);
+}
+
+void ParameterGatherer::unpin(FlatUnit& unit) {
+  if (ring_) ring_->release(unit, context_.compute);
+}
+
+void ParameterGatherer::shard_updated(FlatUnit& unit) {
+  Stream& comm = context_.comm;
+  if (plan_.gathers_after_step()) {
+    const std::size_t shard = unit.layout.shard_length();
+    char* params = unit.params.as<char>();
+    context_.communicator.label_next(("gather updated " + unit.layout.unit_name()).c_str());
+    context_.communicator.all_gather(
+        comm, params + context_.rank * shard * dtype_size(options_.compute_dtype), params, shard,
+        options_.compute_dtype);
+  }
+  // Stages 1-2: the next forward (compute) waits for this when it reaches the unit; stage 3: the
+  // unit's next gather (prefetch) does.
+  comm.record(*ready_[static_cast<std::size_t>(unit.index)]);
+  awaiting_[static_cast<std::size_t>(unit.index)] = true;
+}
+
+void ParameterGatherer::step_done(std::vector<FlatUnit>& units, bool each_unit_reported) {
+  // Both gathering streams must see the updated shards: comm gathers them back now (stages
+  // 1-2), prefetch gathers them for the next forward (stage 3).
+  context_.compute.record(*optimizer_done_);
+  context_.comm.wait(*optimizer_done_);
+  context_.prefetch.wait(*optimizer_done_);
+  if (!each_unit_reported && plan_.gathers_after_step()) {
+    // The next forward waits for each unit's gather only when it reaches the unit, so the
+    // gathers of later units overlap the forward of earlier ones.
+    for (FlatUnit& unit : units) shard_updated(unit);
+  }
+  forget();
+}
+
+void ParameterGatherer::forget() {
+  if (ring_) ring_->clear();
+}
+
+}  // namespace zest

@@ -1,0 +1,61 @@
+// The ZeRO engine's parameter gathering: makes a unit's full flat parameters present for compute
+// as the stage plan says. Stage 3 gathers each unit into the gather ring before its forward and
+// its backward (on the prefetch stream, so gathers do not queue behind reductions); stages 1-2
+// gather every unit's updated shard once after the step, and the next forward waits for a unit's
+// gather only when it reaches the unit. Owns the ring, the per-unit events that say a unit's
+// parameters are ready again after a step (its gather, or at stage 3 with the optimizer
+// offloaded, the copy back of its updated shard), and which units still wait for one.
+// Invariant: compute never reads a unit's parameters before the step's gather or copy back of
+// that unit has finished: pin() orders it.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/flat_unit.h"
+#include "engine/gather_ring.h"
+#include "engine/stage_plan.h"
+#include "runtime/world.h"
+
+namespace zest {
+
+class ParameterGatherer {
+ public:
+  ParameterGatherer(RankContext& context, const EngineOptions& options, const StagePlan& plan,
+                    std::size_t unit_count);
+
+  // Stage 3: allocates the ring (category gather), sized by gather_ring_slots from the options.
+  void allocate_ring(std::size_t largest_unit, std::size_t most_borrowed, std::size_t unit_count);
+
+  // The unit's full flat parameters in the compute dtype, for compute work enqueued next (pinned
+  // in a ring slot at stage 3) until unpin().
+  void* pin(FlatUnit& unit);
+  void unpin(FlatUnit& unit);
+
+  // After `unit`'s updated shard was written on the comm stream (the offloaded optimizer's copy
+  // back): stages 1-2 gather the unit now; its next pin() waits for that.
+  void shard_updated(FlatUnit& unit);
+  // After the optimizer's updates were enqueued on compute: both gathering streams wait for them;
+  // stages 1-2 gather every unit now unless `each_unit_reported` (shard_updated() did); the ring
+  // forgets what it held (its shards changed).
+  void step_done(std::vector<FlatUnit>& units, bool each_unit_reported);
+  // The shards changed outside a step (a checkpoint was loaded): the ring forgets what it held.
+  void forget();
+
+  // For tests: how many units the gather ring holds now (stage 3; 0 otherwise).
+  std::size_t gathered_units() const { return ring_ ? ring_->resident_count() : 0; }
+
+ private:
+  RankContext& context_;
+  const EngineOptions& options_;
+  const StagePlan& plan_;
+  std::unique_ptr<GatherRing> ring_;
+  std::vector<std::unique_ptr<Event>> ready_;  // per unit: recorded on comm after its update
+  std::vector<bool> awaiting_;                 // per unit: the next pin() waits for ready_
+  std::unique_ptr<Event> optimizer_done_;
+  std::unique_ptr<Event> serialize_;  // overlap_comm false: gathers wait for compute
+};
+
+}  // namespace zest
