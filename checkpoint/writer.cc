@@ -99,7 +99,7 @@ std::vector<std::string> prune(const std::string& root, const std::string& kept,
   return warnings;
 }
 
-// Removes a directory when destroyed, unless released (or given no path).
+// Removes a directory when destroyed, unless kept (or given no path).
 class TemporaryDirectory {
  public:
   TemporaryDirectory() = default;
@@ -109,7 +109,7 @@ class TemporaryDirectory {
   TemporaryDirectory(const TemporaryDirectory&) = delete;
   TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
   void hold(std::string path) { path_ = std::move(path); }
-  void release() { path_.clear(); }
+  void keep() { path_.clear(); }
 
  private:
   std::string path_;
@@ -214,7 +214,7 @@ SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
       fsync_directory(temporary);
       replaced = publish_directory(temporary, saved.path);
       published = true;
-      guard.release();
+      guard.keep();
       fsync_directory(root);
       replace_file_atomically(root, "latest", final_name + "\n", &budget);
       record.bytes = total;
@@ -228,7 +228,7 @@ SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
   const PhaseRecord finished = share_record(context, record, 0, failure);
   raise_if_failed({finished}, failure, what);
   saved.bytes = finished.bytes;
-  // After the others are released: removing old checkpoints may take a while and they need not
+  // After the others have returned: removing old checkpoints may take a while and they need not
   // wait for it.
   if (leader) saved.warnings = prune(root, final_name, options.keep_last);
   return saved;

@@ -1,7 +1,7 @@
 // Saving a checkpoint: a collective that writes the trainer's state, sharded as it lives, to
 // <dir>/step-<N>/ (format: checkpoint/manifest.h) and points <dir>/latest at it. Every
 // rank writes its own rank-<r>.bin into a temporary directory .tmp-step-<N>-<tag>/ and fsyncs
-// it; rank 0 gathers the files' sizes and checksums, writes manifest.json, fsyncs, renames the
+// it; rank 0 collects the files' sizes and checksums, writes manifest.json, fsyncs, renames the
 // directory into place, fsyncs <dir>, and only then replaces `latest` (temp file, fsync,
 // rename). Invariant: at every moment `latest` names a complete checkpoint (or does not exist);
 // a crash or an error mid-save leaves the previous checkpoint and `latest` as they were.

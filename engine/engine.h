@@ -3,7 +3,7 @@
 // decides what is sharded and nothing else changes in user code:
 //   0: nothing (DDP: gradients all-reduced);   1: optimizer state;
 //   2: + gradients (reduce-scattered per unit right after its backward);
-//   3: + parameters (gathered before a unit's forward and backward, released after each).
+//   3: + parameters (gathered before a unit's forward and backward, unpinned after each).
 // Engine owns only its options; the Trainer it returns owns the model state (engine/zero_trainer.h).
 // Invariant: every rank calls the same Trainer methods in the same order (they run collectives).
 #pragma once

@@ -36,7 +36,7 @@ GatherRing::GatherRing(Device& device, std::size_t slot_elements, DType dtype, s
     Slot slot;
     slot.buffer = device.allocator().allocate(slot_elements * dtype_size(dtype), Category::kGather);
     slot.gathered = device.create_event();
-    slot.released = device.create_event();
+    slot.unpinned = device.create_event();
     slots_.push_back(std::move(slot));
   }
 }
@@ -52,20 +52,20 @@ GatherRing::Slot& GatherRing::take_free_slot(int unit_index) {
   for (std::size_t tried = 0; tried < slots_.size(); ++tried) {
     Slot& slot = slots_[cursor_];
     cursor_ = (cursor_ + 1) % slots_.size();
-    if (slot.holders == 0) return slot;
+    if (slot.pins == 0) return slot;
   }
   throw Error(ErrorKind::kInternal,
-              "gather ring: every slot is held while gathering unit " +
+              "gather ring: every slot is pinned while gathering unit " +
                   std::to_string(unit_index) + "; raise the number of gather slots");
 }
 
-void* GatherRing::acquire(const FlatUnit& unit, Stream& comm, Stream& compute,
-                           Communicator& communicator) {
+void* GatherRing::pin(const FlatUnit& unit, Stream& comm, Stream& compute,
+                      Communicator& communicator) {
   Slot* slot = find(unit.index);
   if (!slot) {
     slot = &take_free_slot(unit.index);
     // The slot's previous unit may still be read by compute work already enqueued.
-    comm.wait(*slot->released);
+    comm.wait(*slot->unpinned);
     communicator.label_next(("gather " + unit.layout.unit_name()).c_str());
     communicator.all_gather(comm, unit.params.data(), slot->buffer.data(),
                             unit.layout.shard_length(), dtype_);
@@ -73,24 +73,24 @@ void* GatherRing::acquire(const FlatUnit& unit, Stream& comm, Stream& compute,
     slot->resident = unit.index;
   }
   compute.wait(*slot->gathered);
-  ++slot->holders;
+  ++slot->pins;
   return slot->buffer.data();
 }
 
-void GatherRing::release(const FlatUnit& unit, Stream& compute) {
+void GatherRing::unpin(const FlatUnit& unit, Stream& compute) {
   Slot* slot = find(unit.index);
-  if (!slot || slot->holders == 0) {
+  if (!slot || slot->pins == 0) {
     throw Error(ErrorKind::kInternal, "gather ring: unit '" + unit.layout.unit_name() +
-                                          "' released without being acquired");
+                                          "' unpinned without being pinned");
   }
-  --slot->holders;
-  compute.record(*slot->released);
+  --slot->pins;
+  compute.record(*slot->unpinned);
 }
 
 void GatherRing::clear() {
   for (Slot& slot : slots_) {
     slot.resident = -1;
-    slot.holders = 0;
+    slot.pins = 0;
   }
 }
 

@@ -2,8 +2,9 @@
 // allocated once (category gather) so that a step allocates nothing for gathers. A unit is
 // gathered into a slot on the comm stream once the slot's previous user has finished computing;
 // the compute stream waits for the gather. A slot still holding a unit is reused without
-// gathering again (the last unit of forward is the first of backward).
-// Invariant: a slot is never overwritten while a unit that acquired it has not released it.
+// gathering again (the last unit of forward is the first of backward). Owns the slots' buffers
+// and their events. Invariant: a slot is never overwritten while a unit pinned in it has not
+// been unpinned.
 #pragma once
 
 #include <cstddef>
@@ -37,11 +38,11 @@ class GatherRing {
   // plus one set ahead, or gathers cannot overlap compute.
   GatherRing(Device& device, std::size_t slot_elements, DType dtype, std::size_t slots);
 
-  // Makes `unit`'s full flat parameters present and returns them (valid for `compute` work
-  // enqueued after this call until release()).
-  void* acquire(const FlatUnit& unit, Stream& comm, Stream& compute, Communicator& communicator);
+  // Makes `unit`'s full flat parameters present, pins its slot and returns them (valid for
+  // `compute` work enqueued after this call until unpin()).
+  void* pin(const FlatUnit& unit, Stream& comm, Stream& compute, Communicator& communicator);
   // The compute work enqueued so far is the last to read `unit`'s slot.
-  void release(const FlatUnit& unit, Stream& compute);
+  void unpin(const FlatUnit& unit, Stream& compute);
   // Forgets what the slots hold (the shards changed, or the step ended).
   void clear();
 
@@ -53,9 +54,9 @@ class GatherRing {
   struct Slot {
     Buffer buffer;
     int resident = -1;  // unit index, or -1
-    int holders = 0;    // acquires not yet released
+    int pins = 0;       // pin() calls not yet unpinned
     std::unique_ptr<Event> gathered;
-    std::unique_ptr<Event> released;
+    std::unique_ptr<Event> unpinned;  // the last compute work that read the slot
   };
 
   Slot* find(int unit);

@@ -1,5 +1,5 @@
 // The contract between a model and the engine. A Module is an ordered list of units; a unit is
-// what is gathered, released and reduced together (one transformer block, the embedding, an
+// what is gathered and reduced together (one transformer block, the embedding, an
 // MLP layer). A unit declares its parameters and runs forward and backward by enqueuing work on
 // the context's stream; it never allocates its parameters or gradients — the engine owns them
 // in flat buffers and hands the unit views. Invariants a unit author must keep:

@@ -43,11 +43,11 @@ void* ParameterGatherer::pin(FlatUnit& unit) {
     context_.prefetch.wait(*ready_[index]);
     awaiting_[index] = false;
   }
-  return ring_->acquire(unit, context_.prefetch, context_.compute, context_.communicator);
+  return ring_->pin(unit, context_.prefetch, context_.compute, context_.communicator);
 }
 
 void ParameterGatherer::unpin(FlatUnit& unit) {
-  if (ring_) ring_->release(unit, context_.compute);
+  if (ring_) ring_->unpin(unit, context_.compute);
 }
 
 void ParameterGatherer::shard_updated(FlatUnit& unit) {

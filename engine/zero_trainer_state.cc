@@ -40,15 +40,16 @@ void ZeroTrainer::state_loaded() {
   Stream& comm = context_.comm;
   for (FlatUnit& unit : units_) {
     const std::size_t shard = unit.layout.shard_length();
-    auto gather_in_place = [&](Buffer& buffer, DType dtype) {
+    // A full buffer's copies agree again once every rank's loaded shard is all-gathered into it.
+    auto replicate = [&](Buffer& buffer, DType dtype) {
       char* base = buffer.as<char>();
       context_.communicator.all_gather(comm, base + context_.rank * shard * dtype_size(dtype), base,
                                        shard, dtype);
     };
-    if (!plan_.params_sharded) gather_in_place(unit.params, options_.compute_dtype);
+    if (!plan_.params_sharded) replicate(unit.params, options_.compute_dtype);
     if (!plan_.optimizer_sharded) {
-      if (!unit.master.empty()) gather_in_place(unit.master, DType::kFloat32);
-      for (Buffer& state : unit.optimizer_state) gather_in_place(state, DType::kFloat32);
+      if (!unit.master.empty()) replicate(unit.master, DType::kFloat32);
+      for (Buffer& state : unit.optimizer_state) replicate(state, DType::kFloat32);
     }
   }
   gatherer_->forget();

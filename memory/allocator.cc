@@ -19,7 +19,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 }
 
 void Buffer::reset() {
-  if (owner_ && data_) owner_->release(data_, bytes_, category_);
+  if (owner_ && data_) owner_->deallocate(data_, bytes_, category_);
   owner_ = nullptr;
   data_ = nullptr;
   bytes_ = 0;
@@ -86,7 +86,7 @@ Buffer Allocator::allocate(std::size_t bytes, Category category) {
   return Buffer(this, data, bytes, category);
 }
 
-void Allocator::release(void* data, std::size_t bytes, Category category) {
+void Allocator::deallocate(void* data, std::size_t bytes, Category category) {
   raw_free(data, round_up_to_alignment(bytes));
   std::lock_guard lock(mutex_);
   usage_.current[static_cast<std::size_t>(category)] -= bytes;

@@ -92,7 +92,7 @@ class Allocator {
 
  private:
   friend class Buffer;
-  void release(void* data, std::size_t bytes, Category category);
+  void deallocate(void* data, std::size_t bytes, Category category);
   [[noreturn]] void throw_out_of_memory(std::size_t bytes, Category category,
                                         const std::string& reason) const;
 

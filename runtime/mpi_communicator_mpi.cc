@@ -159,7 +159,7 @@ struct Scratch {
   std::vector<float> send;
   std::vector<float> recv;
   std::array<std::uint64_t, Call::kSignatureLength> signature{};  // this rank's, sent
-  std::vector<std::uint64_t> signatures;  // every rank's, gathered by the agreement check
+  std::vector<std::uint64_t> signatures;  // every rank's, all-gathered by the agreement check
 };
 
 }  // namespace
@@ -300,7 +300,7 @@ struct MpiCommunicator::Shared {
     throw Error(ErrorKind::kInternal, "mpi::check accepted a failing code");
   }
 
-  // Every rank gathers every rank's call; all must match. Runs on the call's lane while holding
+  // Every rank all-gathers every rank's call; all must match. Runs on the call's lane while holding
   // its turn, so the check and the collective are started back to back on every rank.
   // Note: this costs one small all-gather's latency per collective (tens of microseconds on
   // one machine). It buys the interface's promise that a mismatch is an Error naming both
