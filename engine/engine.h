@@ -4,8 +4,9 @@
 //   0: nothing (DDP: gradients all-reduced);   1: optimizer state;
 //   2: + gradients (reduce-scattered per unit right after its backward);
 //   3: + parameters (gathered before a unit's forward and backward, unpinned after each).
-// Engine owns only its options; the Trainer it returns owns the model state (engine/zero_trainer.h).
-// Invariant: every rank calls the same Trainer methods in the same order (they run collectives).
+// Engine owns only its options; the Trainer it returns owns the model state
+// (engine/zero_trainer.h). Invariant: every rank calls the same Trainer methods in the same order
+// (they run collectives).
 #pragma once
 
 #include <cstddef>
@@ -93,11 +94,12 @@ struct StepStats {
   float loss_scale = 1.0f;  // the scale this step's gradients were computed with
 };
 
-// Model-state bytes per rank predicted from DESIGN.md's table for this stage and dtype, in the
-// same categories the allocator measures (padding included, since it is real memory). The fp32
-// master weights of 2-byte training count as `optimizer`, as the table's K = 12 does. With the
-// optimizer offloaded, `optimizer` is 0 and `offload` holds what the host arena keeps instead:
-// the fp32 master shard (in fp32 too), the moments and the transfer shard (compute dtype).
+// Model-state bytes per rank predicted from the memory table (docs/architecture.md) for this stage
+// and dtype, in the same categories the allocator measures (padding included, since it is real
+// memory). The fp32 master weights of 2-byte training count as `optimizer`, as the table's K = 12
+// does. With the optimizer offloaded, `optimizer` is 0 and `offload` holds what the host arena
+// keeps instead: the fp32 master shard (in fp32 too), the moments and the transfer shard (compute
+// dtype).
 struct MemoryPrediction {
   std::size_t params = 0;
   std::size_t grads = 0;

@@ -1,5 +1,5 @@
-// DESIGN.md's memory table as arithmetic: the model-state bytes one rank holds for a model's
-// units at any stage and world size, padding included (the flat layout pads each unit to a
+// The memory table (docs/architecture.md) as arithmetic: the model-state bytes one rank holds for a
+// model's units at any stage and world size, padding included (the flat layout pads each unit to a
 // multiple of world size × alignment). The engine reports it beside what the allocator measures,
 // and an out-of-memory while the model state is allocated uses it to say what would fit.
 #pragma once

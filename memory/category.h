@@ -1,5 +1,5 @@
 // What an allocation is for. Every byte a device hands out is charged to one category, so the
-// measured peak can be held against DESIGN.md's memory table line by line.
+// measured peak can be held against the memory table (docs/architecture.md) line by line.
 #pragma once
 
 #include <array>

@@ -23,7 +23,8 @@ namespace zest {
 struct PeakPrediction {
   std::array<std::size_t, kCategoryCount> peak{};  // per rank; `offload` is host memory
   std::size_t device_total = 0;  // the peak of the device's sum, not the sum of peaks
-  MemoryPrediction model_state;  // DESIGN.md's table: params, grads, optimizer, offload
+  // The memory table (docs/architecture.md): params, grads, optimizer, offload
+  MemoryPrediction model_state;
 
   std::size_t of(Category category) const { return peak[static_cast<std::size_t>(category)]; }
   std::size_t host_total() const { return of(Category::kOffload); }

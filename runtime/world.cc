@@ -57,9 +57,9 @@ std::chrono::milliseconds collective_delay(const WorldOptions& options) {
   return std::chrono::milliseconds(text ? std::atol(text) : 0);
 }
 
-// Which backends run on which device (DESIGN.md): `local` and `mpi` move host memory, so they
-// serve the CPU device; `nccl` moves device memory and serves the CUDA device; `auto` picks the
-// device's. Throws a kConfig Error that says what to set instead.
+// Which backends run on which device (docs/architecture.md, "The CUDA device"): `local` and `mpi`
+// move host memory, so they serve the CPU device; `nccl` moves device memory and serves the CUDA
+// device; `auto` picks the device's. Throws a kConfig Error that says what to set instead.
 void check_backend_for_device(const WorldOptions& options) {
   const std::string& backend = options.backend;
   if (options.device == DeviceKind::kCpu) {

@@ -1,4 +1,5 @@
-// Measured memory per stage against DESIGN.md's table, as the engine predicts it.
+// Measured memory per stage against the memory table (docs/architecture.md), as the engine predicts
+// it.
 #include <gtest/gtest.h>
 
 #include "tests/engine/engine_test_support.h"

@@ -55,8 +55,8 @@ TEST_P(TwoByteMemory, ModelStatePeakEqualsTheTableWithTwoBytes) {
     EXPECT_EQ(usage.peak_of(Category::kGrads), predicted.grads);
     EXPECT_EQ(usage.peak_of(Category::kOptimizer), predicted.optimizer);
   }
-  // DESIGN.md's table: 2 bytes where fp32 had 4, and K = 12 (master + two moments) where fp32's
-  // parameters were their own master (K = 8).
+  // The memory table (docs/architecture.md): 2 bytes where fp32 had 4, and K = 12 (master + two
+  // moments) where fp32's parameters were their own master (K = 8).
   const MemoryPrediction& narrow = run.predicted[0];
   EXPECT_EQ(narrow.params * 2, wide.params);
   EXPECT_EQ(narrow.grads * 2, wide.grads);

@@ -1,5 +1,6 @@
-// The memory plan: DESIGN.md's table as arithmetic, equal to what the engine allocates, and the
-// out-of-memory advice that names what the model state needs and the smallest change that fits.
+// The memory plan: the memory table (docs/architecture.md) as arithmetic, equal to what the engine
+// allocates, and the out-of-memory advice that names what the model state needs and the smallest
+// change that fits.
 #include <gtest/gtest.h>
 
 #include <cstdint>

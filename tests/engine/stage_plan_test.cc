@@ -1,6 +1,6 @@
-// The stage plan against DESIGN.md: its memory table (what each stage shards, and the bytes
-// per rank that follow: 2Ψ + 2Ψ + 12Ψ, each term divided by N once its state is sharded) and its
-// step (when gradients are reduced and parameters gathered).
+// The stage plan against the design (docs/architecture.md): its memory table (what each stage
+// shards, and the bytes per rank that follow: 2Ψ + 2Ψ + 12Ψ, each term divided by N once its state
+// is sharded) and its step (when gradients are reduced and parameters gathered).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -12,7 +12,8 @@
 namespace zest {
 namespace {
 
-// DESIGN.md, "Memory": | stage | what is sharded |, one row per stage, each adding to the last.
+// docs/architecture.md, "Sharding: flat units": | stage | what is sharded |, one row per stage,
+// each adding to the last.
 struct DesignRow {
   int stage;
   bool optimizer, grads, params;  // sharded

@@ -1,5 +1,5 @@
 // What zest-train reports about a run as a whole: the opening line describing the job, and at
-// the end the memory table (each rank's measured peak bytes per category beside DESIGN.md's
+// the end the memory table (each rank's measured peak bytes per category beside the
 // prediction), the summary record of the metrics file, and the timeline (log.trace,
 // wall_clock_breakdown).
 #pragma once
@@ -34,9 +34,10 @@ std::array<std::uint64_t, kMemoryWords> pack_memory(const MemoryUsage& usage,
                                                     const MemoryPrediction& predicted);
 void unpack_memory(const std::uint64_t* words, MemoryUsage& usage, MemoryPrediction& predicted);
 
-// The measured peaks per rank beside the model state DESIGN.md's table predicts, and, when the
-// planner could plan this run (planner/peak_plan.h, as zest-estimate does), its every-category
-// prediction as a last row: the two should agree byte for byte while the host runs ahead.
+// The measured peaks per rank beside the model state the memory table (docs/architecture.md)
+// predicts, and, when the planner could plan this run (planner/peak_plan.h, as zest-estimate does),
+// its every-category prediction as a last row: the two should agree byte for byte while the host
+// runs ahead.
 void print_memory_table(const std::vector<MemoryUsage>& usage,
                         const std::vector<MemoryPrediction>& predicted,
                         const std::optional<PeakPrediction>& planned);
