@@ -7,6 +7,8 @@
 #include <iostream>
 #include <mutex>
 
+#include "base/printable.h"
+
 namespace zest {
 
 namespace {
@@ -31,7 +33,9 @@ bool Console::is_terminal() {
 void Console::say(const std::string& line) {
   std::lock_guard<std::mutex> lock(console_mutex);
   if (!live_line.empty()) std::cout << kClearLine;
-  std::cout << line << '\n';
+  // A line may quote a file's text (a path from the config, a checkpoint's name): escaped, so
+  // that no control character in it reaches the terminal.
+  std::cout << printable(line) << '\n';
   if (!live_line.empty()) std::cout << live_line;
   std::cout << std::flush;
 }
