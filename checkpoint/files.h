@@ -57,7 +57,9 @@ class HashingFileWriter {
 // A file opened for reading by offset.
 class ReadOnlyFile {
  public:
-  explicit ReadOnlyFile(std::string path);  // kCheckpoint Error when missing
+  // kCheckpoint Error when missing, or when not a regular file (refused before it is opened: a
+  // FIFO would block the open and every read, a device would never end).
+  explicit ReadOnlyFile(std::string path);
   ~ReadOnlyFile();
   ReadOnlyFile(const ReadOnlyFile&) = delete;
   ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;

@@ -13,6 +13,7 @@
 
 #include "base/durable_file.h"
 #include "base/error.h"
+#include "base/file_checks.h"
 #include "kernels/convert.h"
 #include "checkpoint/files.h"
 
@@ -181,6 +182,7 @@ SafetensorsHeader parse_safetensors_header(std::string_view text, std::uint64_t 
 }
 
 SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) {
+  refuse_non_regular_file(path_, ErrorKind::kData, "safetensors file");
   std::error_code error;
   if (!std::filesystem::is_regular_file(path_, error)) {
     throw Error(ErrorKind::kData, path_ + ": no such file");

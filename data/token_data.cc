@@ -11,12 +11,14 @@
 #include <limits>
 
 #include "base/error.h"
+#include "base/file_checks.h"
+#include "base/printable.h"
 
 namespace zest {
 
 namespace {
 
-std::vector<std::string> expand(const std::string& pattern) {
+std::vector<std::string> expand(const std::string& pattern, const std::string& key) {
   glob_t matches{};
   std::vector<std::string> files;
   if (::glob(pattern.c_str(), 0, nullptr, &matches) == 0) {
@@ -25,13 +27,16 @@ std::vector<std::string> expand(const std::string& pattern) {
   ::globfree(&matches);
   std::sort(files.begin(), files.end());
   if (files.empty()) {
-    throw Error(ErrorKind::kData, "data.path: no file matches '" + pattern +
+    throw Error(ErrorKind::kData, key + ": no file matches '" + printable(pattern) +
                                       "'; give a .bin shard or a glob of them");
   }
   return files;
 }
 
-std::string read_whole(const std::string& path) {
+// Note: a FIFO, a device or a directory is refused by name before it is opened: /dev/zero
+// would be read until memory runs out, a FIFO would block the open.
+std::string read_whole(const std::string& path, const std::string& key) {
+  refuse_non_regular_file(path, ErrorKind::kData, key + ": data file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(ErrorKind::kData, path + ": cannot open for reading");
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -100,22 +105,23 @@ TokenData text_tokens(std::string_view bytes, const std::string& source) {
   return data;
 }
 
-TokenData load_token_shards(const std::string& pattern, std::int64_t vocab_size) {
+TokenData load_token_shards(const std::string& pattern, std::int64_t vocab_size,
+                            const std::string& key) {
   TokenData data;
-  for (const std::string& file : expand(pattern)) {
-    append_token_shard(read_whole(file), file, vocab_size, data);
+  for (const std::string& file : expand(pattern, key)) {
+    append_token_shard(read_whole(file, key), file, vocab_size, data);
   }
   if (data.tokens.empty()) {
-    throw Error(ErrorKind::kData, "data.path: '" + pattern + "' holds no tokens");
+    throw Error(ErrorKind::kData, key + ": '" + printable(pattern) + "' holds no tokens");
   }
   return data;
 }
 
-TokenData load_text_tokens(const std::string& path) {
+TokenData load_text_tokens(const std::string& path, const std::string& key) {
   if (!std::filesystem::exists(path)) {
-    throw Error(ErrorKind::kData, "data.path: text file '" + path + "' does not exist");
+    throw Error(ErrorKind::kData, key + ": text file '" + printable(path) + "' does not exist");
   }
-  return text_tokens(read_whole(path), path);
+  return text_tokens(read_whole(path, key), path);
 }
 
 void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens) {

@@ -22,11 +22,14 @@ struct TokenData {
 
 // `pattern` is a file or a glob ("data/fineweb_train_*.bin"). Checks each file's header (magic,
 // version), that its size is exactly header + count × 2 bytes, and that every token is below
-// `vocab_size`. Throws a kData Error naming the file, the offset and what is expected.
-TokenData load_token_shards(const std::string& pattern, std::int64_t vocab_size);
+// `vocab_size`. Throws a kData Error naming the file, the offset and what is expected; `key` (the
+// config key that gave the path) names a pattern that matches nothing or a file that is not a
+// regular file, which is refused before it is opened.
+TokenData load_token_shards(const std::string& pattern, std::int64_t vocab_size,
+                            const std::string& key = "data.path");
 
-// A text file as byte tokens (0..255). An empty or missing file is a kData Error.
-TokenData load_text_tokens(const std::string& path);
+// A text file as byte tokens (0..255). An empty, missing or not regular file is a kData Error.
+TokenData load_text_tokens(const std::string& path, const std::string& key = "data.path");
 
 // The same two readers for bytes already in memory (the file readers call them; so do the
 // fuzzers, tests/fuzz/): `source` names the bytes in errors. append_token_shard adds one

@@ -139,6 +139,21 @@ TEST_F(TokenDataTest, EmptyTextFileIsAClearError) {
             std::string::npos);
 }
 
+// Refused by name before they are opened (a directory failed inside the stream library with
+// "basic_filebuf::underflow error", /dev/zero was read until memory ran out), under the config
+// key that gave the path.
+TEST_F(TokenDataTest, APathThatIsNotARegularFileIsRefusedByName) {
+  const std::string folder = directory_.string();
+  EXPECT_EQ(error_of([&] { load_text_tokens(folder); }),
+            "data.path: data file '" + folder + "' is a directory, not a regular file");
+  EXPECT_EQ(error_of([&] { load_text_tokens("/dev/null", "data.val_path"); }),
+            "data.val_path: data file '/dev/null' is a character device, not a regular file");
+  fs::create_directories(path("shard_000.bin"));
+  EXPECT_EQ(error_of([&] { load_token_shards(path("shard_*.bin"), 10); }),
+            "data.path: data file '" + path("shard_000.bin") +
+                "' is a directory, not a regular file");
+}
+
 TEST_F(TokenDataTest, TextIsReadAsBytes) {
   std::ofstream(path("a.txt"), std::ios::binary) << "hi\xff";
   TokenData data = load_text_tokens(path("a.txt"));

@@ -12,9 +12,9 @@ namespace zest {
 namespace {
 
 std::shared_ptr<const TokenData> load(const std::string& type, const std::string& path,
-                                      std::int64_t vocab_size) {
-  if (type == "text") return std::make_shared<const TokenData>(load_text_tokens(path));
-  return std::make_shared<const TokenData>(load_token_shards(path, vocab_size));
+                                      std::int64_t vocab_size, const std::string& key) {
+  if (type == "text") return std::make_shared<const TokenData>(load_text_tokens(path, key));
+  return std::make_shared<const TokenData>(load_token_shards(path, vocab_size, key));
 }
 
 }  // namespace
@@ -26,9 +26,9 @@ std::unique_ptr<BatchSource> make_batch_source(const TrainConfig& config) {
   }
   const std::int64_t seq_len = config.model.gpt.seq_len;
   const std::int64_t vocab = config.model.gpt.vocab_size;
-  std::shared_ptr<const TokenData> tokens = load(data.type, data.path, vocab);
+  std::shared_ptr<const TokenData> tokens = load(data.type, data.path, vocab, "data.path");
   if (!data.val_path.empty()) {
-    std::shared_ptr<const TokenData> held_out = load(data.type, data.val_path, vocab);
+    std::shared_ptr<const TokenData> held_out = load(data.type, data.val_path, vocab, "data.val_path");
     return sequence_batches(TokenBatches::training(tokens, seq_len, config.engine.seed, 0.0),
                             TokenBatches::validation(held_out, seq_len, 1.0));
   }
