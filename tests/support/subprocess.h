@@ -8,12 +8,14 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -124,6 +126,75 @@ inline ProcessResult run_program(const std::string& program,
                                  const std::vector<std::string>& arguments,
                                  const OutputFiles& files) {
   return wait_for_program(start_program(program, arguments, files), files);
+}
+
+// For a child that must fail fast and small: the address space it may map (RLIMIT_AS, so that an
+// attempted large allocation fails inside it instead of swapping the machine) and how long it may
+// run before it is killed (so that a child blocked on a FIFO fails the test instead of hanging it).
+struct ProcessLimits {
+  std::size_t address_space_bytes = 0;  // 0: no limit
+  double timeout_s = 60.0;
+};
+
+struct LimitedResult : ProcessResult {
+  bool timed_out = false;          // killed at timeout_s (status 128 + SIGKILL)
+  double seconds = 0.0;            // wall time from start to exit
+  std::size_t peak_rss_bytes = 0;  // the child's largest resident set (getrusage ru_maxrss)
+};
+
+// run_program under `limits`: started with fork and execv, the limit set in the child only.
+inline LimitedResult run_program_limited(const std::string& program,
+                                         const std::vector<std::string>& arguments,
+                                         const OutputFiles& files, const ProcessLimits& limits) {
+  std::vector<std::string> strings = {program};
+  strings.insert(strings.end(), arguments.begin(), arguments.end());
+  std::vector<char*> argv;
+  for (std::string& argument : strings) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+  const std::string stderr_path = files.stderr_path.empty() ? files.stdout_path : files.stderr_path;
+  LimitedResult result;
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // The child: only async-signal-safe calls until execv.
+    if (limits.address_space_bytes > 0) {
+      const rlimit limit{limits.address_space_bytes, limits.address_space_bytes};
+      if (::setrlimit(RLIMIT_AS, &limit) != 0) ::_exit(126);
+    }
+    const int out = ::open(files.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (out < 0 || ::dup2(out, STDOUT_FILENO) < 0) ::_exit(126);
+    if (files.stderr_path.empty()) {
+      if (::dup2(STDOUT_FILENO, STDERR_FILENO) < 0) ::_exit(126);
+    } else {
+      const int err = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (err < 0 || ::dup2(err, STDERR_FILENO) < 0) ::_exit(126);
+    }
+    ::execv(program.c_str(), argv.data());
+    ::_exit(127);
+  }
+  if (pid < 0) {
+    ADD_FAILURE() << "cannot fork to run " << program << ": " << std::strerror(errno);
+    return result;
+  }
+  const auto deadline = start + std::chrono::duration<double>(limits.timeout_s);
+  int status = 0;
+  rusage usage{};
+  while (::wait4(pid, &status, WNOHANG, &usage) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      result.timed_out = true;
+      ::kill(pid, SIGKILL);
+      ::wait4(pid, &status, 0, &usage);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.peak_rss_bytes = static_cast<std::size_t>(usage.ru_maxrss) * 1024;  // Linux: KiB
+  if (WIFEXITED(status)) result.status = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.status = 128 + WTERMSIG(status);
+  result.out = read_file(files.stdout_path);
+  if (!files.stderr_path.empty()) result.err = read_file(files.stderr_path);
+  return result;
 }
 
 }  // namespace zest::testing
