@@ -169,6 +169,38 @@ TEST_F(ZestEstimate, BadInputIsOneLineAndStatusTwo) {
   expect_input_error(mlp, "--fit: needs a gpt model");
 }
 
+// n_layer 1e6 or 1e9 on devices of 512 MiB: no stage, offload or number of ranks up to 64 times
+// world.ranks could hold them. Refused by arithmetic on the config before a unit is planned: exit
+// 2 within 10 s (measured: about 0.02 s) under an address-space limit of 1 GiB (the planner used
+// to build every unit, 4 KiB each: 2.8 GB and still running after 20 s for 1e6).
+TEST_F(ZestEstimate, AnImpossibleModelIsRefusedFastAndSmall) {
+  auto limited = [&](const std::vector<std::string>& args) {
+    return zest::testing::run_program_limited(kEstimate, args,
+                                              {path("stdout.txt"), path("stderr.txt")},
+                                              {std::size_t{1} << 30, 60});
+  };
+  for (const std::string layers : {"1000000", "1000000000"}) {
+    const zest::testing::LimitedResult result =
+        limited({"--config", kGptConfig, "--set", "model.n_layer=" + layers});
+    EXPECT_FALSE(result.timed_out);
+    EXPECT_EQ(result.status, 2) << result.err;
+    ASSERT_EQ(lines_of(result.err).size(), 1u) << result.err;
+    EXPECT_THAT(result.err, StartsWith("zest-estimate: error: model: "));
+    EXPECT_THAT(result.err, HasSubstr("n_layer " + layers));
+    EXPECT_THAT(result.err, HasSubstr("cannot fit devices of 512.00 MiB (world.device_memory)"));
+    EXPECT_EQ(result.out, "");
+    EXPECT_LT(result.seconds, 10.0) << layers;
+    EXPECT_LT(result.peak_rss_bytes, std::size_t{100} << 20) << layers;
+    RecordProperty("seconds_n_layer_" + layers, std::to_string(result.seconds));
+    RecordProperty("peak_rss_bytes_n_layer_" + layers, std::to_string(result.peak_rss_bytes));
+  }
+  // The capacity asked about on the command line is the one held against.
+  const zest::testing::LimitedResult asked = limited(
+      {"--config", kGptConfig, "--set", "model.n_layer=1000000000", "--device-memory", "80GiB"});
+  EXPECT_EQ(asked.status, 2) << asked.err;
+  EXPECT_THAT(asked.err, HasSubstr("cannot fit devices of 80.00 GiB (--device-memory)"));
+}
+
 // Sharding more never needs more at stages 0-2; stage 3 trades the full parameters for the
 // gather ring (two units or more), so on few ranks and few units it can fit less than stage 2,
 // but never less than stage 0.

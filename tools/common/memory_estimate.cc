@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "engine/stage_plan.h"
 #include "models/registry.h"
+#include "tools/common/model_size.h"
 
 namespace zest {
 namespace {
@@ -119,6 +120,12 @@ std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity
       TrainConfig candidate = changed;
       candidate.model.gpt.n_layer = layers;
       candidate.model.gpt.n_embd = width;
+      // A candidate whose model state alone is too large is known without building its units
+      // (the search probes up to 2^20 layers).
+      if (model_state_floor(candidate, stage, candidate.world.ranks,
+                            candidate.engine.offload_optimizer.enabled()) > capacity) {
+        return false;
+      }
       return fits(job_from_config(candidate), capacity, host_capacity);
     };
     const GptConfig& gpt = config.model.gpt;

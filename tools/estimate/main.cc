@@ -21,6 +21,7 @@
 #include "base/error.h"
 #include "config/train_config.h"
 #include "tools/common/memory_estimate.h"
+#include "tools/common/model_size.h"
 #include "tools/common/tool_main.h"
 #include "tools/estimate/estimate_report.h"
 
@@ -64,13 +65,16 @@ int estimate(const Options& options, bool parameter_mode) {
     zest::BareModel bare = options.bare;
     bare.dtype = parse_dtype(options.dtype);
     job = zest::job_from_parameters(bare);
+    capacity = parse_capacity(options.device_memory, capacity);
   } else {
     config = zest::load_train_config(options.config_path, options.overrides);
-    job = zest::job_from_config(*config);
-    capacity = config->world.device_memory;
+    capacity = parse_capacity(options.device_memory, config->world.device_memory);
     host_capacity = config->world.host_memory;
+    // Before the model's units are built: planning them costs time and memory per unit.
+    const char* source = options.device_memory.empty() ? "world.device_memory" : "--device-memory";
+    zest::check_model_fits_at_all(*config, {capacity, source});
+    job = zest::job_from_config(*config);
   }
-  capacity = parse_capacity(options.device_memory, capacity);
   const zest::PeakPrediction prediction = zest::predict_peak(job.input);
   std::vector<zest::StageFit> fits;
   if (options.fit) {

@@ -25,6 +25,7 @@
 #include "tools/common/batch_source_factory.h"
 #include "tools/common/memory_estimate.h"
 #include "models/registry.h"
+#include "tools/common/model_size.h"
 #include "tools/train/checkpointing.h"
 #include "tools/train/console.h"
 #include "tools/train/metrics_log.h"
@@ -290,6 +291,9 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
 }  // namespace
 
 int run_training(const TrainConfig& config, const RunOptions& options) {
+  // Arithmetic on the config, before any rank, unit, file or byte of data exists: a model that
+  // cannot fit costs no more than a typo.
+  check_model_fits_at_all(config, {config.world.device_memory, "world.device_memory"});
   WorldOptions world_options = config.world;
   world_options.program = "zest-train";
   // When the runtime ends the process itself (a rank stalled past the grace period, a failed
