@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "base/file_checks.h"
 #include "data/batch_source.h"
 #include "kernels/kernel_threads.h"
 #include "engine/engine.h"
@@ -238,8 +239,33 @@ void train_rank(RankContext& context, RunState& run) {
   }
 }
 
+// Every path the run reads once or writes at its end, checked before the first step, so that a
+// directory given as --metrics or a file given as checkpoint.dir fails now, not after the
+// training it would have recorded. Data files are refused as they are loaded, also before it.
+void check_paths(const TrainConfig& config, const RunOptions& options, bool leader_process) {
+  if (!config.model.init_from.empty()) {
+    refuse_non_regular_file(config.model.init_from, ErrorKind::kConfig, "model.init_from");
+  }
+  const CheckpointConfig& checkpoint = config.checkpoint;
+  if (!checkpoint.dir.empty() && (checkpoint.every_steps > 0 || checkpoint.save_on_exit) &&
+      options.export_initial.empty()) {
+    check_output_directory(checkpoint.dir, ErrorKind::kConfig, "checkpoint.dir");
+  }
+  if (!leader_process) return;  // only its process writes the files below
+  if (!options.metrics_path.empty()) {
+    check_output_file(options.metrics_path, ErrorKind::kUsage, "--metrics");
+  }
+  if (!options.export_initial.empty()) {
+    check_output_file(options.export_initial, ErrorKind::kUsage, "--export-initial");
+  }
+  if (!config.trace_path.empty()) {
+    check_output_file(config.trace_path, ErrorKind::kConfig, "log.trace");
+  }
+}
+
 int train_in(const World& world, const TrainConfig& config, const RunOptions& options) {
   const bool leader_process = world.is_leader_process();
+  check_paths(config, options, leader_process);
   if (world.size() > 1) {
     // Note: the ranks are threads of this process, or processes that share this machine's
     // cores, each already running its own GEMMs; OpenBLAS's thread pool on top of that would
