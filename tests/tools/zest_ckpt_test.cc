@@ -1,8 +1,13 @@
 // Runs the built zest-ckpt binary as a user would, on a checkpoint this test saves: inspect
 // summarizes, verify names a corrupt file and exits 1, export writes a safetensors file the
 // strict reader accepts, reshard writes a checkpoint that loads at the new world size; bad
-// input exits 2 with one line on stderr.
+// input exits 2 with one line on stderr, a file that is not a regular file among them (refused
+// by name, never opened: a FIFO used to block every command forever).
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -51,6 +56,25 @@ class ZestCkpt : public ::testing::Test {
     EXPECT_THAT(result.err, StartsWith("zest-ckpt: error: "));
     EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
     EXPECT_THAT(result.err, HasSubstr(text));
+  }
+
+  // As expect_error, under a time limit: a child blocked on a FIFO fails instead of hanging.
+  void expect_refused(const std::vector<std::string>& args, const std::string& text) const {
+    const testing::LimitedResult result = testing::run_program_limited(
+        kBinary, args, {scratch_.path("stdout.txt"), scratch_.path("stderr.txt")}, {0, 30});
+    EXPECT_FALSE(result.timed_out) << "still running after " << result.seconds << " s";
+    EXPECT_EQ(result.status, 2) << result.err;
+    EXPECT_THAT(result.err, StartsWith("zest-ckpt: error: "));
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+    EXPECT_THAT(result.err, HasSubstr(text));
+  }
+
+  // Replaces `name` under the checkpoint root by a FIFO.
+  std::string make_fifo(const std::string& name) const {
+    const std::string target = root() + "/" + name;
+    std::filesystem::remove(target);
+    EXPECT_EQ(::mkfifo(target.c_str(), 0644), 0) << target;
+    return target;
   }
 
   ScratchDirectory scratch_;
@@ -141,6 +165,51 @@ TEST_F(ZestCkpt, VerifyChecksTheManifestAndShowsLatestEscaped) {
   EXPECT_TRUE(std::none_of(bad.err.begin(), bad.err.end() - 1,
                            [](char c) { return static_cast<unsigned char>(c) < 0x20; }))
       << bad.err;
+}
+
+// Each said too little or too much: "A subcommand is required" for a command CLI11 did not know,
+// the range of --world up to the largest double (a 300-digit number).
+TEST_F(ZestCkpt, UsageMessagesSayWhatIsAllowed) {
+  expect_error({"frobnicate", root()}, 2,
+               "unknown command 'frobnicate'; the commands are inspect, verify, export or "
+               "reshard (see --help)");
+  expect_error({}, 2, "a command is required: inspect, verify, export or reshard");
+  for (const char* world : {"0", "-3", "65537", "two", "1.5"}) {
+    const ProcessResult result =
+        run({"reshard", root(), "--world", world, "--out", scratch_.path("x")});
+    EXPECT_EQ(result.status, 2) << world;
+    EXPECT_THAT(result.err, HasSubstr(std::string("--world: must be an integer from 1 to 65536, "
+                                                  "got '") + world + "'"));
+    EXPECT_LT(result.err.size(), 200u) << result.err;
+  }
+  expect_error({"reshard", root(), "--world", "2", "--stage", "4", "--out", scratch_.path("x")},
+               2, "--stage: must be an integer from 0 to 3, got '4'");
+}
+
+TEST_F(ZestCkpt, AShardOrLatestThatIsNotARegularFileIsRefusedByName) {
+  const std::string shard = make_fifo("step-2/rank-1.bin");
+  const std::string refused = "'" + shard + "' is a FIFO, not a regular file";
+  expect_refused({"verify", root()}, refused);
+  expect_refused({"export", root(), "--out", scratch_.path("model.safetensors")}, refused);
+  expect_refused({"reshard", root(), "--world", "2", "--out", scratch_.path("resharded")},
+                 refused);
+  EXPECT_FALSE(std::filesystem::exists(scratch_.path("model.safetensors")));
+  EXPECT_FALSE(std::filesystem::exists(scratch_.path("resharded")));
+  const std::string latest = make_fifo("latest");
+  expect_refused({"inspect", root()}, "'" + latest + "' is a FIFO, not a regular file");
+}
+
+// Checked before the checkpoint is read, not at the rename after it was.
+TEST_F(ZestCkpt, OutputPathsAreCheckedFirst) {
+  const std::string folder = scratch_.path("folder");
+  std::filesystem::create_directories(folder);
+  expect_error({"export", root(), "--out", folder}, 2,
+               "--out '" + folder + "' is a directory; give the path of a file to write");
+  expect_error({"export", root(), "--out", scratch_.path("missing/model.safetensors")}, 2,
+               "its folder '" + scratch_.path("missing") + "' does not exist");
+  testing::write_whole_file(scratch_.path("file"), "x");
+  expect_error({"reshard", root(), "--world", "2", "--out", scratch_.path("file") + "/new"}, 2,
+               "'" + scratch_.path("file") + "' is a regular file, not a directory");
 }
 
 }  // namespace

@@ -11,7 +11,10 @@
 // missing or malformed checkpoint) and 1 for failures at run time — a shard file's checksum
 // mismatch found by verify among them, since the input was well-formed and its data went bad. A
 // manifest that fails its own checksum is bad input (2): without it nothing can be checked.
+#include <charconv>
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -21,6 +24,7 @@
 
 #include "base/byte_size.h"
 #include "base/error.h"
+#include "base/file_checks.h"
 #include "base/printable.h"
 #include "memory/allocator.h"
 #include "checkpoint/export.h"
@@ -34,6 +38,39 @@
 namespace {
 
 constexpr const char* kProgram = "zest-ckpt";
+constexpr const char* kCommands = "inspect, verify, export or reshard";
+
+// CLI11 says "A subcommand is required" for a command it does not know; this names it.
+void check_command(int argc, char** argv) {
+  if (argc < 2) {
+    throw zest::Error(zest::ErrorKind::kUsage,
+                      std::string("a command is required: ") + kCommands + " (see --help)");
+  }
+  const std::string first = argv[1];
+  if (first.empty() || first[0] == '-') return;  // --help, or an option CLI11 names
+  for (const char* command : {"inspect", "verify", "export", "reshard"}) {
+    if (first == command) return;
+  }
+  throw zest::Error(zest::ErrorKind::kUsage, "unknown command '" + first + "'; the commands are " +
+                                                 kCommands + " (see --help)");
+}
+
+// An integer from `low` to `high`, said so by name (CLI11's PositiveNumber prints its range up to
+// the largest double).
+CLI::Validator integer_from(int low, int high) {
+  return CLI::Validator(
+      [low, high](std::string& text) -> std::string {
+        int value = 0;
+        const char* end = text.data() + text.size();
+        const auto [stop, error] = std::from_chars(text.data(), end, value);
+        if (error != std::errc() || stop != end || value < low || value > high) {
+          return "must be an integer from " + std::to_string(low) + " to " +
+                 std::to_string(high) + ", got '" + text + "'";
+        }
+        return "";
+      },
+      std::to_string(low) + ".." + std::to_string(high));
+}
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
@@ -51,7 +88,7 @@ int inspect(const std::string& path) {
   std::size_t parameters = 0;
   for (const zest::CheckpointFile& f : m.files) bytes += f.bytes;
   for (const zest::CheckpointUnit& u : m.units) parameters += u.numel;
-  std::cout << fmt::format("checkpoint {}\n", dir);
+  std::cout << fmt::format("checkpoint {}\n", zest::printable(dir));
   std::cout << fmt::format("  format version {}, written by zest {}\n", m.format_version,
                            zest::printable(m.zest_version));
   std::cout << fmt::format("  step {} (optimizer steps {}), world size {}, stage {}, compute {}\n",
@@ -65,7 +102,12 @@ int inspect(const std::string& path) {
     std::cout << fmt::format(" {} ({})", zest::printable(t.name), zest::dtype_name(t.dtype));
   }
   std::cout << '\n';
-  if (!m.extra.empty()) std::cout << "  extra: " << m.extra.dump() << '\n';
+  if (!m.extra.empty()) {
+    std::cout << "  extra: "
+              << zest::printable(
+                     m.extra.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+              << '\n';
+  }
   std::cout << fmt::format("  {:<20} {:>12} {:>12} {:>12}\n", "unit", "numel", "flat", "shard");
   for (const zest::CheckpointUnit& u : m.units) {
     std::cout << fmt::format("  {:<20} {:>12} {:>12} {:>12}\n", zest::printable(u.name),
@@ -78,8 +120,8 @@ int inspect(const std::string& path) {
   std::cout << fmt::format("  {:<14} {}\n", "manifest.json", manifest_checksum_text(m));
   std::cout << fmt::format("  files ({} in all):\n", zest::format_bytes(bytes));
   for (const zest::CheckpointFile& f : m.files) {
-    std::cout << fmt::format("    {:<14} {:>12} bytes  xxh3 {}\n", f.name, f.bytes,
-                             zest::hex_digest(f.xxh3));
+    std::cout << fmt::format("    {:<14} {:>12} bytes  xxh3 {}\n", zest::printable(f.name),
+                             f.bytes, zest::hex_digest(f.xxh3));
   }
   return 0;
 }
@@ -90,6 +132,11 @@ int verify(const std::string& path) {
   const zest::CheckpointManifest& m = source.manifest();
   std::cout << fmt::format("manifest.json: {}\n",
                            m.manifest_xxh3 ? "ok" : manifest_checksum_text(m));
+  // A shard that is not a file at all is a malformed checkpoint (status 2), not bytes gone bad.
+  for (const zest::CheckpointFile& file : source.manifest().files) {
+    zest::refuse_non_regular_file((std::filesystem::path(source.dir()) / file.name).string(),
+                                  zest::ErrorKind::kCheckpoint, "shard file");
+  }
   for (int rank = 0; rank < source.manifest().world_size; ++rank) {
     try {
       source.verify(rank);
@@ -97,10 +144,11 @@ int verify(const std::string& path) {
       // A file that is present but whose bytes went bad: the data failed, not the command.
       throw zest::Error(zest::ErrorKind::kIo, error.what());
     }
-    std::cout << fmt::format("{}: ok\n",
-                             source.manifest().files[static_cast<std::size_t>(rank)].name);
+    const std::string& name = source.manifest().files[static_cast<std::size_t>(rank)].name;
+    std::cout << fmt::format("{}: ok\n", zest::printable(name));
   }
-  std::cout << fmt::format("{}: {} files verified\n", source.dir(), source.manifest().world_size);
+  std::cout << fmt::format("{}: {} files verified\n", zest::printable(source.dir()),
+                           source.manifest().world_size);
   return 0;
 }
 
@@ -130,24 +178,31 @@ int run(int argc, char** argv) {
       ->required();
   reshard_command->add_option("--world", world, "the new world size")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(integer_from(1, 65536));
   reshard_command->add_option("--stage", stage, "the stage recorded for the new run")
-      ->check(CLI::Range(0, 3));
+      ->check(integer_from(0, 3));
   reshard_command->add_option("--out", out, "the new checkpoint directory (must not exist)")
       ->required();
+  check_command(argc, argv);
   if (!zest::parse_command_line(app, argc, argv)) return 0;
 
   if (*inspect_command) return inspect(dir);
   if (*verify_command) return verify(dir);
   if (*export_command) {
+    // Before the checkpoint is read: a wrong --out would otherwise fail only at the end.
+    zest::check_output_file(out, zest::ErrorKind::kUsage, "--out");
     const zest::ExportResult result = zest::export_safetensors(dir, out, zest::parse_dtype(dtype));
-    std::cout << fmt::format("{}: {} tensors, {} parameters ({} from {})\n", result.path,
-                             result.tensors, result.parameters, dtype, result.taken_from);
+    std::cout << fmt::format("{}: {} tensors, {} parameters ({} from {})\n",
+                             zest::printable(result.path), result.tensors, result.parameters,
+                             dtype, zest::printable(result.taken_from));
     return 0;
   }
+  if (!std::filesystem::exists(std::filesystem::symlink_status(out))) {
+    zest::check_output_directory(out, zest::ErrorKind::kUsage, "--out");
+  }  // else reshard_checkpoint refuses it: the new checkpoint must not exist
   const zest::ReshardResult result = zest::reshard_checkpoint(dir, out, world, stage);
-  std::cout << fmt::format("{}: {} ranks, stage {}, {}\n", result.path, result.world_size,
-                           result.stage, zest::format_bytes(result.bytes));
+  std::cout << fmt::format("{}: {} ranks, stage {}, {}\n", zest::printable(result.path),
+                           result.world_size, result.stage, zest::format_bytes(result.bytes));
   return 0;
 }
 
