@@ -175,8 +175,9 @@ TEST_F(ZestCkpt, UsageMessagesSayWhatIsAllowed) {
                "reshard (see --help)");
   expect_error({}, 2, "a command is required: inspect, verify, export or reshard");
   for (const char* world : {"0", "-3", "65537", "two", "1.5"}) {
-    const ProcessResult result =
-        run({"reshard", root(), "--world", world, "--out", scratch_.path("x")});
+    const testing::LimitedResult result = testing::run_program_limited(
+        kBinary, {"reshard", root(), "--world", world, "--out", scratch_.path("x")},
+        {scratch_.path("stdout.txt"), scratch_.path("stderr.txt")}, {0, 30});
     EXPECT_EQ(result.status, 2) << world;
     EXPECT_THAT(result.err, HasSubstr(std::string("--world: must be an integer from 1 to 65536, "
                                                   "got '") + world + "'"));

@@ -89,7 +89,8 @@ TEST_F(ZestTrainInputs, AnImpossibleModelIsRefusedFastAndSmall) {
   const ProcessLimits limits{1024 * kMiB, 60};
   for (const char* layers : {"1000000", "1000000000"}) {
     const LimitedResult result =
-        expect_refused({"--config", kGptConfig, "--set", std::string("model.n_layer=") + layers},
+        expect_refused({"--config", kGptConfig, "--set", "data.path=" + kText, "--set",
+                        std::string("model.n_layer=") + layers},
                        "cannot fit devices of 512.00 MiB (world.device_memory)", limits);
     EXPECT_THAT(result.err, HasSubstr(std::string("n_layer ") + layers));
     EXPECT_LT(result.seconds, 10.0) << layers;
@@ -102,8 +103,8 @@ TEST_F(ZestTrainInputs, AnImpossibleModelIsRefusedFastAndSmall) {
   // Without a capacity a CPU device's memory is the host's, which 3.2 TiB of parameters and
   // gradients exceed on any machine this runs on.
   const LimitedResult unlimited =
-      expect_refused({"--config", kGptConfig, "--set", "model.n_layer=1000000", "--set",
-                      "world.device_memory=\"unlimited\""},
+      expect_refused({"--config", kGptConfig, "--set", "data.path=" + kText, "--set",
+                      "model.n_layer=1000000", "--set", "world.device_memory=\"unlimited\""},
                      "more than this host's", limits);
   EXPECT_LT(unlimited.seconds, 10.0);
 }
