@@ -128,5 +128,23 @@ TEST(ModelSize, OnlyTheImpossibleIsRefused) {
   EXPECT_NO_THROW(check_model_fits_at_all(gpt(6, 192, "unlimited"), {kUnlimitedCapacity, "x"}));
 }
 
+// Bytes aside, no model has more than kMaxModelUnits units: a GPU of unknown size and a million
+// tiny layers are refused alike.
+TEST(ModelSize, TheNumberOfUnitsIsBounded) {
+  TrainConfig most = gpt(65'534, 8, "unlimited");
+  most.world.device = DeviceKind::kCuda;
+  EXPECT_NO_THROW(check_model_fits_at_all(most, {kUnlimitedCapacity, "x"}));
+  TrainConfig more = gpt(65'535, 8, "unlimited");
+  more.world.device = DeviceKind::kCuda;
+  try {
+    check_model_fits_at_all(more, {kUnlimitedCapacity, "x"});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kConfig);
+    EXPECT_THAT(error.what(), HasSubstr("model.n_layer: must be at most 65534 (a model has at "
+                                        "most 65536 units, a gpt n_layer + 2), got 65535"));
+  }
+}
+
 }  // namespace
 }  // namespace zest

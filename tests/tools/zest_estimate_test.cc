@@ -201,6 +201,25 @@ TEST_F(ZestEstimate, AnImpossibleModelIsRefusedFastAndSmall) {
   EXPECT_THAT(asked.err, HasSubstr("cannot fit devices of 80.00 GiB (--device-memory)"));
 }
 
+// Models whose bytes might fit but whose units are too many to build: a million tiny layers (the
+// planner took 24 s and 3.5 GB before its bad_alloc), or a billion on a GPU of unknown size.
+TEST_F(ZestEstimate, AModelOfTooManyUnitsIsRefusedFast) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"--config", kGptConfig, "--set", "model.n_layer=1000000", "--set", "model.n_embd=8",
+       "--set", "model.n_head=2"},
+      {"--config", ZEST_SOURCE_DIR "/configs/gpt2_cuda.json", "--set", "model.n_layer=1000000000",
+       "--set", "world.device_memory=\"unlimited\""}};
+  for (const std::vector<std::string>& args : cases) {
+    const zest::testing::LimitedResult result = zest::testing::run_program_limited(
+        kEstimate, args, {path("stdout.txt"), path("stderr.txt")}, {std::size_t{1} << 30, 60});
+    EXPECT_FALSE(result.timed_out);
+    EXPECT_EQ(result.status, 2) << result.err;
+    EXPECT_THAT(result.err, StartsWith("zest-estimate: error: model.n_layer: must be at most "
+                                       "65534 (a model has at most 65536 units"));
+    EXPECT_LT(result.seconds, 10.0);
+  }
+}
+
 // Sharding more never needs more at stages 0-2; stage 3 trades the full parameters for the
 // gather ring (two units or more), so on few ranks and few units it can fit less than stage 2,
 // but never less than stage 0.

@@ -121,7 +121,7 @@ std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity
       candidate.model.gpt.n_layer = layers;
       candidate.model.gpt.n_embd = width;
       // A candidate whose model state alone is too large is known without building its units
-      // (the search probes up to 2^20 layers).
+      // (the search probes up to kMaxModelUnits - 2 layers).
       if (model_state_floor(candidate, stage, candidate.world.ranks,
                             candidate.engine.offload_optimizer.enabled()) > capacity) {
         return false;
@@ -131,7 +131,7 @@ std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity
     const GptConfig& gpt = config.model.gpt;
     StageFit fit{stage, {}, {}, {}};
     fit.n_layer = largest([&](std::int64_t layers) { return try_gpt(static_cast<int>(layers), gpt.n_embd); },
-                          1 << 20);
+                          static_cast<std::int64_t>(kMaxModelUnits) - 2);
     // n_embd stays divisible by n_head: the search runs over n_embd / n_head.
     const auto heads = largest(
         [&](std::int64_t per_head) {

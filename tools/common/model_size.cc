@@ -52,6 +52,30 @@ std::string describe_sizes(const ModelConfig& model) {
   return fmt::format("mlp, {} layers", model.mlp.sizes.empty() ? 0 : model.mlp.sizes.size() - 1);
 }
 
+void check_host_memory(const TrainConfig& config, const ModelSize& size, const std::string& model) {
+  const std::uint64_t element = dtype_size(config.engine.compute_dtype);
+  const std::size_t host = host_memory_bytes();
+  if (host == 0) return;
+  // A CPU device's memory is the host's. Ranks that are threads of one process share it, so all
+  // of them together hold the parameters and gradients once however they are sharded; ranks that
+  // are processes may each have a host, and need at least their shards.
+  const bool threads = config.world.backend == "local";
+  const std::uint64_t held =
+      threads ? size.parameters
+              : size.parameters / (kMostRanksFactor *
+                                   static_cast<std::uint64_t>(std::max(1, config.world.ranks)));
+  const std::uint64_t needed = multiply(2 * element, held);
+  if (needed > host) {
+    throw Error(ErrorKind::kConfig,
+                fmt::format("{} need {} for their parameters and gradients alone ({}), more than "
+                            "this host's {} of memory, which is a cpu device's memory{}; make the "
+                            "model smaller",
+                            model, bytes_text(needed), dtype_name(config.engine.compute_dtype),
+                            format_bytes(host),
+                            threads ? " (and the ranks, threads of one process, share it)" : ""));
+  }
+}
+
 }  // namespace
 
 ModelSize model_size(const ModelConfig& model) {
@@ -134,26 +158,20 @@ void check_model_fits_at_all(const TrainConfig& config, const CapacityLimit& cap
                               bytes_text(needed), count_text(most)));
     }
   }
-  if (config.world.device != DeviceKind::kCpu) return;
-  const std::size_t host = host_memory_bytes();
-  if (host == 0) return;
-  // A CPU device's memory is the host's. Ranks that are threads of one process share it, so all
-  // of them together hold the parameters and gradients once however they are sharded; ranks that
-  // are processes may each have a host, and need at least their shards.
-  const bool threads = config.world.backend == "local";
-  const std::uint64_t held =
-      threads ? size.parameters
-              : size.parameters / (kMostRanksFactor *
-                                   static_cast<std::uint64_t>(std::max(1, config.world.ranks)));
-  const std::uint64_t needed = multiply(2 * element, held);
-  if (needed > host) {
+  if (config.world.device == DeviceKind::kCpu) check_host_memory(config, size, model);
+  if (size.units > kMaxModelUnits) {
+    const std::string why =
+        "; every unit costs host memory and time to plan, build and step, whatever its size";
+    if (config.model.type == "gpt") {
+      throw Error(ErrorKind::kConfig,
+                  fmt::format("model.n_layer: must be at most {} (a model has at most {} units, "
+                              "a gpt n_layer + 2), got {}{}",
+                              kMaxModelUnits - 2, kMaxModelUnits, config.model.gpt.n_layer, why));
+    }
     throw Error(ErrorKind::kConfig,
-                fmt::format("{} need {} for their parameters and gradients alone ({}), more than "
-                            "this host's {} of memory, which is a cpu device's memory{}; make the "
-                            "model smaller",
-                            model, bytes_text(needed), dtype_name(config.engine.compute_dtype),
-                            format_bytes(host),
-                            threads ? " (and the ranks, threads of one process, share it)" : ""));
+                fmt::format("model.sizes: must hold at most {} widths (a model has at most {} "
+                            "units, an mlp one per layer), got {}{}",
+                            kMaxModelUnits + 1, kMaxModelUnits, config.model.mlp.sizes.size(), why));
   }
 }
 

@@ -15,6 +15,11 @@
 
 namespace zest {
 
+// The most units a model may have (a GPT has n_layer + 2). Each costs host memory and time to
+// plan, build and step whatever its size (the planner alone: about 4 KiB and 80 us), so a model of
+// a million tiny layers is refused here instead of after minutes and gigabytes.
+inline constexpr std::uint64_t kMaxModelUnits = std::uint64_t{1} << 16;
+
 struct ModelSize {
   std::uint64_t parameters = 0;    // every parameter once (GPT's tied head adds none)
   std::uint64_t largest_unit = 0;  // the parameters of the largest unit, gathered whole at stage 3
@@ -38,10 +43,10 @@ struct CapacityLimit {
 
 // Refuses (kConfig, naming the model's sizes and the capacity) a model that no setting within the
 // planner's advice could hold: at zero_optimization.stage 3 with the optimizer offloaded on 64
-// times world.ranks, a rank still needs its parameter and gradient shards and the largest unit
-// gathered whole. `capacity` is per rank; unlimited on a CPU device means the host's memory, which
-// the ranks that are threads of one process share. Unlimited on CUDA is not checked (the GPU's
-// size is not known before it is opened).
+// times world.ranks, a rank still needs its parameter and gradient shards. `capacity` is per rank;
+// unlimited on a CPU device means the host's memory, which the ranks that are threads of one
+// process share (unlimited on CUDA is not held against bytes: the GPU's size is not known before
+// it is opened). Then refuses a model of more than kMaxModelUnits units, whatever its bytes.
 void check_model_fits_at_all(const TrainConfig& config, const CapacityLimit& capacity);
 
 // The physical memory of this host, in bytes (0 when the system does not say).
