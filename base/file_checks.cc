@@ -71,7 +71,7 @@ void check_output_file(const std::string& path, ErrorKind kind, const std::strin
   struct stat info {};
   if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
     throw Error(kind, what + " " + quoted(path) + " is " + kind_of(info.st_mode) +
-                          "; give the path of a file to write (an existing file is replaced)");
+                          "; give the path of a file to write");
   }
   require_writable_directory(folder_of(path), kind, what, path);
 }

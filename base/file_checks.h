@@ -19,9 +19,10 @@ std::string file_kind(const std::string& path);
 // and is not a regular file. A missing path passes: its reader names it as it always has.
 void refuse_non_regular_file(const std::string& path, ErrorKind kind, const std::string& what);
 
-// An output file that is written at `path` later (whole, through a temporary beside it): refused
-// now when `path` exists and is not a regular file (a directory, or a device that replacing would
-// destroy), or when its folder is missing, is not a directory or cannot be written.
+// An output file that is written at `path` later (created, truncated or renamed over): refused
+// now when `path` exists and is not a regular file (a directory, or a device or FIFO that writing
+// would block on or destroy), or when its folder is missing, is not a directory or cannot be
+// written.
 void check_output_file(const std::string& path, ErrorKind kind, const std::string& what);
 
 // An output directory that is created (with its parents) and written into later: refused now

@@ -75,10 +75,9 @@ TEST_F(FileChecks, AnOutputFileNeedsAWritableFolderAndNoOtherKindInItsPlace) {
     return error_of([&] { check_output_file(p, ErrorKind::kData, "--out"); });
   };
   EXPECT_EQ(check(path("new.json")), "");
-  EXPECT_EQ(check(path("file.txt")), "");  // replaced
-  EXPECT_EQ(check(path("folder")), "--out '" + path("folder") +
-                                       "' is a directory; give the path of a file to write (an "
-                                       "existing file is replaced)");
+  EXPECT_EQ(check(path("file.txt")), "");  // written over
+  EXPECT_EQ(check(path("folder")),
+            "--out '" + path("folder") + "' is a directory; give the path of a file to write");
   EXPECT_THAT(check(path("pipe")), HasSubstr("is a FIFO"));
   EXPECT_EQ(check(path("absent/new.json")), "--out '" + path("absent/new.json") +
                                                 "': its folder '" + path("absent") +

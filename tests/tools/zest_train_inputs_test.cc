@@ -198,7 +198,7 @@ TEST_F(ZestTrainInputs, ControlCharactersFromAFileAreEscaped) {
                                    "[4, 2]}, \"steps\": 1, \"train_batch_size\": "
                                    "4, \"x\\u001b[31m\\u009bred\": 1}");
   const LimitedResult result =
-      expect_refused({"--config", config}, "x\\x1b[31m\\u009bred: unknown key");
+      expect_refused({"--config", config}, "x\\x1b[31m\\xc2\\x9bred: unknown key");
   EXPECT_EQ(result.err.find('\x1b'), std::string::npos);
   EXPECT_EQ(result.err.find("\xc2\x9b"), std::string::npos);
 }
