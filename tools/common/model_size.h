@@ -2,9 +2,9 @@
 // count and largest unit, and the bytes a rank needs for them at least. The tools check a model
 // with it before they build units, read data or open files, so that an impossible model (n_layer
 // 1e9) is refused as fast as a typo, in the memory a typo takes.
-// Invariant: every bound here is a lower bound of what the engine allocates (padding, activations,
-// buckets and the gather ring only add), so nothing refused here could have run; sums saturate at
-// 2^64 - 1 instead of wrapping.
+// Invariant: every byte bound here is a lower bound of what the engine allocates (padding,
+// activations, buckets and the gather ring only add), so no model refused for its bytes could have
+// run; sums saturate at 2^64 - 1 instead of wrapping.
 #pragma once
 
 #include <cstddef>
@@ -28,7 +28,7 @@ struct ModelSize {
 };
 
 // O(1) for a GPT whatever its n_layer; O(layers) for an MLP, whose config lists every width.
-ModelSize model_size(const ModelConfig& model);
+ModelSize model_size(const ModelSpec& model);
 
 // The device bytes one rank holds at least for the model state at `stage` on `world_size` ranks:
 // parameters, gradients and (not offloaded) optimizer state, each shard rounded down.
