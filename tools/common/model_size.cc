@@ -174,7 +174,8 @@ void check_model_fits_at_all(const TrainConfig& config, const CapacityLimit& cap
     throw Error(ErrorKind::kConfig,
                 fmt::format("model.sizes: must hold at most {} widths (a model has at most {} "
                             "units, an mlp one per layer), got {}{}",
-                            kMaxModelUnits + 1, kMaxModelUnits, config.model.mlp.sizes.size(), why));
+                            kMaxModelUnits + 1, kMaxModelUnits, config.model.mlp.sizes.size(),
+                            why));
   }
 }
 
