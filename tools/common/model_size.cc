@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <limits>
 
+#include "base/byte_size.h"
 #include "base/dtype.h"
 #include "base/error.h"
 #include "memory/allocator.h"
+#include "optim/optimizer.h"
 
 namespace zest {
 namespace {
