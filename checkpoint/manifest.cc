@@ -4,6 +4,7 @@
 #include <limits>
 #include <optional>
 #include <string_view>
+#include <variant>
 
 #include <fmt/format.h>
 #include <xxhash.h>
@@ -11,6 +12,7 @@
 #include "base/error.h"
 #include "base/json_depth.h"
 #include "base/printable.h"
+#include "base/strict_json.h"
 #include "checkpoint/files.h"
 
 // Note: the build does not yet pass the project version to the sources; until it does
@@ -64,7 +66,7 @@ class Fields {
     if (found == value_.end()) fail_key(key, "is missing");
     return *found;
   }
-  std::string path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  std::string path(const std::string& key) const { return join_json_path(path_, key); }
 
   std::string string(const std::string& key) const {
     const json& v = at(key);
@@ -397,19 +399,25 @@ CheckpointManifest parse_manifest(const std::string& text, const std::string& so
                             "the manifest is corrupt or was edited",
                             source, hex_digest(line->actual), hex_digest(line->recorded)));
   }
-  if (json_nesting_depth(text) > kMaxJsonDepth) {
-    throw Error(ErrorKind::kCheckpoint, fmt::format("{}: nests deeper than {} levels (a manifest "
-                                                    "nests about 5): not a zest manifest",
-                                                    source, kMaxJsonDepth));
+  auto parsed = parse_strict_json(text);
+  if (const auto* fault = std::get_if<JsonFault>(&parsed)) {
+    switch (fault->kind) {
+      case JsonFault::Kind::kTooDeep:
+        throw Error(ErrorKind::kCheckpoint,
+                    fmt::format("{}: nests deeper than {} levels (a manifest nests about 5): not "
+                                "a zest manifest",
+                                source, kMaxJsonDepth));
+      case JsonFault::Kind::kDuplicateKey:
+        // The key is the file's text: shown printable.
+        throw Error(ErrorKind::kCheckpoint, printable(strict_json_message(*fault, source)));
+      case JsonFault::Kind::kNumberOutOfRange:
+      case JsonFault::Kind::kSyntax:
+        // The parser's message quotes the bytes it stopped at.
+        throw Error(ErrorKind::kCheckpoint,
+                    source + ": not valid JSON (" + printable(fault->parser_message) + ")");
+    }
   }
-  json value;
-  try {
-    value = json::parse(text);
-  } catch (const json::exception& error) {
-    // The parser's message quotes the bytes it stopped at.
-    throw Error(ErrorKind::kCheckpoint,
-                source + ": not valid JSON (" + printable(error.what()) + ")");
-  }
+  const json& value = std::get<json>(parsed);
   CheckpointManifest manifest = manifest_from_json(value, source);
   if (line) {
     manifest.manifest_xxh3 = line->recorded;

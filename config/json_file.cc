@@ -1,15 +1,15 @@
-// The config file on disk and `--set` overrides: reading JSON with a line and column for a
-// parse error, the JSON path for a key written twice or a number out of range, and applying
-// "dotted.key=value" before validation.
+// The config file on disk and `--set` overrides: reading JSON through the strict reader
+// (base/strict_json.h: a line and column for a parse error, the JSON path for a key written twice
+// or a number out of range), and applying "dotted.key=value" before validation.
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <functional>
-#include <set>
 #include <sstream>
+#include <variant>
 
 #include "base/file_checks.h"
 #include "base/json_depth.h"
+#include "base/strict_json.h"
 #include "config/reading.h"
 #include "config/train_config.h"
 
@@ -20,83 +20,6 @@ using namespace config_reading;
 namespace {
 
 std::string errno_text() { return std::strerror(errno); }
-
-// Follows nlohmann's parser through objects and arrays, so that what goes wrong can be named by
-// its JSON path, and refuses a key written twice in one object: nlohmann keeps the last one
-// silently, and the first is what a reader of the file believes is used.
-class JsonPathTracker {
- public:
-  // `source`: what a message names first (the file, or the --set assignment); `root`: the JSON
-  // path of the parsed value inside the config ("" for a whole file).
-  JsonPathTracker(std::string source, std::string root, ErrorKind kind)
-      : source_(std::move(source)), root_(std::move(root)), kind_(kind) {}
-
-  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-        frames_.push_back({true, {}, {}, 0});
-        break;
-      case json::parse_event_t::array_start:
-        frames_.push_back({false, {}, {}, 0});
-        break;
-      case json::parse_event_t::key: {
-        Frame& frame = frames_.back();
-        frame.key = parsed.get<std::string>();
-        if (!frame.keys.insert(frame.key).second) {
-          throw Error(kind_, source_ + ": " + path() +
-                                 ": the key appears twice in one object; write it once (a JSON "
-                                 "reader would silently keep only one of the values)");
-        }
-        break;
-      }
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        frames_.pop_back();
-        element_done();
-        break;
-      case json::parse_event_t::value:
-        element_done();
-        break;
-    }
-    return true;
-  }
-
-  // The JSON path being read now: "optimizer.params.lr", "model.sizes[2]".
-  std::string path() const {
-    std::string text = root_;
-    for (const Frame& frame : frames_) {
-      text = frame.object ? join_path(text, frame.key)
-                          : text + "[" + std::to_string(frame.index) + "]";
-    }
-    return text.empty() ? "the top-level value" : text;
-  }
-
- private:
-  struct Frame {
-    bool object;
-    std::set<std::string> keys;  // objects: the keys read so far
-    std::string key;             // objects: the key whose value is being read
-    std::size_t index;           // arrays: the element being read
-  };
-
-  void element_done() {
-    if (!frames_.empty() && !frames_.back().object) ++frames_.back().index;
-  }
-
-  std::string source_;
-  std::string root_;
-  ErrorKind kind_;
-  std::vector<Frame> frames_;
-};
-
-// nlohmann's out_of_range 406 says "number overflow parsing '1e400'"; the number is what matters.
-std::string overflowing_number(const json::out_of_range& error) {
-  const std::string what = error.what();
-  const std::size_t open = what.find('\'');
-  const std::size_t close = what.rfind('\'');
-  if (open == std::string::npos || close <= open) return "";
-  return what.substr(open + 1, close - open - 1);
-}
 
 }  // namespace
 
@@ -125,15 +48,22 @@ void apply_override(json& config, const std::string& assignment) {
     }
   }
 
-  if (json_nesting_depth(text) > kMaxJsonDepth) {
-    throw Error(ErrorKind::kUsage, "--set '" + key + "=...': the value nests deeper than " +
-                                       std::to_string(kMaxJsonDepth) + " levels");
-  }
   // Text that is not JSON is taken as a string, a number out of range among it (it then fails
   // the key's type check by name); a key written twice is refused.
-  JsonPathTracker tracker("--set '" + key + "=...'", key, ErrorKind::kUsage);
-  json value = json::parse(text, std::ref(tracker), /*allow_exceptions=*/false);
-  if (value.is_discarded()) value = text;
+  auto parsed = parse_strict_json(text, key);
+  json value;
+  if (auto* fault = std::get_if<JsonFault>(&parsed)) {
+    if (fault->kind == JsonFault::Kind::kTooDeep) {
+      throw Error(ErrorKind::kUsage, "--set '" + key + "=...': the value nests deeper than " +
+                                         std::to_string(kMaxJsonDepth) + " levels");
+    }
+    if (fault->kind == JsonFault::Kind::kDuplicateKey) {
+      throw Error(ErrorKind::kUsage, strict_json_message(*fault, "--set '" + key + "=...'"));
+    }
+    value = text;
+  } else {
+    value = std::move(std::get<json>(parsed));
+  }
 
   if (!config.is_object()) {
     throw Error(ErrorKind::kUsage, "--set '" + assignment + "': the config is " +
@@ -169,39 +99,14 @@ json read_json_file(const std::string& path) {
                 "config file '" + path + "': cannot read (" + errno_text() + ")");
   }
   const std::string text = contents.str();
-  if (json_nesting_depth(text) > kMaxJsonDepth) {
-    throw Error(ErrorKind::kConfig, "config file '" + path + "': nests deeper than " +
-                                        std::to_string(kMaxJsonDepth) + " levels");
+  auto parsed = parse_strict_json(text);
+  if (const auto* fault = std::get_if<JsonFault>(&parsed)) {
+    throw Error(ErrorKind::kConfig, fault->kind == JsonFault::Kind::kTooDeep
+                                        ? "config file '" + path + "': nests deeper than " +
+                                              std::to_string(kMaxJsonDepth) + " levels"
+                                        : strict_json_message(*fault, path));
   }
-  JsonPathTracker tracker(path, "", ErrorKind::kConfig);
-  try {
-    return json::parse(text, std::ref(tracker));
-  } catch (const json::out_of_range& range_error) {
-    throw Error(ErrorKind::kConfig,
-                path + ": " + tracker.path() + ": the number " + overflowing_number(range_error) +
-                    " is out of range; a JSON number here must be finite (at most about 1.8e308)");
-  } catch (const json::parse_error& parse_error) {
-    // parse_error.byte counts the bytes read, the offending one included: 1-based.
-    const std::size_t offset =
-        std::min<std::size_t>(parse_error.byte > 0 ? parse_error.byte - 1 : 0, text.size());
-    std::size_t line = 1;
-    std::size_t line_start = 0;
-    for (std::size_t i = 0; i < offset; ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        line_start = i + 1;
-      }
-    }
-    const std::size_t column = offset - line_start + 1;
-    // nlohmann's message is "[json.exception.parse_error.101] parse error at line L, column C:
-    // <reason>"; keep the reason.
-    std::string reason = parse_error.what();
-    const std::size_t at = reason.find("column ");
-    const std::size_t colon = reason.find(": ", at == std::string::npos ? 0 : at);
-    if (colon != std::string::npos) reason = reason.substr(colon + 2);
-    throw Error(ErrorKind::kConfig, path + ":" + std::to_string(line) + ":" +
-                                        std::to_string(column) + ": not valid JSON: " + reason);
-  }
+  return std::move(std::get<json>(parsed));
 }
 
 }  // namespace zest

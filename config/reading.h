@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/strict_json.h"
 
 namespace zest::config_reading {
 
@@ -90,7 +91,7 @@ inline std::optional<std::string> closest_key(const std::string& key,
 }
 
 inline std::string join_path(const std::string& parent, const std::string& key) {
-  return parent.empty() ? key : parent + "." + key;
+  return join_json_path(parent, key);
 }
 
 // Float values as the shortest decimal that reads back as the same float, so that defaults in

@@ -119,6 +119,36 @@ TEST_F(CheckpointBadInput, AMalformedManifestNamesTheKey) {
   EXPECT_THAT(load_error().what(), HasSubstr("manifest.json: not valid JSON"));
 }
 
+TEST_F(CheckpointBadInput, AKeyWrittenTwiceIsRefusedByItsPath) {
+  // nlohmann keeps the last of two equal keys silently; a reader of the file believes the first.
+  // (Reprinted without its checksum line, which would report the edit first.)
+  const std::string text =
+      nlohmann::json::parse(testing::read_whole_file(step_dir() + "/manifest.json")).dump(2);
+  ASSERT_EQ(text.front(), '{');
+  testing::write_whole_file(step_dir() + "/manifest.json", R"({"step": 1,)" + text.substr(1));
+  Error error = load_error();
+  EXPECT_EQ(error.kind(), ErrorKind::kCheckpoint);
+  EXPECT_THAT(error.what(), HasSubstr("manifest.json: step: the key appears twice in one object"));
+
+  const std::string scaler = R"("loss_scaler": {)";
+  const std::size_t at = text.find(scaler);
+  ASSERT_NE(at, std::string::npos);
+  testing::write_whole_file(step_dir() + "/manifest.json",
+                            text.substr(0, at + scaler.size()) + R"("scale": 1.0,)" +
+                                text.substr(at + scaler.size()));
+  error = load_error();
+  EXPECT_EQ(error.kind(), ErrorKind::kCheckpoint);
+  EXPECT_THAT(error.what(), HasSubstr("manifest.json: counters.loss_scaler.scale: the key "
+                                      "appears twice in one object"));
+  // Refused while parsing: a reader that skips the checksum refuses it too.
+  try {
+    parse_manifest(R"({"step": 1,)" + text.substr(1), "manifest.json", ManifestChecksum::kIgnore);
+    ADD_FAILURE() << "a key written twice was read";
+  } catch (const Error& read_error) {
+    EXPECT_THAT(read_error.what(), HasSubstr("manifest.json: step: the key appears twice"));
+  }
+}
+
 TEST_F(CheckpointBadInput, LatestPointingNowhereSaysWhere) {
   testing::write_whole_file(root() + "/latest", "step-99\n");
   const Error error = load_error();
