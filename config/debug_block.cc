@@ -4,11 +4,9 @@
 // windows); `fault` injects one fault on one rank at one step (engine/fault_injection.h).
 #include <algorithm>
 #include <chrono>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "engine/module.h"
 #include "config/blocks.h"
 #include "models/registry.h"
 
@@ -17,14 +15,6 @@ namespace zest::config_blocks {
 using namespace config_reading;
 
 namespace {
-
-std::vector<std::string> unit_names(const ModelConfig& model) {
-  std::vector<std::string> names;
-  // Declaring the model allocates nothing: the engine owns parameter memory.
-  const std::unique_ptr<Module> declared = make_model(model);
-  for (Unit* unit : declared->units()) names.push_back(unit->name());
-  return names;
-}
 
 void parse_fault(json& value, TrainConfig& out) {
   Block block(value, "debug.fault", {"kind", "rank", "step", "unit", "stall_seconds"});
@@ -50,6 +40,7 @@ void parse_fault(json& value, TrainConfig& out) {
   }
   fault.unit = read_string(block.get_or("unit", ""), block.path("unit"));
   if (!fault.unit.empty()) {
+    // From the registry, without declaring the model: the run declares it once, later.
     const std::vector<std::string> names = unit_names(out.model);
     if (std::find(names.begin(), names.end(), fault.unit) == names.end()) {
       config_error(block.path("unit"), "must name a unit of the model (" + one_of(names) +

@@ -4,10 +4,40 @@
 
 namespace zest {
 
+namespace {
+
+[[noreturn]] void unknown_type(const ModelSpec& spec) {
+  throw Error(ErrorKind::kConfig, "model.type: must be mlp or gpt, got \"" + spec.type + "\"");
+}
+
+}  // namespace
+
 std::unique_ptr<Module> make_model(const ModelSpec& spec) {
   if (spec.type == "mlp") return std::make_unique<Mlp>(spec.mlp);
   if (spec.type == "gpt") return std::make_unique<Gpt>(spec.gpt);
-  throw Error(ErrorKind::kConfig, "model.type: must be mlp or gpt, got \"" + spec.type + "\"");
+  unknown_type(spec);
+}
+
+// Note: these are the names the units give themselves (models/mlp.cc, models/gpt*.cc);
+// tests/models/registry_test.cc holds the two equal.
+std::vector<std::string> unit_names(const ModelSpec& spec) {
+  std::vector<std::string> names;
+  if (spec.type == "mlp") {
+    validate(spec.mlp);
+    for (std::size_t i = 0; i + 1 < spec.mlp.sizes.size(); ++i) {
+      names.push_back("layer" + std::to_string(i));
+    }
+  } else if (spec.type == "gpt") {
+    validate(spec.gpt);
+    names.push_back("embedding");
+    for (int layer = 0; layer < spec.gpt.n_layer; ++layer) {
+      names.push_back("block" + std::to_string(layer));
+    }
+    names.push_back("head");
+  } else {
+    unknown_type(spec);
+  }
+  return names;
 }
 
 std::vector<std::int64_t> micro_batch_shape(const ModelSpec& spec, std::int64_t micro_batch) {

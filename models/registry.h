@@ -26,6 +26,10 @@ struct ModelSpec {
 // Throws a kConfig Error naming model.type for an unknown type.
 std::unique_ptr<Module> make_model(const ModelSpec& spec);
 
+// The names of the units make_model(spec) declares, in order, computed from `spec` without
+// declaring the model (a GPT of many layers costs time per unit); the same errors as make_model.
+std::vector<std::string> unit_names(const ModelSpec& spec);
+
 // The shape of one rank's micro-batch inputs for `spec`: [micro, sizes[0]] features for the MLP,
 // [micro, seq_len] tokens for the GPT (Module::unit_memory's argument).
 std::vector<std::int64_t> micro_batch_shape(const ModelSpec& spec, std::int64_t micro_batch);

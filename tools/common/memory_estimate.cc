@@ -63,9 +63,9 @@ std::optional<std::int64_t> largest(const std::function<bool(std::int64_t)>& ok,
 
 }  // namespace
 
-EstimateJob job_from_config(const TrainConfig& config) {
+EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> model) {
   EstimateJob job;
-  std::unique_ptr<Module> model = make_model(config.model);
+  if (!model) model = make_model(config.model);
   const std::size_t states = make_optimizer(config.optimizer)->state_count();
   job.input = plan_input(*model, micro_batch_shape(config.model, config.micro_batch), config.engine,
                          states, config.world.ranks);
@@ -74,8 +74,9 @@ EstimateJob job_from_config(const TrainConfig& config) {
   job.input.batch_bytes = micro_batch_bytes(config.model, config.micro_batch);
   job.micro_batch = config.micro_batch;
   job.parameters = count_parameters(*model);
-  job.resize = [config](std::int64_t rows) {
-    return make_model(config.model)->unit_memory(micro_batch_shape(config.model, rows));
+  // The one declaration serves every micro-batch the advice tries.
+  job.resize = [model, spec = static_cast<const ModelSpec&>(config.model)](std::int64_t rows) {
+    return model->unit_memory(micro_batch_shape(spec, rows));
   };
   job.description = fmt::format("{} ({} parameters), {}, micro-batch {}",
                                 describe_model(config.model), job.parameters,

@@ -6,10 +6,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/module.h"
 #include "planner/memory_advice.h"
 #include "planner/peak_plan.h"
 #include "config/train_config.h"
@@ -24,7 +26,9 @@ struct EstimateJob {
   std::size_t parameters = 0;
 };
 
-EstimateJob job_from_config(const TrainConfig& config);
+// `model`: config.model already declared (a run declares it once, for every use); declared here
+// when null. The job's `resize` keeps it.
+EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> model = nullptr);
 
 struct BareModel {
   std::size_t parameters = 0;

@@ -39,9 +39,10 @@ namespace {
 
 // The planner's prediction for this run (what zest-estimate prints), or nothing for a run it
 // cannot plan: a report must never fail a run that has finished.
-std::optional<PeakPrediction> plan_peaks(const TrainConfig& config) {
+std::optional<PeakPrediction> plan_peaks(const TrainConfig& config,
+                                        std::shared_ptr<Module> declared) {
   try {
-    return predict_peak(job_from_config(config).input);
+    return predict_peak(job_from_config(config, std::move(declared)).input);
   } catch (const std::exception&) {
     return std::nullopt;
   }
@@ -280,9 +281,13 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
   std::optional<MetricsLog> metrics;
   if (leader_process && !options.metrics_path.empty()) metrics.emplace(options.metrics_path);
   const std::unique_ptr<BatchSource> batches = make_batch_source(config);
+  // The leader's one declaration of the model (allocating nothing: the engine owns parameter
+  // memory) gives the parameter count now and the planner's prediction after the run; each rank
+  // declares its own to train, since units keep that rank's activations.
+  std::shared_ptr<Module> declared;
   if (leader_process) {
-    // Declaring parameters allocates nothing: the engine owns parameter memory.
-    const std::size_t parameters = count_parameters(*make_model(config.model));
+    declared = make_model(config.model);
+    const std::size_t parameters = count_parameters(*declared);
     Console::say(describe_run(config, parameters));
     Console::say("zest-train: world: " + world.detected().describe());
   }
@@ -300,7 +305,7 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
     return stop_status;
   }
 
-  const std::optional<PeakPrediction> planned = plan_peaks(config);
+  const std::optional<PeakPrediction> planned = plan_peaks(config, std::move(declared));
   print_memory_table(run.usage, run.predicted, planned);
   print_summary(run.summary);
   if (metrics && metrics->is_open()) {
