@@ -25,10 +25,12 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 
-// engine/: the Module contract, the ZeRO engine, the model-state prediction.
+// engine/: the Module contract, the ZeRO engine, the stage plan, the model-state prediction.
 #include "engine/engine.h"
+#include "engine/job_shape.h"
 #include "engine/model_state.h"
 #include "engine/module.h"
+#include "engine/stage_plan.h"
 
 // planner/: the peak-memory plan and out-of-memory advice.
 #include "planner/memory_advice.h"

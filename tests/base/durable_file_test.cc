@@ -12,20 +12,15 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "tests/support/scratch_directory.h"
 
 namespace zest {
 namespace {
 
 namespace fs = std::filesystem;
 
-class DurableFileTest : public ::testing::Test {
+class DurableFileTest : public zest::testing::ScratchDirectoryTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("zest-durable-" + random_tag());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string read(const fs::path& path) {
     std::ifstream in(path, std::ios::binary);
     std::stringstream text;
@@ -36,8 +31,6 @@ class DurableFileTest : public ::testing::Test {
     return static_cast<std::size_t>(
         std::distance(fs::directory_iterator(dir_), fs::directory_iterator()));
   }
-
-  fs::path dir_;
 };
 
 TEST_F(DurableFileTest, TheTargetHoldsTheOldTextUntilCommit) {

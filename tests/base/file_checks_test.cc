@@ -1,6 +1,8 @@
 // The path checks made before a file is opened or written: what is not a regular file is
 // refused by name with what it is; an output's folder must exist and be a writable directory.
 #include "base/file_checks.h"
+#include "tests/support/capture_error.h"
+#include "tests/support/scratch_directory.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -18,31 +20,19 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-class FileChecks : public ::testing::Test {
+class FileChecks : public zest::testing::ScratchDirectoryTest {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("zest_file_checks_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
+    ScratchDirectoryTest::SetUp();
     std::ofstream(path("file.txt")) << "x";
     fs::create_directories(path("folder"));
     EXPECT_EQ(::mkfifo(path("pipe").c_str(), 0644), 0);
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   static std::string error_of(const std::function<void()>& action) {
-    try {
-      action();
-    } catch (const Error& error) {
-      EXPECT_EQ(error.kind(), ErrorKind::kData);
-      return error.what();
-    }
-    return "";
+    return zest::testing::error_message(action, ErrorKind::kData);
   }
 
-  fs::path dir_;
 };
 
 TEST_F(FileChecks, KindsAreNamed) {

@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "data/token_batches.h"
+#include "tests/support/capture_error.h"
 
 namespace zest {
 namespace {
@@ -27,14 +28,7 @@ class TokenDataTest : public ::testing::Test {
   std::string path(const std::string& name) const { return (directory_ / name).string(); }
 
   static std::string error_of(const std::function<void()>& action) {
-    try {
-      action();
-    } catch (const Error& error) {
-      EXPECT_EQ(error.kind(), ErrorKind::kData);
-      return error.what();
-    }
-    ADD_FAILURE() << "expected a data error";
-    return "";
+    return zest::testing::error_message(action, ErrorKind::kData);
   }
 
   fs::path directory_;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/peak_plan.h"
+#include "tests/support/scratch_directory.h"
 #include "tests/support/subprocess.h"
 #include "config/train_config.h"
 #include "tools/common/memory_estimate.h"
@@ -38,19 +39,8 @@ const std::vector<std::string> kTinyGpt = {
     "--set", "train_micro_batch_size_per_gpu=4", "--set", "scheduler={}",
     "--set", "eval_every=0",      "--set", "bf16={\"enabled\": true}"};
 
-class ZestEstimate : public ::testing::Test {
+class ZestEstimate : public zest::testing::ScratchDirectoryTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("zest_estimate_test_" + std::to_string(::getpid()) + "_" + info->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
   // Runs `binary` with `args`, stdout and stderr captured in files.
   ProcessResult run(const std::string& binary, const std::vector<std::string>& args) const {
     return zest::testing::run_program(binary, args, {path("stdout.txt"), path("stderr.txt")});
@@ -72,8 +62,6 @@ class ZestEstimate : public ::testing::Test {
     EXPECT_THAT(lines[0], HasSubstr(expected));
     EXPECT_EQ(result.out, "");
   }
-
-  std::filesystem::path dir_;
 };
 
 std::vector<std::string> tiny_gpt_args() {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/scratch_directory.h"
 #include "tests/support/subprocess.h"
 
 namespace {
@@ -33,22 +34,8 @@ const std::string kText = ZEST_SOURCE_DIR "/configs/corpus/stories.txt";
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
-class ZestTrainInputs : public ::testing::Test {
+class ZestTrainInputs : public zest::testing::ScratchDirectoryTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("zest_train_inputs_test_" + std::to_string(::getpid()) + "_" + info->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(path(name)) << text;
-    return path(name);
-  }
   std::string fifo(const std::string& name) const {
     EXPECT_EQ(::mkfifo(path(name).c_str(), 0644), 0) << name;
     return path(name);
@@ -77,8 +64,6 @@ class ZestTrainInputs : public ::testing::Test {
     EXPECT_FALSE(std::filesystem::exists(metrics + ".tmp"));
     return result;
   }
-
-  std::filesystem::path dir_;
 };
 
 // n_layer 1e6 needs 13 GiB per rank even at stage 3, offloaded, on 64 times the ranks; 1e9 needs

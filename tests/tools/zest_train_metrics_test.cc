@@ -24,6 +24,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/scratch_directory.h"
 #include "tests/support/subprocess.h"
 
 namespace {
@@ -60,18 +61,8 @@ std::string describe(const Ending& ending) {
                        : "killed by signal " + std::to_string(ending.signal);
 }
 
-class ZestTrainMetrics : public ::testing::Test {
+class ZestTrainMetrics : public zest::testing::ScratchDirectoryTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("zest_train_metrics_test_" + std::to_string(::getpid()) + "_" + info->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
   zest::testing::OutputFiles output_files() const { return {path("stdout.txt"), {}}; }
 
   // The MLP on 2 ranks, a step every few milliseconds, each step shown.
@@ -164,8 +155,6 @@ class ZestTrainMetrics : public ::testing::Test {
     for (std::int64_t step = 1; step <= last; ++step) steps.push_back(step);
     return steps;
   }
-
-  std::filesystem::path dir_;
 };
 
 // SIGKILL, which nothing can catch, at a step drawn from a fixed seed: the log holds a whole

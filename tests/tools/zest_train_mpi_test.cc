@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/scratch_directory.h"
 #include "tests/support/subprocess.h"
 
 namespace {
@@ -36,19 +37,8 @@ std::vector<json> read_lines(const std::filesystem::path& path) {
   return lines;
 }
 
-class ZestTrainMpi : public ::testing::Test {
+class ZestTrainMpi : public zest::testing::ScratchDirectoryTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("zest_train_mpi_test_" + std::to_string(::getpid()) + "_" + info->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
   // Runs `command` in a shell, its stdout and stderr together in `out`.
   ProcessResult run_shell(const std::string& command) const {
     return zest::testing::run_program("/bin/sh", {"-c", command}, {path("output.txt")});
@@ -71,8 +61,6 @@ class ZestTrainMpi : public ::testing::Test {
                      kBinary + "'" + common_arguments(stage) + " --set world.backend=mpi" +
                      extra + " --metrics '" + metrics + "'");
   }
-
-  std::filesystem::path dir_;
 };
 
 TEST_F(ZestTrainMpi, ProcessesTrainLikeThreadsAtStages1And3) {

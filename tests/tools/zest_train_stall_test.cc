@@ -18,6 +18,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "tests/support/scratch_directory.h"
 #include "tests/support/subprocess.h"
 
 namespace {
@@ -57,21 +58,9 @@ void expect_the_stall_line(const ProcessResult& result, const std::string& timeo
   EXPECT_LT(lines[0].size(), 250u) << "one short line";
 }
 
-class ZestTrainStall : public ::testing::Test {
+class ZestTrainStall : public zest::testing::ScratchDirectoryTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("zest_train_stall_test_" + std::to_string(::getpid()) + "_" + info->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
   zest::testing::OutputFiles files() const { return {path("stdout.txt"), path("stderr.txt")}; }
-
-  std::filesystem::path dir_;
 };
 
 TEST_F(ZestTrainStall, ARankStalledFor1000sEndsTheRunWithinTheTimeoutAndGrace) {

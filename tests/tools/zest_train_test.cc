@@ -13,6 +13,7 @@
 
 #include "data/token_data.h"
 #include "checkpoint/safetensors.h"
+#include "tests/support/scratch_directory.h"
 #include "tests/support/subprocess.h"
 
 #if ZEST_HAVE_CUDA
@@ -42,23 +43,8 @@ const std::vector<std::string> kTinyGpt = {"--set",
                                            "train_micro_batch_size_per_gpu=2", "--set",
                                            "scheduler={}"};
 
-class ZestTrain : public ::testing::Test {
+class ZestTrain : public zest::testing::ScratchDirectoryTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("zest_train_test_" + std::to_string(::getpid()) + "_" + info->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(path(name)) << text;
-    return path(name);
-  }
-
   // Runs zest-train with `args`, stdout and stderr captured in files.
   ProcessResult run(const std::vector<std::string>& args) const {
     return zest::testing::run_program(kBinary, args, {path("stdout.txt"), path("stderr.txt")});
@@ -95,8 +81,6 @@ class ZestTrain : public ::testing::Test {
     }
     return records;
   }
-
-  std::filesystem::path dir_;
 };
 
 TEST_F(ZestTrain, StageOutsideZeroToThree) {
