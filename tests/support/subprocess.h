@@ -197,4 +197,18 @@ inline LimitedResult run_program_limited(const std::string& program,
   return result;
 }
 
+// The address-space limit the tests of impossible inputs run a tool under: far below what the
+// old code allocated for them (5 GB and more building units, reading /dev/zero), far above what
+// the tool's own libraries map. Note: a CUDA build maps cuBLAS, cuBLASLt and NCCL; under 1 GiB
+// OpenBLAS's worker threads then cannot get their buffers, and the process waits for them at
+// exit forever.
+inline constexpr std::size_t kToolAddressSpaceLimit = std::size_t{4} << 30;
+
+// A tool's resident set when it does nothing but start and print its --help, so that a test can
+// bound what a run adds to it: a CUDA build's libraries alone are some 220 MB resident.
+inline std::size_t idle_resident_bytes(const std::string& program, const OutputFiles& files) {
+  return run_program_limited(program, {"--help"}, files, {kToolAddressSpaceLimit, 60})
+      .peak_rss_bytes;
+}
+
 }  // namespace zest::testing
