@@ -202,7 +202,13 @@ inline LimitedResult run_program_limited(const std::string& program,
 // the tool's own libraries map. Note: a CUDA build maps cuBLAS, cuBLASLt and NCCL; under 1 GiB
 // OpenBLAS's worker threads then cannot get their buffers, and the process waits for them at
 // exit forever.
+// Sanitizer builds run without it: ASan and TSan reserve terabytes of address space for their
+// shadow memory at start-up, so under any such limit the tool could not start at all.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr std::size_t kToolAddressSpaceLimit = 0;
+#else
 inline constexpr std::size_t kToolAddressSpaceLimit = std::size_t{4} << 30;
+#endif
 
 // A tool's resident set when it does nothing but start and print its --help, so that a test can
 // bound what a run adds to it: a CUDA build's libraries alone are some 220 MB resident.
