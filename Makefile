@@ -3,7 +3,7 @@
 #   make build      configure build/ (Ninja, RelWithDebInfo, -Werror) once, then build
 #   make test       the whole suite except gpu-labelled tests; extra ctest flags: CTEST_ARGS=...
 #   make test-gpu   the gpu-labelled tests (on a machine with a GPU)
-#   make train      the default training job: zest-train --config configs/default.json
+#   make train      builds only zest-train, then runs the default job (configs/default.json)
 #   make sanitize   ASan+UBSan build in build-asan/, quick tests
 #   make tsan       TSan build in build-tsan/, the suites whose ranks and streams are threads
 #   make fuzz       libFuzzer build (clang) in build-fuzz/, fuzz-smoke tests (tests/fuzz/)
@@ -32,15 +32,17 @@ define configure
 	fi
 endef
 
-.PHONY: all deps build test test-gpu train sanitize tsan fuzz bench clean
+.PHONY: all deps configure build test test-gpu train sanitize tsan fuzz bench clean
 
 all: build
 
 deps:
 	@tools/setup/install-deps.sh
 
-build: deps
+configure: deps
 	$(call configure,$(BUILD_DIR),-DCMAKE_BUILD_TYPE=RelWithDebInfo -DZEST_WERROR=ON)
+
+build: configure
 	cmake --build $(BUILD_DIR) -j$(NPROC)
 
 test: build
@@ -49,7 +51,10 @@ test: build
 test-gpu: build
 	$(CTEST) --test-dir $(BUILD_DIR) -L gpu $(CTEST_ARGS)
 
-train: build
+# Note: the default job needs only the trainer (the library and one tool), not the ~300 test and
+# benchmark programs that `make test` builds: a fresh clone starts training several times sooner.
+train: configure
+	cmake --build $(BUILD_DIR) -j$(NPROC) --target zest-train
 	$(BUILD_DIR)/bin/zest-train --config $(TRAIN_CONFIG) $(TRAIN_ARGS)
 
 # Note: sanitizer builds are CPU-only (the CUDA runtime does not start under ASan's default
