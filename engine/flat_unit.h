@@ -42,6 +42,7 @@ struct FlatUnit {
   int index = 0;         // in Module::units()
   std::vector<ParamSpec> specs;
   std::vector<int> borrowed;  // units whose parameters this one also reads
+  bool gradients_replace_parameters = false;  // Unit::gradients_replace_parameters()
   ShardLayout layout;
 
   Buffer params;     // full flat (stages 0-2) or shard (stage 3), compute dtype

@@ -1,43 +1,108 @@
 #include "engine/gather_ring.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "base/error.h"
 
 namespace zest {
 
-std::size_t gather_ring_slots(const GatherRingSizing& sizing) {
-  const std::size_t largest = std::max<std::size_t>(sizing.largest_unit, 1);
-  const std::size_t one_set = 1 + sizing.most_borrowed;  // a unit computing and its borrowed units
-  const std::size_t minimum = std::max(sizing.minimum_slots, 2 * one_set);
-  const std::size_t ahead = (sizing.prefetch_elements + largest - 1) / largest;
-  std::size_t slots =
-      std::max(minimum, std::min(1 + ahead, sizing.unit_count + sizing.most_borrowed));
-  const std::size_t limit = sizing.max_live_elements;
-  if (limit == 0) return slots;
-  if (limit < one_set * largest) {
-    throw Error(ErrorKind::kConfig,
-                "zero_optimization.stage3_max_live_parameters: " + std::to_string(limit) +
-                    " is below what one computation needs: " + std::to_string(one_set) +
-                    " unit(s) of up to " + std::to_string(largest) + " elements (" +
-                    std::to_string(one_set * largest) + "); raise it or set 0 (no limit)");
-  }
-  return std::min(slots, limit / largest);
+std::size_t GatherRingLayout::elements() const {
+  std::size_t total = 0;
+  for (const SizeClass& size_class : classes) total += size_class.slots * size_class.slot_elements;
+  return total;
 }
 
-GatherRing::GatherRing(Device& device, std::size_t slot_elements, DType dtype, std::size_t slots)
-    : dtype_(dtype) {
-  // Note: one slot is correct but serial (each gather waits for the previous unit's compute);
-  // the engine asks for fewer than two only under stage3_max_live_parameters.
-  if (slots < 1) {
-    throw Error(ErrorKind::kConfig, "stage 3 needs at least 1 gather slot, got 0");
+bool GatherRingLayout::alone_in_class(int unit) const {
+  return classes.at(static_cast<std::size_t>(class_of.at(static_cast<std::size_t>(unit)))).units == 1;
+}
+
+GatherRingLayout gather_ring_layout(const GatherRingSizing& sizing) {
+  const std::size_t unit_count = sizing.unit_elements.size();
+  GatherRingLayout layout;
+  layout.class_of.assign(unit_count, -1);
+  // Note: classes within a factor 2 waste under half of a slot on any unit, as an allocator's
+  // power-of-two size classes do, and a language model's embedding (vocabulary × width, 5x a
+  // GPT-2 block) gets a class of its own.
+  std::vector<std::size_t> order(unit_count);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return sizing.unit_elements[a] > sizing.unit_elements[b];
+  });
+  for (std::size_t u : order) {
+    const std::size_t elements = std::max<std::size_t>(sizing.unit_elements[u], 1);
+    if (layout.classes.empty() || 2 * elements <= layout.classes.back().slot_elements) {
+      layout.classes.push_back({elements, 0, 0});
+    }
+    layout.class_of[u] = static_cast<int>(layout.classes.size() - 1);
+    ++layout.classes.back().units;
   }
-  for (std::size_t i = 0; i < slots; ++i) {
-    Slot slot;
-    slot.buffer = device.allocator().allocate(slot_elements * dtype_size(dtype), Category::kGather);
-    slot.gathered = device.create_event();
-    slot.unpinned = device.create_event();
-    slots_.push_back(std::move(slot));
+  // The units of each class one computation pins at once.
+  std::vector<std::size_t> needed(layout.classes.size(), 0);
+  for (std::size_t u = 0; u < unit_count; ++u) {
+    std::vector<std::size_t> members(layout.classes.size(), 0);
+    ++members[static_cast<std::size_t>(layout.class_of[u])];
+    const std::vector<int> none;
+    const std::vector<int>& borrowed = u < sizing.borrowed.size() ? sizing.borrowed[u] : none;
+    for (int lender : borrowed) {
+      if (lender >= 0 && static_cast<std::size_t>(lender) < unit_count) {
+        ++members[static_cast<std::size_t>(layout.class_of[static_cast<std::size_t>(lender)])];
+      }
+    }
+    for (std::size_t c = 0; c < needed.size(); ++c) needed[c] = std::max(needed[c], members[c]);
+  }
+  std::size_t required = 0;
+  std::size_t required_units = 0;
+  for (std::size_t c = 0; c < layout.classes.size(); ++c) {
+    GatherRingLayout::SizeClass& size_class = layout.classes[c];
+    const std::size_t minimum = std::max(sizing.minimum_slots, 2 * needed[c]);
+    const std::size_t ahead =
+        (sizing.prefetch_elements + size_class.slot_elements - 1) / size_class.slot_elements;
+    size_class.slots = std::min(size_class.units, std::max(minimum, 1 + ahead));
+    required += needed[c] * size_class.slot_elements;
+    required_units += needed[c];
+  }
+  const std::size_t limit = sizing.max_live_elements;
+  if (limit == 0 || layout.classes.empty()) return layout;
+  if (limit < required) {
+    throw Error(ErrorKind::kConfig,
+                "zero_optimization.stage3_max_live_parameters: " + std::to_string(limit) +
+                    " is below what one computation needs: " + std::to_string(required_units) +
+                    " unit(s) of up to " + std::to_string(layout.classes.front().slot_elements) +
+                    " elements (" + std::to_string(required) + "); raise it or set 0 (no limit)");
+  }
+  // Below the prefetch's wish, the classes with the largest slots give up slots first, down to
+  // what one computation needs.
+  std::size_t total = layout.elements();
+  for (std::size_t c = 0; c < layout.classes.size() && total > limit;) {
+    GatherRingLayout::SizeClass& size_class = layout.classes[c];
+    if (size_class.slots > needed[c]) {
+      --size_class.slots;
+      total -= size_class.slot_elements;
+    } else {
+      ++c;
+    }
+  }
+  return layout;
+}
+
+GatherRing::GatherRing(Device& device, const GatherRingLayout& layout, DType dtype)
+    : dtype_(dtype), class_of_(layout.class_of), cursor_(layout.classes.size(), 0) {
+  for (std::size_t c = 0; c < layout.classes.size(); ++c) {
+    // Note: one slot is correct but serial (each gather waits for the previous unit's compute);
+    // a class with more than one unit has fewer than two only under stage3_max_live_parameters.
+    if (layout.classes[c].slots < 1) {
+      throw Error(ErrorKind::kConfig, "stage 3 needs at least 1 gather slot per size class, got 0");
+    }
+    for (std::size_t i = 0; i < layout.classes[c].slots; ++i) {
+      Slot slot;
+      slot.buffer = device.allocator().allocate(
+          layout.classes[c].slot_elements * dtype_size(dtype_), Category::kGather);
+      slot.size_class = c;
+      slot.gathered = device.create_event();
+      slot.unpinned = device.create_event();
+      slots_.push_back(std::move(slot));
+    }
   }
 }
 
@@ -49,13 +114,19 @@ GatherRing::Slot* GatherRing::find(int unit) {
 }
 
 GatherRing::Slot& GatherRing::take_free_slot(int unit_index) {
-  for (std::size_t tried = 0; tried < slots_.size(); ++tried) {
-    Slot& slot = slots_[cursor_];
-    cursor_ = (cursor_ + 1) % slots_.size();
-    if (slot.pins == 0) return slot;
+  const auto size_class = static_cast<std::size_t>(class_of_.at(static_cast<std::size_t>(unit_index)));
+  std::vector<Slot*> members;
+  for (Slot& slot : slots_) {
+    if (slot.size_class == size_class) members.push_back(&slot);
+  }
+  std::size_t& cursor = cursor_[size_class];
+  for (std::size_t tried = 0; tried < members.size(); ++tried) {
+    Slot& slot = *members[cursor % members.size()];
+    cursor = (cursor + 1) % members.size();
+    if (slot.pins == 0 && !slot.holds_gradient) return slot;
   }
   throw Error(ErrorKind::kInternal,
-              "gather ring: every slot is pinned while gathering unit " +
+              "gather ring: every slot of its size class is pinned while gathering unit " +
                   std::to_string(unit_index) + "; raise the number of gather slots");
 }
 
@@ -64,7 +135,7 @@ void* GatherRing::pin(const FlatUnit& unit, Stream& comm, Stream& compute,
   Slot* slot = find(unit.index);
   if (!slot) {
     slot = &take_free_slot(unit.index);
-    // The slot's previous unit may still be read by compute work already enqueued.
+    // The slot's previous unit may still be read by work already enqueued.
     comm.wait(*slot->unpinned);
     communicator.label_next(("gather " + unit.layout.unit_name()).c_str());
     communicator.all_gather(comm, unit.params.data(), slot->buffer.data(),
@@ -87,10 +158,36 @@ void GatherRing::unpin(const FlatUnit& unit, Stream& compute) {
   compute.record(*slot->unpinned);
 }
 
+GatherRing::Slot& GatherRing::held_slot(const FlatUnit& unit) {
+  Slot* slot = find(unit.index);
+  if (!slot) {
+    throw Error(ErrorKind::kInternal, "gather ring: unit '" + unit.layout.unit_name() +
+                                          "' holds no slot for its gradient");
+  }
+  return *slot;
+}
+
+void* GatherRing::hold_gradient(const FlatUnit& unit, Device& device, Stream& compute) {
+  Slot& slot = held_slot(unit);
+  if (!slot.holds_gradient) {
+    slot.holds_gradient = true;
+    device.fill_zero(compute, slot.buffer.data(), unit.layout.flat_length() * dtype_size(dtype_));
+  }
+  return slot.buffer.data();
+}
+
+void GatherRing::gradient_reduced(const FlatUnit& unit, Stream& comm) {
+  Slot& slot = held_slot(unit);
+  slot.holds_gradient = false;
+  slot.resident = -1;  // the gradient overwrote the parameters
+  comm.record(*slot.unpinned);
+}
+
 void GatherRing::clear() {
   for (Slot& slot : slots_) {
     slot.resident = -1;
     slot.pins = 0;
+    slot.holds_gradient = false;
   }
 }
 

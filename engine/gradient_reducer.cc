@@ -13,9 +13,10 @@ char* byte_offset(void* base, std::size_t bytes) { return static_cast<char*>(bas
 
 GradientReducer::GradientReducer(RankContext& context, const EngineOptions& options,
                                  const StagePlan& plan, std::vector<FlatUnit>& units,
-                                 GradientChecks& checks, FinalShard final_shard)
+                                 GradientChecks& checks, ParameterGatherer& gatherer,
+                                 FinalShard final_shard)
     : context_(context), options_(options), plan_(plan), units_(units), checks_(checks),
-      final_shard_(std::move(final_shard)), unit_buckets_(units.size()) {
+      gatherer_(gatherer), final_shard_(std::move(final_shard)), unit_buckets_(units.size()) {
   for (std::size_t i = 0; i < units.size(); ++i) {
     backward_done_.push_back(context.device.create_event());
     bucket_released_.push_back(context.device.create_event());
@@ -25,6 +26,7 @@ GradientReducer::GradientReducer(RankContext& context, const EngineOptions& opti
 
 void* GradientReducer::target(FlatUnit& unit) {
   if (!plan_.reduce_per_unit) return unit.grads.data();
+  if (gatherer_.gradient_in_slot(unit)) return gatherer_.gradient_slot(unit);
   Buffer& bucket = unit_buckets_[static_cast<std::size_t>(unit.index)];
   if (bucket.empty()) {
     // Note: at most kLiveGradientBuckets buckets exist at once: one being written by backward
@@ -69,7 +71,10 @@ void GradientReducer::unit_done(FlatUnit& unit) {
 
 void GradientReducer::reduce(FlatUnit& unit) {
   Buffer& bucket = unit_buckets_[static_cast<std::size_t>(unit.index)];
-  void* source = plan_.reduce_per_unit ? bucket.data() : unit.grads.data();
+  const bool in_slot = plan_.reduce_per_unit && gatherer_.gradient_in_slot(unit);
+  void* source = in_slot                  ? gatherer_.gradient_slot(unit)
+                 : plan_.reduce_per_unit ? bucket.data()
+                                         : unit.grads.data();
   const std::size_t full = unit.layout.flat_length();
   // Note: checked before the reduction mixes the ranks' gradients, so that a NaN is traced to
   // the rank where it arose; in compute-stream order, so the comm stream waits for the check.
@@ -110,7 +115,9 @@ void GradientReducer::reduce(FlatUnit& unit) {
     }
   }
   release_after(context_.device, comm, std::move(converted));
-  if (plan_.reduce_per_unit) {
+  if (in_slot) {
+    gatherer_.gradient_reduced(unit);
+  } else if (plan_.reduce_per_unit) {
     release_after(context_.device, comm, std::move(bucket));
     comm.record(*bucket_released_[static_cast<std::size_t>(unit.index)]);
     buckets_in_flight_.push_back(unit.index);

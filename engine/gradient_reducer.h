@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "engine/flat_unit.h"
 #include "engine/gradient_checks.h"
+#include "engine/parameter_gatherer.h"
 #include "engine/stage_plan.h"
 #include "runtime/world.h"
 
@@ -29,12 +30,15 @@ class GradientReducer {
   // when its gradient shard is final (the offloaded optimizer copies it to the host).
   using FinalShard = std::function<void(FlatUnit&)>;
 
-  // `units` outlives the reducer; `checks` sees each unit's gradient before it is reduced.
+  // `units` outlives the reducer; `checks` sees each unit's gradient before it is reduced;
+  // `gatherer` holds the gradients that live in their gather slot (stage 3).
   GradientReducer(RankContext& context, const EngineOptions& options, const StagePlan& plan,
-                  std::vector<FlatUnit>& units, GradientChecks& checks, FinalShard final_shard);
+                  std::vector<FlatUnit>& units, GradientChecks& checks,
+                  ParameterGatherer& gatherer, FinalShard final_shard);
 
   // The full flat gradient buffer a unit's backward accumulates into: its gradients at stages
-  // 0-1, its bucket (allocated and zeroed on first use in the micro-batch) at stages 2-3.
+  // 0-1, its bucket (allocated and zeroed on first use in the micro-batch) at stages 2-3, or
+  // its gather slot where ParameterGatherer::gradient_in_slot says so.
   void* target(FlatUnit& unit);
   // Before a micro-batch's backward: whether it is the step's last.
   void backward_begins(bool last_micro_batch);
@@ -50,6 +54,7 @@ class GradientReducer {
   const StagePlan& plan_;
   std::vector<FlatUnit>& units_;
   GradientChecks& checks_;
+  ParameterGatherer& gatherer_;
   FinalShard final_shard_;
   bool reduce_now_ = false;   // this micro-batch's gradients are reduced
   bool last_micro_batch_ = false;

@@ -16,7 +16,8 @@ ModelStateShape describe_model_state(Module& module, DType compute_dtype,
   shape.optimizer_states = optimizer_states;
   shape.alignment = alignment;
   for (Unit* unit : module.units()) {
-    UnitShapes shapes{unit->name(), {}, unit->borrowed_units()};
+    UnitShapes shapes{unit->name(), {}, unit->borrowed_units(),
+                      unit->gradients_replace_parameters()};
     for (const ParamSpec& spec : unit->parameters()) shapes.params.push_back({spec.name, spec.shape});
     shape.units.push_back(std::move(shapes));
   }

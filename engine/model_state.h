@@ -19,6 +19,7 @@ struct UnitShapes {
   std::string name;
   std::vector<ParamShape> params;
   std::vector<int> borrowed;  // Unit::borrowed_units(): whose gathers and buckets it also holds
+  bool gradients_replace_parameters = false;  // Unit::gradients_replace_parameters()
 };
 
 struct ModelStateShape {

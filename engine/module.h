@@ -104,6 +104,12 @@ class Unit {
   // Indices (into Module::units()) of earlier units whose parameters this unit also reads and
   // whose gradients it accumulates into: a language model head tied to the embedding.
   virtual std::vector<int> borrowed_units() const { return {}; }
+  // Whether every call that writes this unit's gradients (its backward, and the backward of the
+  // units that borrow it) reads its parameters only before it first asks for those gradients
+  // (grad() / borrowed_grad()). Stage 3 may then put the gradients where the gathered parameters
+  // were, instead of in a bucket of their own: an embedding, whose backward reads no parameter,
+  // tied to a head that multiplies by it before it asks for its gradient.
+  virtual bool gradients_replace_parameters() const { return false; }
 
   virtual void forward(UnitContext& context) = 0;
   virtual void backward(UnitContext& context) = 0;

@@ -10,18 +10,30 @@ ParameterGatherer::ParameterGatherer(RankContext& context, const EngineOptions& 
   serialize_ = context.device.create_event();
 }
 
-void ParameterGatherer::allocate_ring(std::size_t largest_unit, std::size_t most_borrowed,
-                                      std::size_t unit_count) {
+void ParameterGatherer::allocate_ring(const std::vector<FlatUnit>& units) {
   if (!plan_.gathers_before_each_use()) return;
   GatherRingSizing sizing;
   sizing.minimum_slots = options_.gather_slots;
   sizing.prefetch_elements = options_.stage3_prefetch_bucket_size;
   sizing.max_live_elements = options_.stage3_max_live_parameters;
-  sizing.largest_unit = largest_unit;
-  sizing.most_borrowed = most_borrowed;
-  sizing.unit_count = unit_count;
-  ring_ = std::make_unique<GatherRing>(context_.device, largest_unit, options_.compute_dtype,
-                                       gather_ring_slots(sizing));
+  for (const FlatUnit& unit : units) {
+    sizing.unit_elements.push_back(unit.layout.flat_length());
+    sizing.borrowed.push_back(unit.borrowed);
+  }
+  layout_ = gather_ring_layout(sizing);
+  ring_ = std::make_unique<GatherRing>(context_.device, layout_, options_.compute_dtype);
+}
+
+bool ParameterGatherer::gradient_in_slot(const FlatUnit& unit) const {
+  return ring_ && unit.gradients_replace_parameters && layout_.alone_in_class(unit.index);
+}
+
+void* ParameterGatherer::gradient_slot(FlatUnit& unit) {
+  return ring_->hold_gradient(unit, context_.device, context_.compute);
+}
+
+void ParameterGatherer::gradient_reduced(FlatUnit& unit) {
+  ring_->gradient_reduced(unit, context_.comm);
 }
 
 void* ParameterGatherer::pin(FlatUnit& unit) {

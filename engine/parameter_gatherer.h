@@ -26,8 +26,9 @@ class ParameterGatherer {
   ParameterGatherer(RankContext& context, const EngineOptions& options, const StagePlan& plan,
                     std::size_t unit_count);
 
-  // Stage 3: allocates the ring (category gather), sized by gather_ring_slots from the options.
-  void allocate_ring(std::size_t largest_unit, std::size_t most_borrowed, std::size_t unit_count);
+  // Stage 3: allocates the ring (category gather), laid out by gather_ring_layout from the
+  // options and the units.
+  void allocate_ring(const std::vector<FlatUnit>& units);
 
   // The unit's full flat parameters in the compute dtype, for compute work enqueued next (pinned
   // in a ring slot at stage 3) until unpin().
@@ -44,6 +45,15 @@ class ParameterGatherer {
   // The shards changed outside a step (a checkpoint was loaded): the ring forgets what it held.
   void forget();
 
+  // Stage 3: whether `unit`'s gradients live in its gather slot instead of a bucket (the unit
+  // allows it and its slot is nobody else's: it is alone in its size class).
+  bool gradient_in_slot(const FlatUnit& unit) const;
+  // The gradient in `unit`'s slot: zeroed on compute at the first call of a micro-batch, after
+  // the work enqueued so far (the last reads of its parameters).
+  void* gradient_slot(FlatUnit& unit);
+  // After the comm stream's reduction of that gradient was enqueued: the slot is free after it.
+  void gradient_reduced(FlatUnit& unit);
+
   // For tests: how many units the gather ring holds now (stage 3; 0 otherwise).
   std::size_t gathered_units() const { return ring_ ? ring_->resident_count() : 0; }
 
@@ -52,6 +62,7 @@ class ParameterGatherer {
   const EngineOptions& options_;
   const StagePlan& plan_;
   std::unique_ptr<GatherRing> ring_;
+  GatherRingLayout layout_;
   std::vector<std::unique_ptr<Event>> ready_;  // per unit: recorded on comm after its update
   std::vector<bool> awaiting_;                 // per unit: the next pin() waits for ready_
   std::unique_ptr<Event> optimizer_done_;

@@ -18,7 +18,7 @@ namespace zest {
 // captured by enqueued work.
 class ZeroTrainer::Context final : public UnitContext {
  public:
-  Context(ZeroTrainer& trainer, FlatUnit& unit, const Batch& batch, const CallViews& views)
+  Context(ZeroTrainer& trainer, FlatUnit& unit, const Batch& batch, CallViews& views)
       : trainer_(trainer), unit_(unit), batch_(batch), views_(views) {}
 
   Stream& stream() override { return trainer_.context_.compute; }
@@ -27,7 +27,8 @@ class ZeroTrainer::Context final : public UnitContext {
 
   Tensor param(std::size_t index) override { return view(unit_, views_.params, index); }
   Tensor grad(std::size_t index) override {
-    if (!views_.grads) refuse("grad() is for backward");
+    if (!views_.backward) refuse("grad() is for backward");
+    if (!views_.grads) views_.grads = trainer_.gradient_view(unit_, views_);
     return view(unit_, views_.grads, index);
   }
   Tensor borrowed_param(std::size_t borrowed, std::size_t index) override {
@@ -35,9 +36,11 @@ class ZeroTrainer::Context final : public UnitContext {
                 index);
   }
   Tensor borrowed_grad(std::size_t borrowed, std::size_t index) override {
-    if (views_.borrowed_grads.empty()) refuse("borrowed_grad() is for backward");
-    return view(trainer_.units_.at(unit_.borrowed.at(borrowed)), views_.borrowed_grads.at(borrowed),
-                index);
+    if (!views_.backward) refuse("borrowed_grad() is for backward");
+    FlatUnit& lender = trainer_.units_.at(unit_.borrowed.at(borrowed));
+    float*& grads = views_.borrowed_grads.at(borrowed);
+    if (!grads) grads = trainer_.gradient_view(lender, views_);
+    return view(lender, grads, index);
   }
 
   Tensor input() override {
@@ -87,7 +90,7 @@ class ZeroTrainer::Context final : public UnitContext {
   ZeroTrainer& trainer_;
   FlatUnit& unit_;
   const Batch& batch_;
-  const CallViews& views_;
+  CallViews& views_;
 };
 
 ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Module& module,
@@ -158,8 +161,6 @@ ZeroTrainer::~ZeroTrainer() {
 void ZeroTrainer::allocate_state() {
   Allocator& allocator = context_.allocator();
   const bool two_byte = options_.compute_dtype != DType::kFloat32;
-  std::size_t largest_unit = 0;
-  std::size_t most_borrowed = 0;
   for (FlatUnit& unit : units_) {
     const std::size_t full = unit.layout.flat_length();
     const std::size_t shard = unit.layout.shard_length();
@@ -179,15 +180,13 @@ void ZeroTrainer::allocate_state() {
                                 unit.optimizer_state.back().bytes());
     }
     context_.device.fill_zero(context_.compute, unit.grads.data(), unit.grads.bytes());
-    largest_unit = std::max(largest_unit, full);
-    most_borrowed = std::max(most_borrowed, unit.borrowed.size());
   }
-  gatherer_->allocate_ring(largest_unit, most_borrowed, units_.size());
+  gatherer_->allocate_ring(units_);
   loss_buffer_ = allocator.allocate(sizeof(float), Category::kWorkspace);
   checks_ = std::make_unique<GradientChecks>(context_, options_.compute_dtype, units_.size());
   GradientReducer::FinalShard final_shard;
   if (host_) final_shard = [host = host_.get()](FlatUnit& unit) { host->copy_gradients_to_host(unit); };
-  reducer_ = std::make_unique<GradientReducer>(context_, options_, plan_, units_, *checks_,
+  reducer_ = std::make_unique<GradientReducer>(context_, options_, plan_, units_, *checks_, *gatherer_,
                                                std::move(final_shard));
 }
 
@@ -258,18 +257,26 @@ float* ZeroTrainer::fp32_grads(void* target, std::size_t count, CallViews& views
   return view;
 }
 
+float* ZeroTrainer::gradient_view(FlatUnit& unit, CallViews& views) {
+  return fp32_grads(reducer_->target(unit), unit.layout.flat_length(), views);
+}
+
 ZeroTrainer::CallViews ZeroTrainer::prepare_call(FlatUnit& unit, bool backward) {
   CallViews views;
+  views.backward = backward;
+  // Note: a gradient that lives in its unit's gather slot is made when the unit first asks for
+  // it (Context::grad), after the unit's last read of those parameters; every other gradient
+  // target is made here, before the call, as the memory planner replays it.
+  auto eager_gradient = [&](FlatUnit& owner) {
+    return backward && !gatherer_->gradient_in_slot(owner) ? gradient_view(owner, views) : nullptr;
+  };
   views.params = fp32_params(gatherer_->pin(unit), unit.layout.flat_length(), views);
-  if (backward) views.grads = fp32_grads(reducer_->target(unit), unit.layout.flat_length(), views);
+  views.grads = eager_gradient(unit);
   for (int b : unit.borrowed) {
     FlatUnit& lender = units_[b];
     views.borrowed_params.push_back(
         fp32_params(gatherer_->pin(lender), lender.layout.flat_length(), views));
-    if (backward) {
-      views.borrowed_grads.push_back(
-          fp32_grads(reducer_->target(lender), lender.layout.flat_length(), views));
-    }
+    views.borrowed_grads.push_back(eager_gradient(lender));
   }
   return views;
 }
@@ -432,7 +439,8 @@ ModelStateShape ZeroTrainer::model_state_shape() const {
   shape.optimizer_states = optimizer_->state_count();
   shape.alignment = options_.shard_alignment;
   for (const FlatUnit& unit : units_) {
-    UnitShapes shapes{unit.layout.unit_name(), {}, unit.borrowed};
+    UnitShapes shapes{unit.layout.unit_name(), {}, unit.borrowed,
+                      unit.gradients_replace_parameters};
     for (const ParamSlot& slot : unit.layout.params()) shapes.params.push_back({slot.name, slot.shape});
     shape.units.push_back(std::move(shapes));
   }

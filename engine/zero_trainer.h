@@ -64,8 +64,9 @@ class ZeroTrainer final : public Trainer {
   };
   // The fp32 views one unit call works on, and what must happen after it.
   struct CallViews {
+    bool backward = false;
     float* params = nullptr;
-    float* grads = nullptr;
+    float* grads = nullptr;  // null until asked for where the gradient lives in its gather slot
     std::vector<float*> borrowed_params;
     std::vector<float*> borrowed_grads;
     struct Fold {  // fp32 gradients to add into a 2-byte gradient buffer after the call
@@ -88,6 +89,8 @@ class ZeroTrainer final : public Trainer {
   bool offloaded() const { return host_ != nullptr; }
   float* fp32_params(void* params, std::size_t count, CallViews& views);
   float* fp32_grads(void* target, std::size_t count, CallViews& views);
+  // The fp32 view of `unit`'s gradient target for this call (GradientReducer::target).
+  float* gradient_view(FlatUnit& unit, CallViews& views);
   CallViews prepare_call(FlatUnit& unit, bool backward);
   void finish_call(FlatUnit& unit, CallViews& views);
   void run_forward(const Batch& batch);

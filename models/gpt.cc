@@ -35,6 +35,8 @@ class GptEmbedding final : public Unit {
   explicit GptEmbedding(const GptConfig& config) : config_(config) {}
 
   const std::string& name() const override { return name_; }
+  // Its backward reads no parameter, and the head reads wte before it asks for its gradient.
+  bool gradients_replace_parameters() const override { return true; }
   std::vector<ParamSpec> parameters() const override {
     const std::int64_t C = config_.n_embd;
     // Note: OpenAI's GPT-2 (src/model.py) draws wte from N(0, 0.02) and wpe from N(0, 0.01);
@@ -151,10 +153,12 @@ class GptHead final : public Unit {
 
     // The logits become d(loss)/d(logits) in place, seeded with the loss scale.
     cross_entropy_backward(stream, logits, targets, N, V, context.loss_scale(), logits);
+    // Note: wte is read before its gradient is asked for (Unit::gradients_replace_parameters):
+    // at stage 3 the gradient may take the place of the gathered wte.
+    matmul(stream, false, false, N, C, V, 1.0f, logits, wte, 0.0f, dln);
     // The tied weight: d(wte) += dlogitsᵀ · ln_f(x), into the embedding's gradient.
     matmul(stream, true, false, V, C, N, 1.0f, logits, ln, 1.0f,
            context.borrowed_grad(0, 0).as<float>());
-    matmul(stream, false, false, N, C, V, 1.0f, logits, wte, 0.0f, dln);
     context.device().fill_zero(stream, dx, static_cast<std::size_t>(N * C) * sizeof(float));
     layernorm_backward(stream, dln, context.input().as<const float>(),
                        context.param(0).as<const float>(), ln + N * C, ln + N * C + N, N, C, dx,

@@ -24,6 +24,8 @@ struct PlannedUnit {
   std::size_t shard = 0;
   std::vector<int> borrowed;
   UnitMemory memory;
+  bool replaces_parameters = false;  // Unit::gradients_replace_parameters()
+  bool gradient_in_slot = false;     // stage 3: its gradient lives in its gather slot
 };
 
 // Replays the allocations and frees of ZeroTrainer and its collaborators (gradient reducer,
@@ -70,7 +72,8 @@ Replay::Replay(const PeakPlanInput& input)
     const UnitShapes& shapes = input.model.units[u];
     const ShardLayout layout =
         ShardLayout::build(shapes.name, shapes.params, input.world_size, input.model.alignment);
-    PlannedUnit unit{layout.flat_length(), layout.shard_length(), shapes.borrowed, {}};
+    PlannedUnit unit{layout.flat_length(), layout.shard_length(), shapes.borrowed, {},
+                     shapes.gradients_replace_parameters, false};
     if (u < input.units.size()) unit.memory = input.units[u];
     units_.push_back(std::move(unit));
   }
@@ -94,14 +97,20 @@ void Replay::construct() {
     sizing.minimum_slots = options_.gather_slots;
     sizing.prefetch_elements = options_.stage3_prefetch_bucket_size;
     sizing.max_live_elements = options_.stage3_max_live_parameters;
-    sizing.unit_count = units_.size();
     for (const PlannedUnit& unit : units_) {
-      sizing.largest_unit = std::max(sizing.largest_unit, unit.full);
-      sizing.most_borrowed = std::max(sizing.most_borrowed, unit.borrowed.size());
+      sizing.unit_elements.push_back(unit.full);
+      sizing.borrowed.push_back(unit.borrowed);
     }
-    const std::size_t slots = gather_ring_slots(sizing);
-    for (std::size_t s = 0; s < slots; ++s) {
-      ledger_.allocate(sizing.largest_unit * element(), Category::kGather);
+    const GatherRingLayout layout = gather_ring_layout(sizing);
+    for (const GatherRingLayout::SizeClass& size_class : layout.classes) {
+      for (std::size_t s = 0; s < size_class.slots; ++s) {
+        ledger_.allocate(size_class.slot_elements * element(), Category::kGather);
+      }
+    }
+    // ParameterGatherer::gradient_in_slot: such a unit's gradient costs no bucket.
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      units_[u].gradient_in_slot = units_[u].replaces_parameters &&
+                                   layout.alone_in_class(static_cast<int>(u));
     }
   }
   ledger_.allocate(sizeof(float), Category::kWorkspace);  // the loss
@@ -124,7 +133,7 @@ void Replay::prepare(int u, bool backward, std::vector<Handle>& scratch) {
   for (int member : members) {
     const std::size_t fp32_bytes = units_[member].full * sizeof(float);
     if (two_byte()) scratch.push_back(ledger_.allocate(fp32_bytes, Category::kWorkspace));
-    if (!backward) continue;
+    if (!backward || units_[member].gradient_in_slot) continue;
     gradient_target(member);
     if (two_byte()) scratch.push_back(ledger_.allocate(fp32_bytes, Category::kWorkspace));
   }
@@ -155,6 +164,14 @@ void Replay::backward(bool reduce_now) {
     const std::size_t workspace =
         memory.backward_workspace - (on_cuda() ? memory.backward_workspace_cpu_only : 0);
     scratch.push_back(ledger_.allocate(workspace, Category::kWorkspace));
+    // ZeroTrainer::Context::grad: a gradient in its gather slot gets its fp32 accumulator when the
+    // unit first asks for it, after the unit's own allocations.
+    std::vector<int> members{u};
+    members.insert(members.end(), units_[u].borrowed.begin(), units_[u].borrowed.end());
+    for (int member : members) {
+      if (!two_byte() || !units_[member].gradient_in_slot) continue;
+      scratch.push_back(ledger_.allocate(units_[member].full * sizeof(float), Category::kWorkspace));
+    }
     grow_stream_scratch(memory.backward_stream_scratch);
     scratch.push_back(std::exchange(saved_[u], kNone));
     for (Handle handle : scratch) ledger_.release_on(Stream::kCompute, handle);
@@ -181,7 +198,7 @@ void Replay::reduce(int u) {
     const std::size_t bytes = units_[u].full * dtype_size(options_.communication_dtype);
     ledger_.release_on(Stream::kComm, ledger_.allocate(bytes, Category::kBuckets));
   }
-  if (plan_.reduce_per_unit) {
+  if (plan_.reduce_per_unit && !units_[u].gradient_in_slot) {
     ledger_.release_on(Stream::kComm, std::exchange(buckets_[u], kNone));
     bucket_released_[u] = ledger_.record(Stream::kComm);
     buckets_in_flight_.push_back(u);
