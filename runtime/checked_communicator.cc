@@ -57,8 +57,10 @@ bool same(const Record& a, const Record& b) {
          a.dtype == b.dtype && a.detail == b.detail;
 }
 
-// Throws when the ranks' records differ, naming what each group of ranks issued.
-void compare(const std::vector<Record>& records) {
+// Throws when the ranks' records differ, naming what each group of ranks issued; `world_ranks`
+// maps the group's ranks to the world's, and `group` names it (empty: the world).
+void compare(const std::vector<Record>& records, const std::vector<int>& world_ranks,
+             const std::string& group) {
   const Record& first = records.front();
   bool agree = true;
   for (const Record& record : records) agree = agree && same(record, first);
@@ -76,7 +78,7 @@ void compare(const std::vector<Record>& records) {
     auto camp = std::find_if(camps.begin(), camps.end(),
                              [&](const auto& entry) { return entry.first == what; });
     if (camp == camps.end()) camp = camps.insert(camps.end(), {what, {}});
-    camp->second.push_back(static_cast<int>(rank));
+    camp->second.push_back(world_ranks[rank]);
   }
   std::string sides;
   for (const auto& [what, ranks] : camps) {
@@ -84,10 +86,10 @@ void compare(const std::vector<Record>& records) {
                          fmt::join(ranks, ","), what);
   }
   throw Error(ErrorKind::kCommMismatch,
-              fmt::format("collective order differs between ranks at collective #{}: {}; every "
+              fmt::format("collective order differs between ranks at collective #{}{}: {}; every "
                           "rank must issue the same collectives in the same order (a unit skipped "
                           "on one rank, or control flow that depends on rank-local data)",
-                          first.sequence, sides));
+                          first.sequence, group.empty() ? "" : " in the " + group, sides));
 }
 
 }  // namespace
@@ -105,6 +107,31 @@ Communicator& maybe_checked(Communicator& inner, std::optional<bool> enabled, De
 
 CheckedCommunicator::CheckedCommunicator(Communicator& inner, Device* device)
     : inner_(inner), device_(device && device->kind() != DeviceKind::kCpu ? device : nullptr) {}
+
+CheckedCommunicator::CheckedCommunicator(std::unique_ptr<Communicator> inner, Device* device)
+    : owned_(std::move(inner)),
+      inner_(*owned_),
+      device_(device && device->kind() != DeviceKind::kCpu ? device : nullptr) {}
+
+void CheckedCommunicator::send(Stream& stream, const void* data, std::size_t count, DType dtype,
+                               int peer) {
+  if (!label_.empty()) inner_.label_next(std::exchange(label_, std::string()).c_str());
+  inner_.send(stream, data, count, dtype, peer);
+}
+
+void CheckedCommunicator::receive(Stream& stream, void* data, std::size_t count, DType dtype,
+                                  int peer) {
+  if (!label_.empty()) inner_.label_next(std::exchange(label_, std::string()).c_str());
+  inner_.receive(stream, data, count, dtype, peer);
+}
+
+std::unique_ptr<Communicator> CheckedCommunicator::split(int color, int key,
+                                                         const std::string& name,
+                                                         std::chrono::milliseconds timeout) {
+  std::unique_ptr<Communicator> group = inner_.split(color, key, name, timeout);
+  if (!group) return nullptr;
+  return std::make_unique<CheckedCommunicator>(std::move(group), device_);
+}
 
 void CheckedCommunicator::label_next(const char* label) {
   // Passed on in check(), after the record's own all-gather, which would otherwise consume it.
@@ -149,7 +176,11 @@ void CheckedCommunicator::check(Stream& stream, Op op, std::size_t count, DType 
     device_->copy(stream, all->data(), staged.data(), total);
     release_after(*device_, stream, std::move(staged));
   }
-  stream.enqueue([send, all] { compare(*all); });
+  std::vector<int> world_ranks;
+  for (int r = 0; r < inner_.world_size(); ++r) world_ranks.push_back(inner_.world_rank_of(r));
+  stream.enqueue([send, all, world_ranks = std::move(world_ranks), group = inner_.group_name()] {
+    compare(*all, world_ranks, group);
+  });
   inner_.label_next(label.c_str());  // for the collective checked
 }
 

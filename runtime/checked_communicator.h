@@ -29,6 +29,8 @@ class CheckedCommunicator final : public Communicator {
   // `device`: where the records are staged when its memory is not host memory; null or the CPU
   // device: the records are all-gathered from host memory.
   explicit CheckedCommunicator(Communicator& inner, Device* device = nullptr);
+  // Owns `inner`: a group split from a checked communicator is checked on its own.
+  explicit CheckedCommunicator(std::unique_ptr<Communicator> inner, Device* device = nullptr);
 
   int rank() const override { return inner_.rank(); }
   int world_size() const override { return inner_.world_size(); }
@@ -42,6 +44,14 @@ class CheckedCommunicator final : public Communicator {
                   Reduction reduction) override;
   void broadcast(Stream& stream, void* buffer, std::size_t count, DType dtype, int root) override;
   void barrier(Stream& stream) override;
+  // Point to point pairs by each pair of ranks' own order, which the backends check; passed on.
+  void send(Stream& stream, const void* data, std::size_t count, DType dtype, int peer) override;
+  void receive(Stream& stream, void* data, std::size_t count, DType dtype, int peer) override;
+  // The inner communicator's group, checked on its own (its own order of collectives).
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name,
+                                      std::chrono::milliseconds timeout) override;
+  std::string group_name() const override { return inner_.group_name(); }
+  int world_rank_of(int rank) const override { return inner_.world_rank_of(rank); }
   void label_next(const char* label) override;
   void name_next(const std::string& caller) override { inner_.name_next(caller); }
   void begin_step(std::int64_t step) override { inner_.begin_step(step); }
@@ -54,6 +64,7 @@ class CheckedCommunicator final : public Communicator {
   // `detail`: the Reduction, or the broadcast root.
   void check(Stream& stream, Op op, std::size_t count, DType dtype, std::int32_t detail);
 
+  std::unique_ptr<Communicator> owned_;  // the inner communicator, when this one owns it
   Communicator& inner_;
   Device* const device_;  // null: records stay in host memory
   std::uint64_t sequence_ = 0;

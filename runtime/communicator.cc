@@ -33,6 +33,15 @@ std::string describe_collective(std::string_view op, std::uint64_t sequence, std
   return text;
 }
 
+std::string describe_transfer(std::string_view op, std::uint64_t sequence, std::size_t count,
+                              DType dtype, int rank, int peer, std::string_view label,
+                              std::string_view waited) {
+  return fmt::format("rank {} waited{}{} for rank {} to {} {} ({} #{}, {} x {})", rank,
+                     waited.empty() ? "" : " ", waited, peer, op == "send" ? "receive" : "send",
+                     label.empty() ? std::string("its data") : fmt::format("'{}'", label), op,
+                     sequence, count, dtype_name(dtype));
+}
+
 std::string at_step(std::int64_t step) {
   return step > 0 ? " at step " + std::to_string(step) : std::string();
 }

@@ -1,6 +1,7 @@
-// Collectives across the ranks of a data-parallel group. Each call is enqueued on the caller's
-// stream and runs asynchronously in stream order; buffers must stay alive until that stream has
-// passed the call (record an event, or synchronize). Every collective has a timeout: a rank
+// Collectives and point-to-point transfers across the ranks of a group (the world, or a group
+// split from it: a pipeline stage's data-parallel group, a pipeline group). Each call is enqueued
+// on the caller's stream and runs asynchronously in stream order; buffers must stay alive until
+// that stream has passed the call (record an event, or synchronize). Every collective has a timeout: a rank
 // that does not arrive, or that failed, makes every waiting rank fail with an Error naming the
 // collective and the rank(s) — nobody hangs. All ranks must call the same collectives in the
 // same order with the same count and dtype; a mismatch is an Error, not a corrupt result.
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -52,6 +54,34 @@ class Communicator {
 
   virtual void barrier(Stream& stream) = 0;
 
+  // ---- point to point ------------------------------------------------------------------------
+  // `count` elements to or from rank `peer` of this communicator. The i-th send from rank a to
+  // rank b pairs with the i-th receive on b from a, in the order each rank issued them, whatever
+  // streams run them; count and element size must agree (else kCommMismatch, both sides). A
+  // send's stream waits until the peer has taken the data (a rendezvous, as NCCL's and large MPI
+  // messages are), so a rank must not issue a send and, later on the same stream, a receive the
+  // peer can only match after its own send on one stream too: put sends on a stream of their own
+  // (pipeline/schedule.h assumes sends never hold up a rank's schedule). Both wait at most the
+  // timeout; a peer that failed or finished without its side fails the other at once, naming it.
+  virtual void send(Stream& stream, const void* data, std::size_t count, DType dtype,
+                    int peer) = 0;
+  virtual void receive(Stream& stream, void* data, std::size_t count, DType dtype, int peer) = 0;
+
+  // ---- groups --------------------------------------------------------------------------------
+  // Splits this communicator's ranks into groups, as MPI_Comm_split: ranks that pass the same
+  // `color` form one group, numbered by `key`, then by rank here; a negative color joins none
+  // (null is returned). Collective over this communicator (every rank calls its splits in the
+  // same order) and blocking on the host — not enqueued on a stream — bounded by the timeout.
+  // The group keeps its own timeout (`timeout`, or this one's when zero) and its own order of
+  // collectives, and `name` names it in its errors ("data-parallel group of pipeline stage 1
+  // (ranks 2, 3)"), where ranks are still the world's. Destroy a group before its parent.
+  virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name,
+                                              std::chrono::milliseconds timeout = {}) = 0;
+  // The group's name in errors; empty for the world.
+  virtual std::string group_name() const { return {}; }
+  // The world rank of rank `rank` of this group, as errors name ranks.
+  virtual int world_rank_of(int rank) const { return rank; }
+
   // Names the next collective this rank issues ("gather block3"), for diagnostics only: its
   // errors and the collective-order check (checked_communicator.h) show it. A no-op where a
   // backend keeps no names.
@@ -75,6 +105,13 @@ class Communicator {
 std::string describe_collective(std::string_view op, std::uint64_t sequence, std::size_t count,
                                 DType dtype, Reduction reduction, int root,
                                 std::string_view label = {});
+
+// "rank 2 waited 5 s for rank 1 to send 'activations of micro-batch 3' (receive #0, 8 x fp32)":
+// how errors name a point-to-point transfer, from the side of `rank` (world ranks): who waited
+// for whom and what. `op` is "send" or "receive"; `waited` ("5 s") may be empty.
+std::string describe_transfer(std::string_view op, std::uint64_t sequence, std::size_t count,
+                              DType dtype, int rank, int peer, std::string_view label,
+                              std::string_view waited = {});
 
 // " at step N" for errors, or "" for step 0 (outside steps).
 std::string at_step(std::int64_t step);

@@ -34,8 +34,13 @@ std::size_t moved_bytes(const LocalCall& call, int world_size) {
 
 }  // namespace
 
-LocalGroup::LocalGroup(int world_size, std::chrono::milliseconds timeout)
-    : world_size_(world_size), timeout_(timeout), rank_departed_(world_size, false) {
+LocalGroup::LocalGroup(int world_size, std::chrono::milliseconds timeout, std::string name,
+                       std::vector<int> world_ranks)
+    : world_size_(world_size),
+      timeout_(timeout),
+      rank_departed_(world_size, false),
+      name_(std::move(name)),
+      world_ranks_(std::move(world_ranks)) {
   if (world_size < 1) {
     throw Error(ErrorKind::kUsage, "a local group needs at least 1 rank, got " +
                                        std::to_string(world_size));
@@ -47,10 +52,31 @@ void LocalGroup::poison(int rank, ErrorKind kind, const std::string& reason) {
     std::lock_guard lock(mutex_);
     if (poisoned_) return;  // the first failure is the cause; later ones are its echoes
     poisoned_ = true;
-    poison_reason_ = "rank " + std::to_string(rank) + " failed: " + reason;
+    poison_reason_ = "rank " + std::to_string(world_rank(rank)) + " failed: " + reason;
   }
   changed_.notify_all();
+  for (const auto& child : live_children()) child->poison_from_parent(poison_reason_);
   if (observer_) observer_(rank, Error(kind, reason));
+}
+
+void LocalGroup::poison_from_parent(const std::string& reason) {
+  {
+    std::lock_guard lock(mutex_);
+    if (poisoned_) return;
+    poisoned_ = true;
+    poison_reason_ = reason;
+  }
+  changed_.notify_all();
+  for (const auto& child : live_children()) child->poison_from_parent(reason);
+}
+
+std::vector<std::shared_ptr<LocalGroup>> LocalGroup::live_children() {
+  std::lock_guard lock(mutex_);
+  std::vector<std::shared_ptr<LocalGroup>> live;
+  for (const auto& child : children_) {
+    if (auto group = child.lock()) live.push_back(std::move(group));
+  }
+  return live;
 }
 
 void LocalGroup::depart(int rank) {
@@ -59,10 +85,26 @@ void LocalGroup::depart(int rank) {
     rank_departed_[rank] = true;
   }
   changed_.notify_all();
+  for (const auto& child : live_children()) child->depart_world_rank(world_rank(rank));
 }
 
-std::string LocalGroup::where(int rank, const LocalCall& call) {
-  return call.name + at_step(call.step) + " on rank " + std::to_string(rank);
+void LocalGroup::depart_world_rank(int world_rank) {
+  for (int rank = 0; rank < world_size_; ++rank) {
+    if (this->world_rank(rank) == world_rank) return depart(rank);
+  }
+}
+
+std::string LocalGroup::world_rank_list(const std::vector<int>& ranks) const {
+  std::vector<int> world;
+  for (int rank : ranks) world.push_back(world_rank(rank));
+  return rank_list(world);
+}
+
+std::string LocalGroup::in_group() const { return name_.empty() ? "" : " in the " + name_; }
+
+std::string LocalGroup::where(int rank, const LocalCall& call) const {
+  return call.name + at_step(call.step) + " on rank " + std::to_string(world_rank(rank)) +
+         in_group();
 }
 
 template <typename Done>
@@ -96,14 +138,14 @@ void LocalGroup::wait_for_arrivals(std::unique_lock<std::mutex>& lock, int rank,
     }
     if (!departed.empty()) {
       give_up(ErrorKind::kCommMismatch,
-              where(rank, call) + ": rank(s) " + rank_list(departed) +
+              where(rank, call) + ": rank(s) " + world_rank_list(departed) +
                   " finished without calling it; every rank must call the same collectives in "
                   "the same order");
     }
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && !done() && !poisoned_) {
       give_up(ErrorKind::kCommTimeout,
               where(rank, call) + ": timed out after " + seconds_text(timeout_) +
-                  " waiting for rank(s) " + rank_list(missing) +
+                  " waiting for rank(s) " + world_rank_list(missing) +
                   "; a rank is stalled or skipped the collective (world.timeout_s sets the limit)");
     }
   }
@@ -154,7 +196,7 @@ void LocalGroup::leave(int rank, std::uint64_t sequence, bool moved) {
     }
     const std::string message =
         where(rank, meeting.calls[rank]) + ": timed out after " + seconds_text(timeout_) +
-        " waiting for rank(s) " + rank_list(missing) +
+        " waiting for rank(s) " + world_rank_list(missing) +
         " to finish it; a rank is stalled (world.timeout_s sets the limit)";
     lock.unlock();
     poison(rank, ErrorKind::kCommTimeout, message);
@@ -174,15 +216,19 @@ void LocalGroup::check_agreement(const Meeting& meeting) const {
     if (call.op != first.op || call.count != first.count || call.dtype != first.dtype ||
         call.reduction != first.reduction || call.root != first.root) {
       throw Error(ErrorKind::kCommMismatch,
-                  "collective mismatch: rank 0 called " + first.name + " but rank " +
-                      std::to_string(r) + " called " + call.name +
+                  "collective mismatch: rank " + std::to_string(world_rank(0)) + " called " +
+                      first.name + " but rank " + std::to_string(world_rank(r)) + " called " +
+                      call.name + in_group() +
                       "; every rank must call the same collectives in the same order");
     }
   }
 }
 
 LocalCommunicator::LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank)
-    : group_(std::move(group)), rank_(rank) {}
+    : group_(std::move(group)),
+      rank_(rank),
+      next_send_(static_cast<std::size_t>(group_->world_size()), 0),
+      next_receive_(static_cast<std::size_t>(group_->world_size()), 0) {}
 
 std::vector<std::unique_ptr<LocalCommunicator>> LocalCommunicator::create_group(
     int world_size, std::chrono::milliseconds timeout) {
@@ -219,7 +265,7 @@ void LocalCommunicator::enqueue_collective(
     }
     group->leave(rank, sequence);
     if (trace) {
-      trace->add({rank, track, call.op + " #" + std::to_string(sequence), begin,
+      trace->add({group->world_rank(rank), track, call.op + " #" + std::to_string(sequence), begin,
                   TraceRecorder::now_us(), static_cast<std::int64_t>(moved_bytes(call, group->world_size()))});
     }
   });

@@ -2,7 +2,10 @@
 // from shared memory. Collectives are matched across ranks by the order each rank issues them
 // (its host-side sequence number), not by the order streams happen to run them, so
 // collectives enqueued on different streams (comm and prefetch) cannot be paired wrongly.
-// Invariant: a communicator is driven by one host thread (its rank's).
+// Groups split from a group (split) and point-to-point transfers (send / receive) are matched
+// the same way. A failure anywhere — a rank that dies, times out or finishes early — reaches the
+// groups split from the one it happened in, so no group's ranks wait out a timeout for a rank
+// that is gone. Invariant: a communicator is driven by one host thread (its rank's).
 #pragma once
 
 #include <condition_variable>
@@ -12,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/error.h"
@@ -33,15 +37,21 @@ struct LocalCall {
   // gave), and the step its rank was in when it was issued.
   std::string name = {};
   std::int64_t step = 0;
+  std::string label = {};  // point to point: the caller's label
 };
 
 // The state all ranks of one local group share.
 class LocalGroup {
  public:
-  LocalGroup(int world_size, std::chrono::milliseconds timeout);
+  // `name` and `world_ranks` (each rank's rank in the world) are for a group split from another;
+  // empty: the world itself.
+  LocalGroup(int world_size, std::chrono::milliseconds timeout, std::string name = {},
+             std::vector<int> world_ranks = {});
 
   int world_size() const { return world_size_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  const std::string& name() const { return name_; }
+  int world_rank(int rank) const { return world_ranks_.empty() ? rank : world_ranks_[rank]; }
 
   // Marks the group failed because of `rank`: every collective waiting now or called later fails
   // at once with `reason`, instead of waiting out its timeout. The first call is the cause: it
@@ -67,6 +77,22 @@ class LocalGroup {
   // still waits: the peer may be reading its buffers, which the caller frees next.
   void leave(int rank, std::uint64_t sequence, bool moved = true);
 
+  // Point to point, transfer `sequence` from rank `from` to rank `to`. The sender's side posts
+  // `call.send` and waits until the receiver has copied it; the receiver's waits for the post,
+  // checks that count and dtype agree and copies into `call.recv`. Either fails (and poisons
+  // the group) on timeout, a mismatch, or a peer that failed or finished first.
+  void send(int from, int to, std::uint64_t sequence, const LocalCall& call);
+  void receive(int from, int to, std::uint64_t sequence, const LocalCall& call);
+
+  // Split `sequence` of this group (Communicator::split): waits for every rank, then makes one
+  // group per color, each failing when this one does. A negative color: no group.
+  struct Membership {
+    std::shared_ptr<LocalGroup> group;
+    int rank = -1;
+  };
+  Membership split(int rank, std::uint64_t sequence, int color, int key, const std::string& name,
+                   std::chrono::milliseconds timeout);
+
  private:
   struct Meeting {
     std::vector<LocalCall> calls;
@@ -85,8 +111,33 @@ class LocalGroup {
   void wait_for_arrivals(std::unique_lock<std::mutex>& lock, int rank, std::uint64_t sequence,
                          Done done);
   // "all_reduce #4 (3 x fp32, sum) 'step loss' at step 2 on rank 0": the call, for errors.
-  static std::string where(int rank, const LocalCall& call);
+  std::string where(int rank, const LocalCall& call) const;
   void check_agreement(const Meeting& meeting) const;
+
+  struct Transfer {
+    LocalCall send;
+    bool sent = false;
+    bool claimed = false;    // the receiver is copying: the sender may no longer give up
+    bool taken = false;      // copied: the sender's buffer is free
+    bool withdrawn = false;  // a side gave up: the other erases the transfer and fails
+    std::string mismatch;    // non-empty: the receiver found count or dtype differ
+  };
+  struct Splitting {
+    std::vector<int> colors, keys;
+    std::vector<std::string> names;
+    std::vector<std::chrono::milliseconds> timeouts;
+    std::vector<bool> arrived;
+    int arrived_count = 0;
+    int taken_count = 0;
+    bool done = false;
+    std::vector<Membership> result;
+  };
+  // The failure of the group this one was split from, or of a rank in it, reaching this one.
+  void poison_from_parent(const std::string& reason);
+  void depart_world_rank(int world_rank);
+  std::vector<std::shared_ptr<LocalGroup>> live_children();
+  std::string world_rank_list(const std::vector<int>& ranks) const;
+  std::string in_group() const;
 
   const int world_size_;
   const std::chrono::milliseconds timeout_;
@@ -97,6 +148,11 @@ class LocalGroup {
   bool poisoned_ = false;
   std::string poison_reason_;
   std::function<void(int, const Error&)> observer_;
+  const std::string name_;
+  const std::vector<int> world_ranks_;
+  std::map<std::tuple<int, int, std::uint64_t>, Transfer> transfers_;
+  std::map<std::uint64_t, Splitting> splits_;
+  std::vector<std::weak_ptr<LocalGroup>> children_;
 };
 
 class LocalCommunicator final : public Communicator {
@@ -120,6 +176,12 @@ class LocalCommunicator final : public Communicator {
                   Reduction reduction) override;
   void broadcast(Stream& stream, void* buffer, std::size_t count, DType dtype, int root) override;
   void barrier(Stream& stream) override;
+  void send(Stream& stream, const void* data, std::size_t count, DType dtype, int peer) override;
+  void receive(Stream& stream, void* data, std::size_t count, DType dtype, int peer) override;
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name,
+                                      std::chrono::milliseconds timeout) override;
+  std::string group_name() const override { return group_->name(); }
+  int world_rank_of(int rank) const override { return group_->world_rank(rank); }
   void label_next(const char* label) override { label_ = label == nullptr ? "" : label; }
   void name_next(const std::string& caller) override { name_ = caller; }
   void begin_step(std::int64_t step) override { step_ = step; }
@@ -137,7 +199,13 @@ class LocalCommunicator final : public Communicator {
 
   std::shared_ptr<LocalGroup> group_;
   const int rank_;
+  // Checks `peer` for a transfer: a rank of the group, not this one.
+  void check_peer(int peer, const char* op) const;
+
   std::uint64_t next_sequence_ = 0;
+  std::uint64_t next_split_ = 0;
+  std::vector<std::uint64_t> next_send_;     // per peer
+  std::vector<std::uint64_t> next_receive_;  // per peer
   std::chrono::milliseconds delay_{0};
   TraceRecorder* trace_ = nullptr;
   std::string label_;  // for the next collective

@@ -179,9 +179,14 @@ constexpr int kLanes = 16;
 
 struct MpiCommunicator::Shared {
   std::vector<MPI_Comm> lanes;
+  MPI_Comm control = MPI_COMM_NULL;  // splits only: host-side, never a stream's
+  MPI_Comm transfers = MPI_COMM_NULL;  // point to point only
   int rank = 0;
   int world_size = 1;
   std::chrono::milliseconds timeout{0};
+  std::string name;              // the group's, for errors; empty: the world
+  std::vector<int> world_ranks;  // each rank's in the world, for errors
+  std::uint64_t next_split = 0;
 
   std::mutex mutex;
   std::condition_variable turn_changed;
@@ -195,13 +200,25 @@ struct MpiCommunicator::Shared {
     MPI_Finalized(&finalized);
     if (finalized) return;
     for (MPI_Comm& lane : lanes) MPI_Comm_free(&lane);
+    for (MPI_Comm* comm : {&control, &transfers}) {
+      if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
+    }
   }
+
+  int world_rank(int group_rank) const {
+    return world_ranks.empty() ? group_rank : world_ranks[static_cast<std::size_t>(group_rank)];
+  }
+  std::string in_group() const { return name.empty() ? "" : " in the " + name; }
 
   MPI_Comm lane_of(const Call& call) const {
     return lanes[static_cast<std::size_t>(call.sequence % kLanes)];
   }
 
   std::string where(const Call& call) const {
+    if (!name.empty()) {
+      return call.describe() + at_step(call.step) + " on rank " +
+             std::to_string(world_rank(rank)) + in_group();
+    }
     return call.describe() + at_step(call.step) + " on rank " + std::to_string(rank) + " of " +
            std::to_string(world_size);
   }
@@ -253,9 +270,11 @@ struct MpiCommunicator::Shared {
 
   std::string timeout_text() const { return seconds_text(timeout); }
 
-  // Polls `request` until it completes. Past the deadline: a kCommTimeout naming the collective.
+  // Polls `request` until it completes. Past the deadline: a kCommTimeout naming the collective,
+  // or saying `timeout_message` when one is given. `status`: where the completion's goes.
   void complete(MPI_Request& request, const Call& call, const char* what,
-                const std::shared_ptr<Scratch>& scratch) {
+                const std::shared_ptr<Scratch>& scratch, const std::string& timeout_message = {},
+                MPI_Status* status = MPI_STATUS_IGNORE) {
     const auto started = Clock::now();
     const auto deadline = started + timeout;
     // Note: Open MPI progresses nonblocking collectives only inside MPI calls, so the waiting
@@ -265,15 +284,17 @@ struct MpiCommunicator::Shared {
     constexpr auto kNap = std::chrono::microseconds(20);
     for (;;) {
       int done = 0;
-      const int code = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      const int code = MPI_Test(&request, &done, status);
       if (code != MPI_SUCCESS) fail(call, what, code);
       if (done) return;
       const auto now = Clock::now();
       if (now >= deadline) {
         const std::string message =
-            where(call) + ": timed out after " + timeout_text() +
-            " waiting for the other ranks; a rank is stalled, failed or skipped the collective "
-            "(world.timeout_s sets the limit)";
+            !timeout_message.empty()
+                ? timeout_message
+                : where(call) + ": timed out after " + timeout_text() +
+                      " waiting for the other ranks; a rank is stalled, failed or skipped the "
+                      "collective (world.timeout_s sets the limit)";
         {
           std::lock_guard lock(mutex);
           abandoned.push_back(scratch);
@@ -320,9 +341,10 @@ struct MpiCommunicator::Shared {
       const std::uint64_t* theirs = first + static_cast<std::size_t>(r) * Call::kSignatureLength;
       if (std::equal(theirs, theirs + Call::kSignatureLength, first)) continue;
       const std::string message =
-          "collective mismatch: rank 0 called " +
+          "collective mismatch: rank " + std::to_string(world_rank(0)) + " called " +
           Call::from_signature(call.sequence, first).describe() + " but rank " +
-          std::to_string(r) + " called " + Call::from_signature(call.sequence, theirs).describe() +
+          std::to_string(world_rank(r)) + " called " +
+          Call::from_signature(call.sequence, theirs).describe() + in_group() +
           "; every rank must call the same collectives in the same order";
       break_with(ErrorKind::kCommMismatch, message);
       throw Error(ErrorKind::kCommMismatch, message);
@@ -426,25 +448,57 @@ const char* byte_pointer(const void* p, std::size_t offset) {
 
 // ---- the communicator ------------------------------------------------------------------------
 
-MpiCommunicator::MpiCommunicator(std::chrono::milliseconds timeout)
-    : shared_(std::make_shared<Shared>()),
-      rank_(MpiProcess::get().rank()),
-      world_size_(MpiProcess::get().size()),
-      timeout_(timeout) {
-  if (timeout.count() <= 0) throw Error(ErrorKind::kUsage, "mpi communicator: timeout must be > 0");
-  shared_->rank = rank_;
-  shared_->world_size = world_size_;
-  shared_->timeout = timeout;
-  for (int lane = 0; lane < kLanes; ++lane) {
+namespace {
+
+// The communicators a Shared uses, each duplicated from `base` (collective over its ranks).
+std::shared_ptr<Shared> make_shared_state(MPI_Comm base, std::chrono::milliseconds timeout,
+                                          std::string name, std::vector<int> world_ranks) {
+  auto shared = std::make_shared<Shared>();
+  ZEST_MPI_CHECK(MPI_Comm_rank(base, &shared->rank));
+  ZEST_MPI_CHECK(MPI_Comm_size(base, &shared->world_size));
+  shared->timeout = timeout;
+  shared->name = std::move(name);
+  shared->world_ranks = std::move(world_ranks);
+  const auto duplicate = [&] {
     MPI_Comm comm = MPI_COMM_NULL;
-    ZEST_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
-    shared_->lanes.push_back(comm);
-    shared_->next_on_lane.push_back(static_cast<std::uint64_t>(lane));
+    ZEST_MPI_CHECK(MPI_Comm_dup(base, &comm));
     // Note: errors come back as codes and become zest Errors naming the collective and rank;
     // the caller (World) then decides to end the job, after printing the error.
     ZEST_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+    return comm;
+  };
+  for (int lane = 0; lane < kLanes; ++lane) {
+    shared->lanes.push_back(duplicate());
+    shared->next_on_lane.push_back(static_cast<std::uint64_t>(lane));
   }
+  shared->control = duplicate();
+  shared->transfers = duplicate();
+  return shared;
 }
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(std::chrono::milliseconds timeout)
+    : rank_(MpiProcess::get().rank()),
+      world_size_(MpiProcess::get().size()),
+      timeout_(timeout),
+      next_send_(static_cast<std::size_t>(world_size_), 0),
+      next_receive_(static_cast<std::size_t>(world_size_), 0) {
+  if (timeout.count() <= 0) throw Error(ErrorKind::kUsage, "mpi communicator: timeout must be > 0");
+  shared_ = make_shared_state(MPI_COMM_WORLD, timeout, {}, {});
+}
+
+MpiCommunicator::MpiCommunicator(std::shared_ptr<Shared> shared)
+    : shared_(std::move(shared)),
+      rank_(shared_->rank),
+      world_size_(shared_->world_size),
+      timeout_(shared_->timeout),
+      next_send_(static_cast<std::size_t>(world_size_), 0),
+      next_receive_(static_cast<std::size_t>(world_size_), 0) {}
+
+std::string MpiCommunicator::group_name() const { return shared_->name; }
+
+int MpiCommunicator::world_rank_of(int rank) const { return shared_->world_rank(rank); }
 
 MpiCommunicator::~MpiCommunicator() = default;
 
@@ -572,6 +626,187 @@ void MpiCommunicator::barrier(Stream& stream) {
   };
   enqueue_plan(stream, shared_, std::move(plan), std::exchange(name_, {}),
                std::exchange(label_, {}), step_);
+}
+
+// ---- groups ----------------------------------------------------------------------------------
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name,
+                                                     std::chrono::milliseconds timeout) {
+  if (timeout.count() < 0) throw Error(ErrorKind::kUsage, "split: the timeout must be >= 0");
+  Shared& shared = *shared_;
+  Call call{Op::kAllGather, shared.next_split++, 2, DType::kInt32};
+  call.name = "split #" + std::to_string(call.sequence) + " ('" + name + "')";
+  {
+    std::lock_guard lock(shared.mutex);
+    if (!shared.broken.empty()) {
+      throw Error(ErrorKind::kPeerFailure,
+                  shared.where(call) + ": not started, the communicator failed earlier: " +
+                      shared.broken);
+    }
+  }
+  // Note: the all-gather proves every rank has arrived, within the timeout, before the blocking
+  // MPI_Comm_split; it also gives every rank the members' world ranks, for the group's errors.
+  auto scratch = std::make_shared<Scratch>();
+  scratch->signature[0] = static_cast<std::uint64_t>(static_cast<std::int64_t>(color < 0 ? -1 : color));
+  scratch->signature[1] = static_cast<std::uint64_t>(static_cast<std::int64_t>(key));
+  scratch->signatures.assign(static_cast<std::size_t>(shared.world_size) * 2, 0);
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int code = MPI_Iallgather(scratch->signature.data(), 2, MPI_UINT64_T,
+                                  scratch->signatures.data(), 2, MPI_UINT64_T, shared.control,
+                                  &request);
+  if (code != MPI_SUCCESS) shared.fail(call, "MPI_Iallgather (split)", code);
+  shared.complete(request, call, "MPI_Test (split)", scratch,
+                  shared.where(call) + ": timed out after " + shared.timeout_text() +
+                      " waiting for the other ranks to call it; a rank is stalled, failed or "
+                      "splits different groups (world.timeout_s sets the limit)");
+  MPI_Comm comm = MPI_COMM_NULL;
+  ZEST_MPI_CHECK(MPI_Comm_split(shared.control, color < 0 ? MPI_UNDEFINED : color, key, &comm));
+  if (comm == MPI_COMM_NULL) return nullptr;
+  const auto color_of = [&](int r) {
+    return static_cast<std::int64_t>(scratch->signatures[static_cast<std::size_t>(r) * 2]);
+  };
+  const auto key_of = [&](int r) {
+    return static_cast<std::int64_t>(scratch->signatures[static_cast<std::size_t>(r) * 2 + 1]);
+  };
+  std::vector<int> members;
+  for (int r = 0; r < shared.world_size; ++r) {
+    if (color_of(r) == color) members.push_back(r);
+  }
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return key_of(a) < key_of(b); });
+  std::vector<int> world;
+  for (int r : members) world.push_back(shared.world_rank(r));
+  std::shared_ptr<Shared> group;
+  try {
+    group = make_shared_state(comm, timeout.count() > 0 ? timeout : shared.timeout, name,
+                              std::move(world));
+  } catch (...) {
+    MPI_Comm_free(&comm);
+    throw;
+  }
+  MPI_Comm_free(&comm);
+  return std::make_unique<MpiCommunicator>(std::move(group));
+}
+
+// ---- point to point --------------------------------------------------------------------------
+
+namespace {
+
+// Transfers between a pair of ranks are tagged with their running count modulo this (MPI
+// guarantees tags up to 32767): a receive matches its send whatever order streams post them.
+constexpr std::uint64_t kTransferTags = 32768;
+
+}  // namespace
+
+void MpiCommunicator::check_peer(int peer, const char* op) const {
+  if (peer < 0 || peer >= world_size_) {
+    throw Error(ErrorKind::kUsage, std::string(op) + " to rank " + std::to_string(peer) +
+                                       ": outside a group of " + std::to_string(world_size_) +
+                                       " ranks" + shared_->in_group());
+  }
+  if (peer == rank_) {
+    throw Error(ErrorKind::kUsage, std::string(op) + " on rank " +
+                                       std::to_string(shared_->world_rank(rank_)) +
+                                       ": a rank cannot send to or receive from itself");
+  }
+}
+
+void MpiCommunicator::send(Stream& stream, const void* data, std::size_t count, DType dtype,
+                           int peer) {
+  check_peer(peer, "send");
+  const std::uint64_t sequence = next_send_[static_cast<std::size_t>(peer)]++;
+  const int bytes = checked_count(count * dtype_size(dtype), "send (bytes)");
+  Call call{Op::kBarrier, sequence, count, dtype};
+  const std::string label = std::exchange(label_, {});
+  call.name = describe_collective("send", sequence, count, dtype, Reduction::kSum, 0, label) +
+              " to rank " + std::to_string(shared_->world_rank(peer));
+  call.step = step_;
+  name_.clear();
+  const std::string timeout_message =
+      describe_transfer("send", sequence, count, dtype, shared_->world_rank(rank_),
+                        shared_->world_rank(peer), label, shared_->timeout_text()) +
+      at_step(step_) + shared_->in_group() + "; rank " +
+      std::to_string(shared_->world_rank(peer)) +
+      " is stalled or never receives it (world.timeout_s sets the limit)";
+  stream.enqueue([shared = shared_, data, bytes, peer, call, timeout_message] {
+    {
+      std::lock_guard lock(shared->mutex);
+      if (!shared->broken.empty()) {
+        throw Error(ErrorKind::kPeerFailure, shared->where(call) +
+                                                 ": not started, the communicator failed "
+                                                 "earlier: " + shared->broken);
+      }
+    }
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int code = MPI_Isend(data, bytes, MPI_BYTE, peer,
+                               static_cast<int>(call.sequence % kTransferTags),
+                               shared->transfers, &request);
+    if (code != MPI_SUCCESS) shared->fail(call, "MPI_Isend", code);
+    shared->complete(request, call, "MPI_Test (send)", std::make_shared<Scratch>(),
+                     timeout_message);
+  });
+}
+
+void MpiCommunicator::receive(Stream& stream, void* data, std::size_t count, DType dtype,
+                              int peer) {
+  check_peer(peer, "receive");
+  const std::uint64_t sequence = next_receive_[static_cast<std::size_t>(peer)]++;
+  const int bytes = checked_count(count * dtype_size(dtype), "receive (bytes)");
+  Call call{Op::kBarrier, sequence, count, dtype};
+  const std::string label = std::exchange(label_, {});
+  call.name = describe_collective("receive", sequence, count, dtype, Reduction::kSum, 0, label) +
+              " from rank " + std::to_string(shared_->world_rank(peer));
+  call.step = step_;
+  name_.clear();
+  const std::string waited =
+      describe_transfer("receive", sequence, count, dtype, shared_->world_rank(rank_),
+                        shared_->world_rank(peer), label, shared_->timeout_text()) +
+      at_step(step_) + shared_->in_group() + "; rank " +
+      std::to_string(shared_->world_rank(peer)) +
+      " is stalled or never sends it (world.timeout_s sets the limit)";
+  stream.enqueue([shared = shared_, data, bytes, peer, call, waited] {
+    // Note: a matched probe first, so that a send of another size is a mismatch naming both
+    // sizes before anything is written, where MPI_Irecv would truncate or leave bytes unwritten.
+    const int tag = static_cast<int>(call.sequence % kTransferTags);
+    const auto deadline = Clock::now() + shared->timeout;
+    MPI_Message message = MPI_MESSAGE_NULL;
+    MPI_Status status;
+    for (;;) {
+      {
+        std::lock_guard lock(shared->mutex);
+        if (!shared->broken.empty()) {
+          throw Error(ErrorKind::kPeerFailure,
+                      shared->where(call) + ": the communicator failed: " + shared->broken);
+        }
+      }
+      int found = 0;
+      const int code = MPI_Improbe(peer, tag, shared->transfers, &found, &message, &status);
+      if (code != MPI_SUCCESS) shared->fail(call, "MPI_Improbe", code);
+      if (found) break;
+      if (Clock::now() >= deadline) {
+        shared->break_with(ErrorKind::kCommTimeout, waited);
+        throw Error(ErrorKind::kCommTimeout, waited);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    int sent = 0;
+    ZEST_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &sent));
+    if (sent != bytes) {
+      const std::string mismatch =
+          "point-to-point mismatch" + shared->in_group() + ": rank " +
+          std::to_string(shared->world_rank(peer)) + " sent " + std::to_string(sent) +
+          " bytes (send #" + std::to_string(call.sequence) + ") but rank " +
+          std::to_string(shared->world_rank(shared->rank)) + " receives " +
+          std::to_string(bytes) + " (" + call.name +
+          "); every send must pair with a receive of the same count and dtype";
+      shared->break_with(ErrorKind::kCommMismatch, mismatch);
+      throw Error(ErrorKind::kCommMismatch, mismatch);
+    }
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int code = MPI_Imrecv(data, bytes, MPI_BYTE, &message, &request);
+    if (code != MPI_SUCCESS) shared->fail(call, "MPI_Imrecv", code);
+    shared->complete(request, call, "MPI_Test (receive)", std::make_shared<Scratch>(), waited);
+  });
 }
 
 }  // namespace zest
