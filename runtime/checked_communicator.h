@@ -49,7 +49,7 @@ class CheckedCommunicator final : public Communicator {
   void receive(Stream& stream, void* data, std::size_t count, DType dtype, int peer) override;
   // The inner communicator's group, checked on its own (its own order of collectives).
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name,
-                                      std::chrono::milliseconds timeout) override;
+                                      std::chrono::milliseconds timeout = {}) override;
   std::string group_name() const override { return inner_.group_name(); }
   int world_rank_of(int rank) const override { return inner_.world_rank_of(rank); }
   void label_next(const char* label) override;

@@ -55,7 +55,7 @@ class MpiCommunicator final : public Communicator {
   void send(Stream& stream, const void* data, std::size_t count, DType dtype, int peer) override;
   void receive(Stream& stream, void* data, std::size_t count, DType dtype, int peer) override;
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name,
-                                      std::chrono::milliseconds timeout) override;
+                                      std::chrono::milliseconds timeout = {}) override;
   std::string group_name() const override;
   int world_rank_of(int rank) const override;
   void label_next(const char* label) override { label_ = label == nullptr ? "" : label; }

@@ -19,58 +19,14 @@
 #include "base/error.h"
 #include "runtime/mpi_check.h"
 #include "runtime/mpi_process.h"
+#include "runtime/mpi_shared_mpi.h"
 
 namespace zest {
 
+using namespace mpi_detail;
+
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-enum class Op : std::uint64_t { kAllGather, kReduceScatter, kAllReduce, kBroadcast, kBarrier };
-
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::kAllGather: return "all_gather";
-    case Op::kReduceScatter: return "reduce_scatter";
-    case Op::kAllReduce: return "all_reduce";
-    case Op::kBroadcast: return "broadcast";
-    case Op::kBarrier: return "barrier";
-  }
-  return "?";
-}
-
-// What this rank passed to one collective: enough to describe it and to check that every rank
-// called the same thing.
-struct Call {
-  Op op = Op::kBarrier;
-  std::uint64_t sequence = 0;
-  std::size_t count = 0;
-  DType dtype = DType::kFloat32;
-  Reduction reduction = Reduction::kSum;
-  int root = 0;
-  // For errors: the caller's name for it (name_next), or empty for describe(); its label; the
-  // step its rank was in when it was issued.
-  std::string name = {};
-  std::string label = {};
-  std::int64_t step = 0;
-
-  // The fields every rank must agree on, as exchanged by the agreement check.
-  static constexpr int kSignatureLength = 5;
-  std::array<std::uint64_t, kSignatureLength> signature() const {
-    return {static_cast<std::uint64_t>(op), count, static_cast<std::uint64_t>(dtype),
-            static_cast<std::uint64_t>(reduction), static_cast<std::uint64_t>(root)};
-  }
-  static Call from_signature(std::uint64_t sequence, const std::uint64_t* words) {
-    return {static_cast<Op>(words[0]), sequence, static_cast<std::size_t>(words[1]),
-            static_cast<DType>(words[2]), static_cast<Reduction>(words[3]),
-            static_cast<int>(words[4])};
-  }
-  // "all_reduce #12 (1000 x bf16, mean)", with the label if it has one.
-  std::string describe() const {
-    if (!name.empty()) return name;
-    return describe_collective(op_name(op), sequence, count, dtype, reduction, root, label);
-  }
-};
 
 MPI_Datatype element_type(DType dtype) {
   switch (dtype) {
@@ -152,205 +108,8 @@ void narrow(const float* in, std::size_t count, void* destination, DType dtype, 
   }
   throw Error(ErrorKind::kInternal, "narrow: not a reducible dtype");
 }
-
-// fp32 buffers a collective stages through. Owned by the enqueued closure, and kept alive past
-// a timeout (MPI may still write into them).
-struct Scratch {
-  std::vector<float> send;
-  std::vector<float> recv;
-  std::array<std::uint64_t, Call::kSignatureLength> signature{};  // this rank's, sent
-  std::vector<std::uint64_t> signatures;  // every rank's, all-gathered by the agreement check
-};
-
 }  // namespace
 
-// ---- shared state ----------------------------------------------------------------------------
-
-// Note: collectives are matched across ranks by host order, as in the local backend, but MPI
-// matches nonblocking collectives on one communicator by the order they are started. Starting
-// them strictly in host order would make a gather issued on `prefetch` wait for a
-// reduce-scatter issued just before it on `comm` that is still waiting for compute — and lose
-// the overlap. So collective s goes on lane s mod kLanes, one duplicated communicator each, and
-// waits only for collective s − kLanes to have started: the order on every lane is the host
-// order on every rank, and up to kLanes − 1 later collectives may start past a stalled one.
-// Waiting only on earlier-issued collectives cannot deadlock: anything an earlier collective
-// waits for was itself enqueued earlier.
-constexpr int kLanes = 16;
-
-struct MpiCommunicator::Shared {
-  std::vector<MPI_Comm> lanes;
-  MPI_Comm control = MPI_COMM_NULL;  // splits only: host-side, never a stream's
-  MPI_Comm transfers = MPI_COMM_NULL;  // point to point only
-  int rank = 0;
-  int world_size = 1;
-  std::chrono::milliseconds timeout{0};
-  std::string name;              // the group's, for errors; empty: the world
-  std::vector<int> world_ranks;  // each rank's in the world, for errors
-  std::uint64_t next_split = 0;
-
-  std::mutex mutex;
-  std::condition_variable turn_changed;
-  std::vector<std::uint64_t> next_on_lane;  // the next collective each lane may start
-  std::string broken;                       // non-empty: why every later collective fails at once
-  ErrorKind broken_kind = ErrorKind::kInternal;
-  std::vector<std::shared_ptr<Scratch>> abandoned;  // of collectives MPI may still complete
-
-  ~Shared() {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (finalized) return;
-    for (MPI_Comm& lane : lanes) MPI_Comm_free(&lane);
-    for (MPI_Comm* comm : {&control, &transfers}) {
-      if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
-    }
-  }
-
-  int world_rank(int group_rank) const {
-    return world_ranks.empty() ? group_rank : world_ranks[static_cast<std::size_t>(group_rank)];
-  }
-  std::string in_group() const { return name.empty() ? "" : " in the " + name; }
-
-  MPI_Comm lane_of(const Call& call) const {
-    return lanes[static_cast<std::size_t>(call.sequence % kLanes)];
-  }
-
-  std::string where(const Call& call) const {
-    if (!name.empty()) {
-      return call.describe() + at_step(call.step) + " on rank " +
-             std::to_string(world_rank(rank)) + in_group();
-    }
-    return call.describe() + at_step(call.step) + " on rank " + std::to_string(rank) + " of " +
-           std::to_string(world_size);
-  }
-
-  // Records the first failure; later collectives fail at once with it.
-  void break_with(ErrorKind kind, const std::string& reason) {
-    {
-      std::lock_guard lock(mutex);
-      if (broken.empty()) {
-        broken = reason;
-        broken_kind = kind;
-      }
-    }
-    turn_changed.notify_all();
-  }
-
-  // Blocks until the collective issued kLanes before `call` on this rank has started.
-  void wait_for_turn(const Call& call) {
-    const std::size_t lane = static_cast<std::size_t>(call.sequence % kLanes);
-    std::unique_lock lock(mutex);
-    const auto deadline = Clock::now() + timeout;
-    for (;;) {
-      if (!broken.empty()) {
-        throw Error(ErrorKind::kPeerFailure,
-                    where(call) + ": not started, the communicator failed earlier: " + broken);
-      }
-      if (next_on_lane[lane] == call.sequence) return;
-      if (turn_changed.wait_until(lock, deadline) == std::cv_status::timeout &&
-          next_on_lane[lane] != call.sequence && broken.empty()) {
-        const std::string message =
-            where(call) + ": timed out after " + timeout_text() + " waiting for collective #" +
-            std::to_string(next_on_lane[lane]) +
-            ", issued earlier on this rank, to start on its stream; that stream is stalled "
-            "(world.timeout_s sets the limit)";
-        lock.unlock();
-        break_with(ErrorKind::kCommTimeout, message);
-        throw Error(ErrorKind::kCommTimeout, message);
-      }
-    }
-  }
-
-  void pass_turn(const Call& call) {
-    {
-      std::lock_guard lock(mutex);
-      next_on_lane[static_cast<std::size_t>(call.sequence % kLanes)] += kLanes;
-    }
-    turn_changed.notify_all();
-  }
-
-  std::string timeout_text() const { return seconds_text(timeout); }
-
-  // Polls `request` until it completes. Past the deadline: a kCommTimeout naming the collective,
-  // or saying `timeout_message` when one is given. `status`: where the completion's goes.
-  void complete(MPI_Request& request, const Call& call, const char* what,
-                const std::shared_ptr<Scratch>& scratch, const std::string& timeout_message = {},
-                MPI_Status* status = MPI_STATUS_IGNORE) {
-    const auto started = Clock::now();
-    const auto deadline = started + timeout;
-    // Note: Open MPI progresses nonblocking collectives only inside MPI calls, so the waiting
-    // stream polls. It yields at first (short collectives finish within microseconds), then
-    // sleeps briefly, so that waiting ranks leave the cores to ranks still computing.
-    constexpr auto kSpin = std::chrono::microseconds(200);
-    constexpr auto kNap = std::chrono::microseconds(20);
-    for (;;) {
-      int done = 0;
-      const int code = MPI_Test(&request, &done, status);
-      if (code != MPI_SUCCESS) fail(call, what, code);
-      if (done) return;
-      const auto now = Clock::now();
-      if (now >= deadline) {
-        const std::string message =
-            !timeout_message.empty()
-                ? timeout_message
-                : where(call) + ": timed out after " + timeout_text() +
-                      " waiting for the other ranks; a rank is stalled, failed or skipped the "
-                      "collective (world.timeout_s sets the limit)";
-        {
-          std::lock_guard lock(mutex);
-          abandoned.push_back(scratch);
-        }
-        break_with(ErrorKind::kCommTimeout, message);
-        throw Error(ErrorKind::kCommTimeout, message);
-      }
-      if (now - started < kSpin) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(kNap);
-      }
-    }
-  }
-
-  [[noreturn]] void fail(const Call& call, const char* what, int code) {
-    try {
-      mpi::check(code, what, __FILE__, __LINE__);
-    } catch (const Error& error) {
-      const std::string message = where(call) + ": " + error.what();
-      break_with(error.kind(), message);
-      throw Error(error.kind(), message);
-    }
-    throw Error(ErrorKind::kInternal, "mpi::check accepted a failing code");
-  }
-
-  // Every rank all-gathers every rank's call; all must match. Runs on the call's lane while holding
-  // its turn, so the check and the collective are started back to back on every rank.
-  // Note: this costs one small all-gather's latency per collective (tens of microseconds on
-  // one machine). It buys the interface's promise that a mismatch is an Error naming both
-  // calls, where MPI itself would truncate, hang until the timeout, or reduce garbage.
-  void check_agreement(const Call& call, const std::shared_ptr<Scratch>& scratch) {
-    scratch->signature = call.signature();
-    scratch->signatures.assign(static_cast<std::size_t>(world_size) * Call::kSignatureLength, 0);
-    MPI_Request request = MPI_REQUEST_NULL;
-    const int code =
-        MPI_Iallgather(scratch->signature.data(), Call::kSignatureLength, MPI_UINT64_T,
-                       scratch->signatures.data(), Call::kSignatureLength, MPI_UINT64_T,
-                       lane_of(call), &request);
-    if (code != MPI_SUCCESS) fail(call, "MPI_Iallgather (agreement check)", code);
-    complete(request, call, "MPI_Test (agreement check)", scratch);
-    const std::uint64_t* first = scratch->signatures.data();
-    for (int r = 0; r < world_size; ++r) {
-      const std::uint64_t* theirs = first + static_cast<std::size_t>(r) * Call::kSignatureLength;
-      if (std::equal(theirs, theirs + Call::kSignatureLength, first)) continue;
-      const std::string message =
-          "collective mismatch: rank " + std::to_string(world_rank(0)) + " called " +
-          Call::from_signature(call.sequence, first).describe() + " but rank " +
-          std::to_string(world_rank(r)) + " called " +
-          Call::from_signature(call.sequence, theirs).describe() + in_group() +
-          "; every rank must call the same collectives in the same order";
-      break_with(ErrorKind::kCommMismatch, message);
-      throw Error(ErrorKind::kCommMismatch, message);
-    }
-  }
-};
 
 namespace {
 
@@ -423,7 +182,9 @@ void enqueue_plan(Stream& stream, const std::shared_ptr<Shared>& shared, Plan pl
   });
 }
 
-int checked_count(std::size_t count, const char* op) {
+}  // namespace
+
+int mpi_detail::checked_count(std::size_t count, const char* op) {
   if (count > static_cast<std::size_t>(INT_MAX)) {
     throw Error(ErrorKind::kUsage, std::string(op) + " of " + std::to_string(count) +
                                        " elements: the mpi backend moves at most " +
@@ -432,6 +193,8 @@ int checked_count(std::size_t count, const char* op) {
   }
   return static_cast<int>(count);
 }
+
+namespace {
 
 void require_reducible(DType dtype, const char* op) {
   if (dtype == DType::kFloat32 || dtype == DType::kBFloat16 || dtype == DType::kFloat16) return;
@@ -448,9 +211,8 @@ const char* byte_pointer(const void* p, std::size_t offset) {
 
 // ---- the communicator ------------------------------------------------------------------------
 
-namespace {
+namespace mpi_detail {
 
-// The communicators a Shared uses, each duplicated from `base` (collective over its ranks).
 std::shared_ptr<Shared> make_shared_state(MPI_Comm base, std::chrono::milliseconds timeout,
                                           std::string name, std::vector<int> world_ranks) {
   auto shared = std::make_shared<Shared>();
@@ -476,7 +238,7 @@ std::shared_ptr<Shared> make_shared_state(MPI_Comm base, std::chrono::millisecon
   return shared;
 }
 
-}  // namespace
+}  // namespace mpi_detail
 
 MpiCommunicator::MpiCommunicator(std::chrono::milliseconds timeout)
     : rank_(MpiProcess::get().rank()),
@@ -626,187 +388,6 @@ void MpiCommunicator::barrier(Stream& stream) {
   };
   enqueue_plan(stream, shared_, std::move(plan), std::exchange(name_, {}),
                std::exchange(label_, {}), step_);
-}
-
-// ---- groups ----------------------------------------------------------------------------------
-
-std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name,
-                                                     std::chrono::milliseconds timeout) {
-  if (timeout.count() < 0) throw Error(ErrorKind::kUsage, "split: the timeout must be >= 0");
-  Shared& shared = *shared_;
-  Call call{Op::kAllGather, shared.next_split++, 2, DType::kInt32};
-  call.name = "split #" + std::to_string(call.sequence) + " ('" + name + "')";
-  {
-    std::lock_guard lock(shared.mutex);
-    if (!shared.broken.empty()) {
-      throw Error(ErrorKind::kPeerFailure,
-                  shared.where(call) + ": not started, the communicator failed earlier: " +
-                      shared.broken);
-    }
-  }
-  // Note: the all-gather proves every rank has arrived, within the timeout, before the blocking
-  // MPI_Comm_split; it also gives every rank the members' world ranks, for the group's errors.
-  auto scratch = std::make_shared<Scratch>();
-  scratch->signature[0] = static_cast<std::uint64_t>(static_cast<std::int64_t>(color < 0 ? -1 : color));
-  scratch->signature[1] = static_cast<std::uint64_t>(static_cast<std::int64_t>(key));
-  scratch->signatures.assign(static_cast<std::size_t>(shared.world_size) * 2, 0);
-  MPI_Request request = MPI_REQUEST_NULL;
-  const int code = MPI_Iallgather(scratch->signature.data(), 2, MPI_UINT64_T,
-                                  scratch->signatures.data(), 2, MPI_UINT64_T, shared.control,
-                                  &request);
-  if (code != MPI_SUCCESS) shared.fail(call, "MPI_Iallgather (split)", code);
-  shared.complete(request, call, "MPI_Test (split)", scratch,
-                  shared.where(call) + ": timed out after " + shared.timeout_text() +
-                      " waiting for the other ranks to call it; a rank is stalled, failed or "
-                      "splits different groups (world.timeout_s sets the limit)");
-  MPI_Comm comm = MPI_COMM_NULL;
-  ZEST_MPI_CHECK(MPI_Comm_split(shared.control, color < 0 ? MPI_UNDEFINED : color, key, &comm));
-  if (comm == MPI_COMM_NULL) return nullptr;
-  const auto color_of = [&](int r) {
-    return static_cast<std::int64_t>(scratch->signatures[static_cast<std::size_t>(r) * 2]);
-  };
-  const auto key_of = [&](int r) {
-    return static_cast<std::int64_t>(scratch->signatures[static_cast<std::size_t>(r) * 2 + 1]);
-  };
-  std::vector<int> members;
-  for (int r = 0; r < shared.world_size; ++r) {
-    if (color_of(r) == color) members.push_back(r);
-  }
-  std::stable_sort(members.begin(), members.end(),
-                   [&](int a, int b) { return key_of(a) < key_of(b); });
-  std::vector<int> world;
-  for (int r : members) world.push_back(shared.world_rank(r));
-  std::shared_ptr<Shared> group;
-  try {
-    group = make_shared_state(comm, timeout.count() > 0 ? timeout : shared.timeout, name,
-                              std::move(world));
-  } catch (...) {
-    MPI_Comm_free(&comm);
-    throw;
-  }
-  MPI_Comm_free(&comm);
-  return std::make_unique<MpiCommunicator>(std::move(group));
-}
-
-// ---- point to point --------------------------------------------------------------------------
-
-namespace {
-
-// Transfers between a pair of ranks are tagged with their running count modulo this (MPI
-// guarantees tags up to 32767): a receive matches its send whatever order streams post them.
-constexpr std::uint64_t kTransferTags = 32768;
-
-}  // namespace
-
-void MpiCommunicator::check_peer(int peer, const char* op) const {
-  if (peer < 0 || peer >= world_size_) {
-    throw Error(ErrorKind::kUsage, std::string(op) + " to rank " + std::to_string(peer) +
-                                       ": outside a group of " + std::to_string(world_size_) +
-                                       " ranks" + shared_->in_group());
-  }
-  if (peer == rank_) {
-    throw Error(ErrorKind::kUsage, std::string(op) + " on rank " +
-                                       std::to_string(shared_->world_rank(rank_)) +
-                                       ": a rank cannot send to or receive from itself");
-  }
-}
-
-void MpiCommunicator::send(Stream& stream, const void* data, std::size_t count, DType dtype,
-                           int peer) {
-  check_peer(peer, "send");
-  const std::uint64_t sequence = next_send_[static_cast<std::size_t>(peer)]++;
-  const int bytes = checked_count(count * dtype_size(dtype), "send (bytes)");
-  Call call{Op::kBarrier, sequence, count, dtype};
-  const std::string label = std::exchange(label_, {});
-  call.name = describe_collective("send", sequence, count, dtype, Reduction::kSum, 0, label) +
-              " to rank " + std::to_string(shared_->world_rank(peer));
-  call.step = step_;
-  name_.clear();
-  const std::string timeout_message =
-      describe_transfer("send", sequence, count, dtype, shared_->world_rank(rank_),
-                        shared_->world_rank(peer), label, shared_->timeout_text()) +
-      at_step(step_) + shared_->in_group() + "; rank " +
-      std::to_string(shared_->world_rank(peer)) +
-      " is stalled or never receives it (world.timeout_s sets the limit)";
-  stream.enqueue([shared = shared_, data, bytes, peer, call, timeout_message] {
-    {
-      std::lock_guard lock(shared->mutex);
-      if (!shared->broken.empty()) {
-        throw Error(ErrorKind::kPeerFailure, shared->where(call) +
-                                                 ": not started, the communicator failed "
-                                                 "earlier: " + shared->broken);
-      }
-    }
-    MPI_Request request = MPI_REQUEST_NULL;
-    const int code = MPI_Isend(data, bytes, MPI_BYTE, peer,
-                               static_cast<int>(call.sequence % kTransferTags),
-                               shared->transfers, &request);
-    if (code != MPI_SUCCESS) shared->fail(call, "MPI_Isend", code);
-    shared->complete(request, call, "MPI_Test (send)", std::make_shared<Scratch>(),
-                     timeout_message);
-  });
-}
-
-void MpiCommunicator::receive(Stream& stream, void* data, std::size_t count, DType dtype,
-                              int peer) {
-  check_peer(peer, "receive");
-  const std::uint64_t sequence = next_receive_[static_cast<std::size_t>(peer)]++;
-  const int bytes = checked_count(count * dtype_size(dtype), "receive (bytes)");
-  Call call{Op::kBarrier, sequence, count, dtype};
-  const std::string label = std::exchange(label_, {});
-  call.name = describe_collective("receive", sequence, count, dtype, Reduction::kSum, 0, label) +
-              " from rank " + std::to_string(shared_->world_rank(peer));
-  call.step = step_;
-  name_.clear();
-  const std::string waited =
-      describe_transfer("receive", sequence, count, dtype, shared_->world_rank(rank_),
-                        shared_->world_rank(peer), label, shared_->timeout_text()) +
-      at_step(step_) + shared_->in_group() + "; rank " +
-      std::to_string(shared_->world_rank(peer)) +
-      " is stalled or never sends it (world.timeout_s sets the limit)";
-  stream.enqueue([shared = shared_, data, bytes, peer, call, waited] {
-    // Note: a matched probe first, so that a send of another size is a mismatch naming both
-    // sizes before anything is written, where MPI_Irecv would truncate or leave bytes unwritten.
-    const int tag = static_cast<int>(call.sequence % kTransferTags);
-    const auto deadline = Clock::now() + shared->timeout;
-    MPI_Message message = MPI_MESSAGE_NULL;
-    MPI_Status status;
-    for (;;) {
-      {
-        std::lock_guard lock(shared->mutex);
-        if (!shared->broken.empty()) {
-          throw Error(ErrorKind::kPeerFailure,
-                      shared->where(call) + ": the communicator failed: " + shared->broken);
-        }
-      }
-      int found = 0;
-      const int code = MPI_Improbe(peer, tag, shared->transfers, &found, &message, &status);
-      if (code != MPI_SUCCESS) shared->fail(call, "MPI_Improbe", code);
-      if (found) break;
-      if (Clock::now() >= deadline) {
-        shared->break_with(ErrorKind::kCommTimeout, waited);
-        throw Error(ErrorKind::kCommTimeout, waited);
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
-    int sent = 0;
-    ZEST_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &sent));
-    if (sent != bytes) {
-      const std::string mismatch =
-          "point-to-point mismatch" + shared->in_group() + ": rank " +
-          std::to_string(shared->world_rank(peer)) + " sent " + std::to_string(sent) +
-          " bytes (send #" + std::to_string(call.sequence) + ") but rank " +
-          std::to_string(shared->world_rank(shared->rank)) + " receives " +
-          std::to_string(bytes) + " (" + call.name +
-          "); every send must pair with a receive of the same count and dtype";
-      shared->break_with(ErrorKind::kCommMismatch, mismatch);
-      throw Error(ErrorKind::kCommMismatch, mismatch);
-    }
-    MPI_Request request = MPI_REQUEST_NULL;
-    const int code = MPI_Imrecv(data, bytes, MPI_BYTE, &message, &request);
-    if (code != MPI_SUCCESS) shared->fail(call, "MPI_Imrecv", code);
-    shared->complete(request, call, "MPI_Test (receive)", std::make_shared<Scratch>(), waited);
-  });
 }
 
 }  // namespace zest
