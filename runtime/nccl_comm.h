@@ -62,9 +62,11 @@ class Failure {
 class GuardedComm {
  public:
   // Takes `comm`, whose initialization was started (nonblocking) on `device`, and waits until it
-  // is ready; past `timeout` (a rank never joined) aborts it and throws kCommTimeout.
+  // is ready; past `timeout` (a rank never joined) aborts it and throws kCommTimeout. A rank
+  // or size < 0 (a split's group) is asked of NCCL once ready. `where` names this rank in
+  // errors ("rank 2 in the pipeline group ..."); empty: "rank <rank>".
   GuardedComm(ncclComm_t comm, int rank, int world_size, int device,
-              std::chrono::milliseconds timeout);
+              std::chrono::milliseconds timeout, std::string where = {});
   // Stops the watchdog; then closes the communicator (finalize, then destroy) or, when it failed
   // or closing takes past the timeout, aborts it. Never throws.
   ~GuardedComm();
@@ -78,6 +80,13 @@ class GuardedComm {
   // accept the calls within the timeout.
   void issue(const std::string& what, cudaStream_t stream,
              const std::function<void(ncclComm_t)>& calls);
+
+  // ncclCommSplit of this communicator (collective over its ranks, from each rank's thread):
+  // the group of `color` (none, null, when it is negative), ranked by `key`, its own timeout
+  // `timeout`, named in errors by `where`. Fails this communicator, like any call, when NCCL does
+  // not finish within the timeout.
+  std::unique_ptr<GuardedComm> split(int color, int key, std::chrono::milliseconds timeout,
+                                     const std::string& where);
 
   // Starts the collective part of closing (ncclCommFinalize), so that the ranks of one process
   // closed one after another from one thread do not wait for each other in turn. Idempotent.
@@ -111,8 +120,9 @@ class GuardedComm {
   cudaEvent_t take_event();
   std::string timeout_text() const;
 
-  const int rank_;
-  const int world_size_;
+  int rank_;        // set once, before the watchdog starts
+  int world_size_;  // set once, before the watchdog starts
+  std::string where_;
   const int device_;
   const std::chrono::milliseconds timeout_;
   const std::shared_ptr<Failure> failure_ = std::make_shared<Failure>();

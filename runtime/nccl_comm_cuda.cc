@@ -60,11 +60,31 @@ void Failure::throw_if_failed() const {
 // ---- GuardedComm -----------------------------------------------------------------------------
 
 GuardedComm::GuardedComm(ncclComm_t comm, int rank, int world_size, int device,
-                         std::chrono::milliseconds timeout)
-    : rank_(rank), world_size_(world_size), device_(device), timeout_(timeout), comm_(comm) {
+                         std::chrono::milliseconds timeout, std::string where)
+    : rank_(rank),
+      world_size_(world_size),
+      where_(where.empty() ? "rank " + std::to_string(rank) : std::move(where)),
+      device_(device),
+      timeout_(timeout),
+      comm_(comm) {
   {
     std::unique_lock lock(mutex_);
-    wait_ready(lock, "NCCL initialization (" + std::to_string(world_size) + " ranks)");
+    wait_ready(lock, world_size < 0 ? std::string("NCCL initialization of a split group")
+                                    : "NCCL initialization (" + std::to_string(world_size) +
+                                          " ranks)");
+    if (rank_ < 0 || world_size_ < 0) {
+      // Note: a split's child learns its place from NCCL; asked before the watchdog starts, so
+      // nothing reads the two while they change.
+      try {
+        DeviceScope scope(device_);
+        ZEST_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
+        ZEST_NCCL_CHECK(ncclCommCount(comm_, &world_size_));
+      } catch (...) {
+        (void)ncclCommAbort(comm_);  // the destructor will not run
+        comm_ = nullptr;
+        throw;
+      }
+    }
   }
   try {
     watchdog_ = start_thread("the NCCL watchdog of rank " + std::to_string(rank),
@@ -116,6 +136,28 @@ GuardedComm::~GuardedComm() {
   }
 }
 
+std::unique_ptr<GuardedComm> GuardedComm::split(int color, int key,
+                                                std::chrono::milliseconds timeout,
+                                                const std::string& where) {
+  ncclComm_t child = nullptr;
+  {
+    std::unique_lock lock(mutex_);
+    failure_->throw_if_failed();
+    if (comm_ == nullptr || finalizing_) {
+      throw Error(ErrorKind::kUsage, "ncclCommSplit on " + where_ + ": the NCCL communicator is closing");
+    }
+    DeviceScope scope(device_);
+    ncclConfig_t config = nonblocking_config();
+    const ncclResult_t status =
+        ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
+    if (status != ncclInProgress) ZEST_NCCL_CHECK(status);
+    // The parent takes part in the split: bounded by its timeout, like every call on it.
+    wait_ready(lock, "ncclCommSplit (color " + std::to_string(color) + ")");
+  }
+  if (color < 0 || child == nullptr) return nullptr;
+  return std::make_unique<GuardedComm>(child, -1, -1, device_, timeout, where);
+}
+
 void GuardedComm::begin_close() {
   std::lock_guard lock(mutex_);
   if (comm_ == nullptr || finalizing_) return;
@@ -153,13 +195,13 @@ void GuardedComm::wait_ready(std::unique_lock<std::mutex>& lock, const std::stri
     if (status != ncclSuccess) state = status;
     if (state == ncclSuccess) return;
     if (state != ncclInProgress) {
-      fail(error_kind(state), what + " on rank " + std::to_string(rank_) + " failed: " +
+      fail(error_kind(state), what + " on " + where_ + " failed: " +
                                   status_text(state, comm_) + "; aborted the NCCL communicator");
       break;
     }
     if (Clock::now() >= deadline) {
       fail(ErrorKind::kCommTimeout,
-           what + " on rank " + std::to_string(rank_) + " was not set up by NCCL within " +
+           what + " on " + where_ + " was not set up by NCCL within " +
                timeout_text() +
                ": aborted the NCCL communicator; a peer rank may have died or not joined "
                "(world.timeout_s sets the limit)");
@@ -192,7 +234,7 @@ void GuardedComm::issue(const std::string& what, cudaStream_t stream,
   failure_->throw_if_failed();
   if (comm_ == nullptr || finalizing_) {
     throw Error(ErrorKind::kUsage,
-                what + " on rank " + std::to_string(rank_) + ": the NCCL communicator is closing");
+                what + " on " + where_ + ": the NCCL communicator is closing");
   }
   DeviceScope scope(device_);
   InFlight entry{what, take_event(), take_event(), std::nullopt};
@@ -214,7 +256,7 @@ void GuardedComm::issue(const std::string& what, cudaStream_t stream,
     spare_events_.push_back(entry.start);
     spare_events_.push_back(entry.end);
     if (failure_->failed()) throw;  // already names the collective
-    raise(with_context(error, what + " on rank " + std::to_string(rank_)));
+    raise(with_context(error, what + " on " + where_));
   }
   in_flight_.push_back(std::move(entry));
 }
@@ -234,7 +276,7 @@ void GuardedComm::watch() {
 }
 
 void GuardedComm::poll() {
-  const std::string where = " on rank " + std::to_string(rank_);
+  const std::string where = " on " + where_;
   ncclResult_t state = ncclSuccess;
   const ncclResult_t status = ncclCommGetAsyncError(comm_, &state);
   if (status != ncclSuccess) state = status;

@@ -80,6 +80,18 @@ class NcclCommunicator final : public Communicator {
   void broadcast(Stream& stream, void* buffer, std::size_t count, DType dtype, int root) override;
   // An all-reduce of one float in a scratch word of its own (NCCL has no barrier).
   void barrier(Stream& stream) override;
+  // ncclSend / ncclRecv on the caller's stream. NCCL checks no sizes across ranks: a send and
+  // receive of different sizes is not detected. Note: NCCL runs one communicator's operations
+  // in issue order whatever their stream, so a send waits behind every earlier operation on
+  // this communicator; pipelines keep activations and gradients on communicators of their own.
+  void send(Stream& stream, const void* data, std::size_t count, DType dtype, int peer) override;
+  void receive(Stream& stream, void* data, std::size_t count, DType dtype, int peer) override;
+  // ncclCommSplit, after an all-gather of every rank's color and key (on a stream of its own,
+  // synchronized; the watchdog bounds it), which gives the group its members' world ranks.
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name,
+                                      std::chrono::milliseconds timeout = {}) override;
+  std::string group_name() const override { return group_name_; }
+  int world_rank_of(int rank) const override;
   void label_next(const char* label) override;
   void name_next(const std::string& caller) override { name_ = caller; }
   void begin_step(std::int64_t step) override { step_ = step; }
@@ -93,12 +105,19 @@ class NcclCommunicator final : public Communicator {
   std::string describe(const char* op, std::size_t count, DType dtype);
   // Enqueues a check after a collective, so the stream fails with the communicator.
   void enqueue_check(Stream& stream);
+  // Checks `peer` for a transfer: a rank of the group, not this one.
+  void check_peer(int peer, const char* op) const;
+  // " in the <group name>", or "".
+  std::string in_group() const;
 
   std::unique_ptr<nccl::GuardedComm> comm_;
   float* barrier_word_ = nullptr;  // device memory (cudaMalloc, made with the communicator)
   std::string label_;              // for the next collective
   std::string name_;               // for the next collective: the caller's (name_next)
   std::int64_t step_ = 0;
+  std::string group_name_;        // empty: the world
+  std::vector<int> world_ranks_;  // each rank's in the world; empty: the world
+  std::vector<std::uint64_t> next_send_, next_receive_;  // per peer, for errors
 };
 
 }  // namespace zest

@@ -1,5 +1,7 @@
 #include "runtime/nccl_communicator.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "base/cuda_check.h"
@@ -64,7 +66,9 @@ cudaStream_t stream_on(Stream& stream, int device, const std::string& what) {
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(std::unique_ptr<nccl::GuardedComm> comm)
-    : comm_(std::move(comm)) {
+    : comm_(std::move(comm)),
+      next_send_(static_cast<std::size_t>(comm_->world_size()), 0),
+      next_receive_(static_cast<std::size_t>(comm_->world_size()), 0) {
   // Note: allocated once here, outside any step, as the pool allocator's rule asks.
   nccl::DeviceScope scope(comm_->device());
   ZEST_CUDA_CHECK(cudaMalloc(&barrier_word_, sizeof(float)));
@@ -157,7 +161,123 @@ std::string NcclCommunicator::describe(const char* op, std::size_t count, DType 
   if (!name_.empty()) text = name_;
   label_.clear();
   name_.clear();
-  return text + at_step(step_);
+  return text + at_step(step_) + in_group();
+}
+
+std::string NcclCommunicator::in_group() const {
+  return group_name_.empty() ? "" : " in the " + group_name_;
+}
+
+int NcclCommunicator::world_rank_of(int rank) const {
+  return world_ranks_.empty() ? rank : world_ranks_.at(static_cast<std::size_t>(rank));
+}
+
+void NcclCommunicator::check_peer(int peer, const char* op) const {
+  if (peer < 0 || peer >= world_size()) {
+    throw Error(ErrorKind::kUsage, std::string(op) + " to rank " + std::to_string(peer) +
+                                       ": outside a group of " + std::to_string(world_size()) +
+                                       " ranks" + in_group());
+  }
+  if (peer == rank()) {
+    throw Error(ErrorKind::kUsage, std::string(op) + " on rank " +
+                                       std::to_string(world_rank_of(rank())) +
+                                       ": a rank cannot send to or receive from itself");
+  }
+}
+
+void NcclCommunicator::send(Stream& stream, const void* data, std::size_t count, DType dtype,
+                            int peer) {
+  check_peer(peer, "send");
+  const std::uint64_t sequence = next_send_[static_cast<std::size_t>(peer)]++;
+  std::string what = describe_collective("send", sequence, count, dtype, Reduction::kSum, 0,
+                                         label_) +
+                     " to rank " + std::to_string(world_rank_of(peer)) + at_step(step_) +
+                     in_group();
+  label_.clear();
+  name_.clear();
+  const cudaStream_t handle = stream_on(stream, device(), what);
+  if (count == 0) return;  // the receive's count is 0 too: nothing moves
+  comm_->issue(what, handle, [&](ncclComm_t comm) {
+    ZEST_NCCL_CHECK(ncclSend(data, count, nccl_type(dtype), peer, comm, handle));
+  });
+  enqueue_check(stream);
+}
+
+void NcclCommunicator::receive(Stream& stream, void* data, std::size_t count, DType dtype,
+                               int peer) {
+  check_peer(peer, "receive");
+  const std::uint64_t sequence = next_receive_[static_cast<std::size_t>(peer)]++;
+  std::string what = describe_collective("receive", sequence, count, dtype, Reduction::kSum, 0,
+                                         label_) +
+                     " from rank " + std::to_string(world_rank_of(peer)) + at_step(step_) +
+                     in_group();
+  label_.clear();
+  name_.clear();
+  const cudaStream_t handle = stream_on(stream, device(), what);
+  if (count == 0) return;
+  comm_->issue(what, handle, [&](ncclComm_t comm) {
+    ZEST_NCCL_CHECK(ncclRecv(data, count, nccl_type(dtype), peer, comm, handle));
+  });
+  enqueue_check(stream);
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const std::string& name,
+                                                      std::chrono::milliseconds timeout) {
+  if (timeout.count() < 0) throw Error(ErrorKind::kUsage, "split: the timeout must be >= 0");
+  const int n = world_size();
+  // Every rank's color and key, for the group's world ranks: all-gathered through device memory
+  // on a stream of this call's own, and read back synchronously (a split is set-up, not a step).
+  std::vector<std::int32_t> all(static_cast<std::size_t>(2 * n), 0);
+  {
+    nccl::DeviceScope scope(device());
+    cudaStream_t stream = nullptr;
+    std::int32_t* words = nullptr;
+    ZEST_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const auto cleanup = [&] {
+      (void)cudaStreamSynchronize(stream);
+      if (words != nullptr) (void)cudaFree(words);
+      (void)cudaStreamDestroy(stream);
+      (void)cudaGetLastError();
+    };
+    try {
+      ZEST_CUDA_CHECK(cudaMalloc(&words, all.size() * sizeof(std::int32_t)));
+      const std::int32_t mine[2] = {color < 0 ? -1 : color, key};
+      std::int32_t* slot = words + 2 * rank();
+      ZEST_CUDA_CHECK(cudaMemcpyAsync(slot, mine, sizeof(mine), cudaMemcpyHostToDevice, stream));
+      comm_->issue("split ('" + name + "'): all_gather of every rank's color" + in_group(), stream,
+                   [&](ncclComm_t comm) {
+                     ZEST_NCCL_CHECK(ncclAllGather(slot, words, 2, ncclInt32, comm, stream));
+                   });
+      ZEST_CUDA_CHECK(cudaMemcpyAsync(all.data(), words, all.size() * sizeof(std::int32_t),
+                                      cudaMemcpyDeviceToHost, stream));
+      // Note: bounded: should a peer never join, the watchdog aborts the communicator after the
+      // timeout and the all-gather's kernel exits.
+      ZEST_CUDA_CHECK(cudaStreamSynchronize(stream));
+      comm_->failure()->throw_if_failed();
+    } catch (...) {
+      cleanup();
+      throw;
+    }
+    cleanup();
+  }
+  std::vector<int> members;
+  for (int r = 0; r < n; ++r) {
+    if (color >= 0 && all[static_cast<std::size_t>(2 * r)] == color) members.push_back(r);
+  }
+  std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+    return all[static_cast<std::size_t>(2 * a + 1)] < all[static_cast<std::size_t>(2 * b + 1)];
+  });
+  std::vector<int> world;
+  for (int r : members) world.push_back(world_rank_of(r));
+  const std::string where =
+      "rank " + std::to_string(world_rank_of(rank())) + (name.empty() ? "" : " in the " + name);
+  std::unique_ptr<nccl::GuardedComm> group =
+      comm_->split(color, key, timeout.count() > 0 ? timeout : this->timeout(), where);
+  if (!group) return nullptr;
+  auto communicator = std::make_unique<NcclCommunicator>(std::move(group));
+  communicator->group_name_ = name;
+  communicator->world_ranks_ = std::move(world);
+  return communicator;
 }
 
 void NcclCommunicator::enqueue_check(Stream& stream) {
