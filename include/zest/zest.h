@@ -16,6 +16,7 @@
 // runtime/: devices, streams, events, communicators, the world of ranks, the timeline.
 #include "runtime/communicator.h"
 #include "runtime/device.h"
+#include "runtime/device_mesh.h"
 #include "runtime/stream.h"
 #include "runtime/trace.h"
 #include "runtime/world.h"
@@ -31,6 +32,11 @@
 #include "engine/model_state.h"
 #include "engine/module.h"
 #include "engine/stage_plan.h"
+
+// pipeline/: schedules as data, the check before the first step and the predicted bubble.
+#include "pipeline/schedule.h"
+#include "pipeline/schedule_generators.h"
+#include "pipeline/schedule_simulator.h"
 
 // planner/: the peak-memory plan and out-of-memory advice.
 #include "planner/memory_advice.h"
