@@ -1,7 +1,6 @@
 // The `local` backend's point-to-point transfers and group splits (local_communicator.h).
 #include <algorithm>
 #include <cstring>
-#include <numeric>
 #include <utility>
 
 #include <fmt/format.h>
