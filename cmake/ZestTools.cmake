@@ -1,5 +1,5 @@
 # The command-line tools. tools/<tool>/main.cc (plus any other .cc beside it) becomes
-# bin/zest-<tool>, for tool in train, estimate, ckpt, only once main.cc exists. Code shared by
+# bin/zest-<tool>, for tool in train, estimate, ckpt, report, only once main.cc exists. Code shared by
 # the tools lives in tools/common/*.cc, built once as the static library zest_tools_common
 # (also linked by the tests under tests/tools/).
 include_guard(GLOBAL)
@@ -7,6 +7,30 @@ include_guard(GLOBAL)
 set(zest_tools)
 
 file(GLOB zest_tools_common_sources CONFIGURE_DEPENDS "${CMAKE_SOURCE_DIR}/tools/common/*.cc")
+
+# The plotting library the HTML pages inline (zest-train --report, zest-report, zest-estimate
+# --html): Debian's libjs-chart.js, compiled into the tools at build time.
+# Note: at build time, not read at run time: the tools then need nothing installed where they
+# run (a GPU node has no libjs-chart.js), and every page is drawn by the one version the browser
+# test checked. Without the file the tools build all the same and refuse HTML output, saying why.
+set(ZEST_CHARTJS "/usr/share/javascript/chart.js/chart.min.js" CACHE FILEPATH
+    "Chart.js (UMD build) inlined into the tools' HTML pages; Debian: libjs-chart.js")
+set(zest_chartjs_source "${CMAKE_BINARY_DIR}/generated/chartjs_source.cc")
+if(EXISTS "${ZEST_CHARTJS}")
+  set(zest_chartjs_input "${ZEST_CHARTJS}")
+  set(zest_chartjs_depends "${ZEST_CHARTJS}")
+else()
+  message(WARNING "zest: ${ZEST_CHARTJS} not found (Debian: apt-get install libjs-chart.js); the "
+                  "tools will refuse HTML output")
+  set(zest_chartjs_input "")
+  set(zest_chartjs_depends)
+endif()
+add_custom_command(OUTPUT "${zest_chartjs_source}"
+  COMMAND "${CMAKE_COMMAND}" "-DINPUT=${zest_chartjs_input}" "-DOUTPUT=${zest_chartjs_source}"
+          -P "${CMAKE_SOURCE_DIR}/cmake/EmbedChartJs.cmake"
+  DEPENDS ${zest_chartjs_depends} "${CMAKE_SOURCE_DIR}/cmake/EmbedChartJs.cmake"
+  COMMENT "Inlining Chart.js for the tools' HTML pages" VERBATIM)
+list(APPEND zest_tools_common_sources "${zest_chartjs_source}")
 if(zest_tools_common_sources)
   if(NOT TARGET CLI11::CLI11)
     message(FATAL_ERROR "zest: CLI11 not found (Debian: apt-get install libcli11-dev)")
@@ -16,7 +40,7 @@ if(zest_tools_common_sources)
   zest_apply_flags(zest_tools_common)
 endif()
 
-foreach(tool IN ITEMS train estimate ckpt)
+foreach(tool IN ITEMS train estimate ckpt report)
   if(NOT EXISTS "${CMAKE_SOURCE_DIR}/tools/${tool}/main.cc")
     continue()
   endif()

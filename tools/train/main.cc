@@ -1,13 +1,14 @@
 // zest-train: trains a built-in model (the MLP, or a GPT on token shards or text) from one JSON
 // config.
 //
-//   zest-train --config FILE [--set dotted.key=value ...] [--metrics FILE] [--resume PATH]
-//              [--export-initial FILE] [--print-config]
+//   zest-train --config FILE [--set dotted.key=value ...] [--metrics FILE] [--report FILE]
+//              [--resume PATH] [--export-initial FILE] [--print-config]
 //
 // Every rank builds the model, shards it with the ZeRO engine and runs the configured steps on
 // its slice of each global batch (tools/train/training_run.h); rank 0 shows progress, the
 // held-out loss every eval_every steps and, at the end, the peak memory per category and rank
-// beside the engine's prediction. Ranks are threads of this process, or processes under mpirun /
+// beside the engine's prediction; with --report, the run report (one self-contained HTML page of
+// plots, tools/common/run_report_page.h) at the end or when a signal stops it. Ranks are threads of this process, or processes under mpirun /
 // srun with world.backend "mpi" or "auto" (docs/multi_process.md); then only rank 0's process
 // prints and writes files. SIGINT / SIGTERM stop every rank after the step in progress (saving
 // a checkpoint first when a `checkpoint` block names a directory; one that arrives while the job
@@ -70,6 +71,9 @@ int run(int argc, char** argv) {
                  "override a config key before validation: dotted.key=value (repeatable)");
   app.add_option("--metrics", options.metrics_path,
                  "write one JSON line per step and per evaluation, then a summary line, to FILE");
+  app.add_option("--report", options.report_path,
+                 "write the run report, one self-contained HTML page of plots, to FILE at the "
+                 "end of the run (or when a signal stops it)");
   app.add_option("--export-initial", options.export_initial,
                  "write the initial parameters (after model.init_from or --resume) to FILE as "
                  "safetensors, then exit without training");

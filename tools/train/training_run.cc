@@ -1,6 +1,7 @@
 #include "tools/train/training_run.h"
 
 #include <cblas.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -26,7 +27,10 @@
 #include "tools/common/batch_source_factory.h"
 #include "tools/common/memory_estimate.h"
 #include "models/registry.h"
+#include "tools/common/html_page.h"
+#include "tools/common/metrics_file.h"
 #include "tools/common/model_size.h"
+#include "tools/common/run_report_page.h"
 #include "tools/train/checkpointing.h"
 #include "tools/train/console.h"
 #include "tools/train/metrics_log.h"
@@ -65,6 +69,9 @@ struct RunState {
   std::vector<MemoryUsage> usage;
   std::vector<MemoryPrediction> predicted;
   std::atomic<bool> stopped{false};
+  // What the metrics log gets, kept for --report when the log cannot be read back (no --metrics,
+  // or a pipe); rank 0 only.
+  RunRecords records;
   std::int64_t first_step = 1;
   std::int64_t last_step = 0;  // 0 until a step has run
 };
@@ -127,18 +134,27 @@ std::int64_t start(RankContext& context, Trainer& trainer, TrainCheckpoints& che
 }
 
 ordered_json step_record(const TrainConfig& config, const StepStats& stats, double step_ms,
-                         double tokens_per_s) {
+                         double tokens_per_s, std::int64_t tokens_per_step) {
   ordered_json line = {{"step", stats.step},
                        {"loss", shortest_json(stats.loss)},
                        {"lr", shortest_json(stats.lr)},
                        {"grad_norm", shortest_json(stats.grad_norm)},
                        {"step_ms", std::round(step_ms * 1000.0) / 1000.0},
-                       {"tokens_per_s", std::round(tokens_per_s * 10.0) / 10.0}};
+                       {"tokens_per_s", std::round(tokens_per_s * 10.0) / 10.0},
+                       {"tokens", stats.step * tokens_per_step}};
   if (config.engine.loss_scale.enabled) {
     line["loss_scale"] = stats.loss_scale;
     line["skipped"] = stats.skipped;
   }
   return line;
+}
+
+// A record of the run (rank 0): to the metrics log, and to the records a report is drawn from.
+void record(RunState& run, MetricsLog* metrics, const ordered_json& line) {
+  if (metrics != nullptr) metrics->append(line);
+  if (!run.options.report_path.empty()) {
+    run.records.add(nlohmann::json::parse(line.dump()), "zest-train");
+  }
 }
 
 // One rank's whole run.
@@ -174,8 +190,8 @@ void train_rank(RankContext& context, RunState& run) {
     checkpoints.before_save([metrics] { metrics->sync(); });
   }
   const LrSchedule schedule(config.scheduler, config.optimizer.lr);
-  Progress progress(first_step, config.steps, config.steps_per_print,
-                    config.train_batch_size * run.batches.tokens_per_row());
+  const std::int64_t tokens_per_step = config.train_batch_size * run.batches.tokens_per_row();
+  Progress progress(first_step, config.steps, config.steps_per_print, tokens_per_step);
   BatchSlice slice;
   slice.global_rows = config.train_batch_size;
   slice.accumulation = config.gradient_accumulation_steps;
@@ -196,9 +212,8 @@ void train_rank(RankContext& context, RunState& run) {
       run.last_step = step;
       progress.count(step_ms);
       // Written before the step is shown: a step the user has seen is on disk.
-      if (metrics != nullptr) {
-        metrics->append(step_record(config, stats, step_ms, progress.tokens_per_s()));
-      }
+      record(run, metrics,
+             step_record(config, stats, step_ms, progress.tokens_per_s(), tokens_per_step));
       progress.show(stats, step_ms, StopSignals::caught() != 0);
     }
     // Every rank: save when due, and stop together when a signal reached any of them.
@@ -210,9 +225,7 @@ void train_rank(RankContext& context, RunState& run) {
         progress.evaluated(step, val_loss);
         run.summary.evaluated = true;
         run.summary.final_val_loss = val_loss;
-        if (metrics != nullptr) {
-          metrics->append(ordered_json{{"step", step}, {"val_loss", shortest_json(val_loss)}});
-        }
+        record(run, metrics, ordered_json{{"step", step}, {"val_loss", shortest_json(val_loss)}});
       }
     }
     if (stop) {
@@ -259,12 +272,50 @@ void check_paths(const TrainConfig& config, const RunOptions& options, bool lead
   if (!options.export_initial.empty()) {
     check_output_file(options.export_initial, ErrorKind::kUsage, "--export-initial");
   }
+  if (!options.report_path.empty()) {
+    require_html_support("--report");
+    check_output_file(options.report_path, ErrorKind::kUsage, "--report");
+  }
   if (!config.trace_path.empty()) {
     check_output_file(config.trace_path, ErrorKind::kConfig, "log.trace");
   }
 }
 
-int train_in(const World& world, const TrainConfig& config, const RunOptions& options) {
+// The run report (--report): from the metrics file read back when there is one (it holds a
+// resumed run's earlier steps too), else from the records this run kept.
+void write_report(const RunState& run, const RunOptions& options, const std::string& description,
+                  const TraceRecorder* trace, int ranks) {
+  RunReportInput input;
+  input.records = run.records;
+  struct stat info {};
+  if (!options.metrics_path.empty() && ::stat(options.metrics_path.c_str(), &info) == 0 &&
+      S_ISREG(info.st_mode)) {
+    try {
+      input.records = read_metrics_file(options.metrics_path);
+    } catch (const Error& error) {
+      // Changed under the run by someone else: this run's own records still make a report.
+      Console::say("zest-train: the report shows this run's steps only: " +
+                   std::string(error.what()));
+    }
+  }
+  input.description = description;
+  input.config = run.config.json;
+  if (trace != nullptr) {
+    input.overlap = trace->overlap(ranks);
+  } else {
+    input.timeline_note =
+        "No timeline recorded: set log.trace (a file) or wall_clock_breakdown to see it.";
+  }
+  if (run.stopped) {
+    input.ending = fmt::format("stopped by signal {} after step {}", StopSignals::caught(),
+                               run.last_step);
+  }
+  write_html_page(options.report_path, run_report_page(input));
+  Console::say("zest-train: report written to " + options.report_path);
+}
+
+int train_in(const World& world, const TrainConfig& config, const RunOptions& options,
+             const TraceRecorder* trace) {
   const bool leader_process = world.is_leader_process();
   check_paths(config, options, leader_process);
   if (world.size() > 1) {
@@ -285,16 +336,18 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
   // memory) gives the parameter count now and the planner's prediction after the run; each rank
   // declares its own to train, since units keep that rank's activations.
   std::shared_ptr<Module> declared;
+  std::string description;
   if (leader_process) {
     declared = make_model(config.model);
     const std::size_t parameters = count_parameters(*declared);
-    Console::say(describe_run(config, parameters));
+    description = describe_run(config, parameters);
+    Console::say(description);
     Console::say("zest-train: world: " + world.detected().describe());
   }
   // Every rank stops after the same step when SIGINT or SIGTERM arrives (and saves first when
   // a checkpoint directory is set); a second signal ends the process at once (StopSignals, set
   // up before main).
-  RunState run{config, *batches, metrics, options, {}, {}, {}};
+  RunState run{config, *batches, metrics, options, {}, {}, {}, {}, {}};
   world.run([&](RankContext& context) { train_rank(context, run); });
   // A stop by SIGINT / SIGTERM ends with 128 + the signal, as the signal itself would have.
   const int stop_status = run.stopped ? 128 + StopSignals::caught() : 0;
@@ -311,6 +364,12 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
   if (metrics && metrics->is_open()) {
     metrics->append(summary_record(run.summary, run.usage, run.predicted, planned));
     metrics->close();
+  }
+  if (!options.report_path.empty()) {
+    run.records.add(nlohmann::json::parse(
+                        summary_record(run.summary, run.usage, run.predicted, planned).dump()),
+                    "zest-train");
+    write_report(run, options, description, trace, world.size());
   }
   if (run.stopped) {
     Console::say(fmt::format("zest-train: stopped by signal {} after step {}", StopSignals::caught(),
@@ -343,7 +402,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
   try {
     // Every process must train the same job; checked before anything is trained or written.
     world.verify_same_config(config.json.dump());
-    const int status = train_in(world, config, options);
+    const int status = train_in(world, config, options, world_options.trace.get());
     if (world_options.trace && world.is_leader_process()) {
       report_timeline(*world_options.trace, config, world.size());
     }

@@ -12,6 +12,7 @@ namespace zest {
 struct RunOptions {
   std::string metrics_path;    // one JSON line per step and evaluation, then a summary
   std::string export_initial;  // write the initial parameters here as safetensors and stop
+  std::string report_path;     // the run report (HTML) at the end, or when a signal stops it
 };
 
 // Returns the process's exit status: 0, or 128 + the signal that stopped the run.
