@@ -1,11 +1,13 @@
 // zest-estimate: the memory planner (planner/peak_plan.h) from the command line. Prints, per rank,
 // the peak bytes of every category a training config will reach, the verdict against a device
 // capacity with the smallest change that fits, and with --fit the largest GPT (or parameter
-// count) that fits each stage on the world size.
+// count) that fits each stage on the world size; with --html the same as a picture
+// (tools/estimate/estimate_page.h).
 //
 //   zest-estimate --config FILE [--set dotted.key=value ...] [--device-memory SIZE] [--fit] [--json]
+//                 [--html FILE]
 //   zest-estimate --params N --world N --stage S [--dtype fp32|bf16|fp16] [--offload]
-//                 [--device-memory SIZE] [--fit] [--json]
+//                 [--device-memory SIZE] [--fit] [--json] [--html FILE]
 //
 // The config is read and validated as zest-train reads it, and the model is built through the
 // same factory (units declare shapes; no weights are allocated). --params plans the model state
@@ -19,10 +21,13 @@
 
 #include "base/byte_size.h"
 #include "base/error.h"
+#include "base/file_checks.h"
 #include "config/train_config.h"
 #include "tools/common/memory_estimate.h"
 #include "tools/common/model_size.h"
 #include "tools/common/tool_main.h"
+#include "tools/common/html_page.h"
+#include "tools/estimate/estimate_page.h"
 #include "tools/estimate/estimate_report.h"
 
 namespace {
@@ -54,9 +59,14 @@ struct Options {
   std::string device_memory;
   bool fit = false;
   bool json = false;
+  std::string html_path;
 };
 
 int estimate(const Options& options, bool parameter_mode) {
+  if (!options.html_path.empty()) {
+    zest::require_html_support("--html");
+    zest::check_output_file(options.html_path, zest::ErrorKind::kUsage, "--html");
+  }
   std::optional<zest::TrainConfig> config;
   zest::EstimateJob job;
   std::size_t capacity = zest::kUnlimitedCapacity;
@@ -85,6 +95,12 @@ int estimate(const Options& options, bool parameter_mode) {
     fits = parameter_mode ? zest::fit_parameters(options.bare, capacity, host_capacity)
                           : zest::fit_config(*config, capacity, host_capacity);
   }
+  if (!options.html_path.empty()) {
+    const std::vector<zest::StagePlan> stages =
+        options.fit ? zest::plan_every_stage(job) : std::vector<zest::StagePlan>();
+    zest::write_html_page(options.html_path, zest::estimate_page(job, prediction, capacity, stages,
+                                                                 fits, parameter_mode));
+  }
   if (options.json) {
     nlohmann::ordered_json out = zest::estimate_json(job, prediction, capacity);
     if (options.fit) out["fit"] = zest::fit_json(fits);
@@ -93,6 +109,7 @@ int estimate(const Options& options, bool parameter_mode) {
   }
   zest::print_estimate(job, prediction, capacity);
   if (options.fit) zest::print_fit(fits, capacity, job.input.world_size, parameter_mode);
+  if (!options.html_path.empty()) std::cout << "html: wrote " << options.html_path << "\n";
   return 0;
 }
 
@@ -114,6 +131,8 @@ int run(int argc, char** argv) {
                  "device capacity per rank (\"80GiB\"); default: world.device_memory");
   app.add_flag("--fit", options.fit, "the largest GPT / parameter count that fits, per stage");
   app.add_flag("--json", options.json, "machine-readable output");
+  app.add_option("--html", options.html_path,
+                 "also draw the plan (with --fit, every stage) as a self-contained HTML page");
   config->excludes(params);
   if (!zest::parse_command_line(app, argc, argv)) return 0;
   if (options.config_path.empty() && params->count() == 0) {
