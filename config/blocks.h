@@ -1,6 +1,7 @@
 // The trainer config's blocks, one parser each, shared by the files that implement them:
 // train_config.cc (the root, world, batch sizes, log, checkpoint), config_model_data.cc (model,
-// data) and config_optimization.cc (optimizer, scheduler, zero_optimization, bf16 / fp16).
+// data), config_optimization.cc (optimizer, scheduler, zero_optimization, bf16 / fp16),
+// debug_block.cc and monitor_block.cc (csv_monitor, tensorboard, wandb, comet).
 // Each reads its keys from `root` (filling defaults into the resolved JSON) into `out`, and
 // throws a kConfig Error naming the JSON path of the first bad value. Order matters: data reads
 // the model, the batch sizes read the world, the scheduler reads steps and the optimizer.
@@ -24,5 +25,6 @@ void parse_precision(Block& root, TrainConfig& out);
 void parse_log(Block& root, TrainConfig& out);
 void parse_checkpoint(Block& root, TrainConfig& out);
 void parse_debug(Block& root, TrainConfig& out);
+void parse_monitor(Block& root, TrainConfig& out);
 
 }  // namespace zest::config_blocks

@@ -230,7 +230,8 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
               "train_batch_size", "gradient_accumulation_steps", "gradient_clipping",
               "optimizer", "zero_optimization", "data", "steps_per_print", "bf16", "fp16",
               "communication_data_type", "log", "wall_clock_breakdown", "scheduler",
-              "checkpoint", "eval_every", "debug"},
+              "checkpoint", "eval_every", "debug", "csv_monitor", "tensorboard", "wandb",
+              "comet"},
              {{"stage", "zero_optimization.stage"},
               {"ranks", "world.ranks"},
               {"backend", "world.backend"},
@@ -280,6 +281,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   parse_log(root, out);
   parse_checkpoint(root, out);
   parse_debug(root, out);
+  parse_monitor(root, out);
   // The engine takes the planner's out-of-memory advice as a hook (it never includes the planner).
   out.engine.out_of_memory_advice = training_memory_advice;
   return out;

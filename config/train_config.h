@@ -65,6 +65,14 @@ struct CheckpointConfig {
   std::string resume;             // "": start fresh; "auto": dir's latest if any; else a path
 };
 
+// DeepSpeed's `csv_monitor`: one CSV file per quantity, DeepSpeed's layout
+// (<output_path>/<job_name>/Train_Samples_train_loss.csv, ...; tools/train/csv_monitor.h).
+struct CsvMonitorConfig {
+  bool enabled = false;
+  std::string output_path;  // "": the working directory, as DeepSpeed's os.path.join("", job)
+  std::string job_name = "DeepSpeedJobName";
+};
+
 struct TrainConfig {
   nlohmann::json json;  // resolved: overrides applied, defaults filled in
 
@@ -79,6 +87,7 @@ struct TrainConfig {
   DataConfig data;
   ZeroOverlapConfig zero_overlap;
   CheckpointConfig checkpoint;
+  CsvMonitorConfig csv_monitor;
 
   std::int64_t steps = 0;
   std::int64_t micro_batch = 0;                  // train_micro_batch_size_per_gpu

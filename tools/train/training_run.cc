@@ -33,6 +33,7 @@
 #include "tools/common/run_report_page.h"
 #include "tools/train/checkpointing.h"
 #include "tools/train/console.h"
+#include "tools/train/csv_monitor.h"
 #include "tools/train/metrics_log.h"
 #include "tools/train/progress.h"
 #include "tools/train/run_report.h"
@@ -64,6 +65,7 @@ struct RunState {
   const TrainConfig& config;
   const BatchSource& batches;
   std::optional<MetricsLog>& metrics;  // rank 0 of the leader process only
+  std::optional<CsvMonitor>& csv;      // the same, with csv_monitor.enabled
   const RunOptions& options;
   RunSummary summary;
   std::vector<MemoryUsage> usage;
@@ -183,12 +185,15 @@ void train_rank(RankContext& context, RunState& run) {
     return;
   }
   MetricsLog* metrics = leader && run.metrics ? &*run.metrics : nullptr;
-  if (metrics != nullptr) {
-    metrics->open(first_step);
-    // A checkpoint is only as far on as the log: after a power loss the log on disk must still
-    // hold every step the newest checkpoint holds.
-    checkpoints.before_save([metrics] { metrics->sync(); });
-  }
+  CsvMonitor* csv = leader && run.csv ? &*run.csv : nullptr;
+  if (metrics != nullptr) metrics->open(first_step);
+  if (csv != nullptr) csv->open(first_step);
+  // A checkpoint is only as far on as the logs: after a power loss the logs on disk must still
+  // hold every step the newest checkpoint holds.
+  checkpoints.before_save([metrics, csv] {
+    if (metrics != nullptr) metrics->sync();
+    if (csv != nullptr) csv->sync();
+  });
   const LrSchedule schedule(config.scheduler, config.optimizer.lr);
   const std::int64_t tokens_per_step = config.train_batch_size * run.batches.tokens_per_row();
   Progress progress(first_step, config.steps, config.steps_per_print, tokens_per_step);
@@ -214,6 +219,11 @@ void train_rank(RankContext& context, RunState& run) {
       // Written before the step is shown: a step the user has seen is on disk.
       record(run, metrics,
              step_record(config, stats, step_ms, progress.tokens_per_s(), tokens_per_step));
+      if (csv != nullptr) {
+        csv->record_step(step, stats.loss, stats.lr, stats.grad_norm,
+                         config.engine.loss_scale.enabled ? std::optional<float>(stats.loss_scale)
+                                                          : std::nullopt);
+      }
       progress.show(stats, step_ms, StopSignals::caught() != 0);
     }
     // Every rank: save when due, and stop together when a signal reached any of them.
@@ -226,6 +236,7 @@ void train_rank(RankContext& context, RunState& run) {
         run.summary.evaluated = true;
         run.summary.final_val_loss = val_loss;
         record(run, metrics, ordered_json{{"step", step}, {"val_loss", shortest_json(val_loss)}});
+        if (csv != nullptr) csv->record_eval(step, val_loss);
       }
     }
     if (stop) {
@@ -271,6 +282,10 @@ void check_paths(const TrainConfig& config, const RunOptions& options, bool lead
   }
   if (!options.export_initial.empty()) {
     check_output_file(options.export_initial, ErrorKind::kUsage, "--export-initial");
+  }
+  if (config.csv_monitor.enabled) {
+    check_output_directory(CsvMonitor::folder(config.csv_monitor), ErrorKind::kConfig,
+                           "csv_monitor (output_path/job_name)");
   }
   if (!options.report_path.empty()) {
     require_html_support("--report");
@@ -331,6 +346,8 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
   // Opened by rank 0 once it knows the first step (a fresh run's or a resumed one's).
   std::optional<MetricsLog> metrics;
   if (leader_process && !options.metrics_path.empty()) metrics.emplace(options.metrics_path);
+  std::optional<CsvMonitor> csv;
+  if (leader_process && config.csv_monitor.enabled) csv.emplace(config, config.train_batch_size);
   const std::unique_ptr<BatchSource> batches = make_batch_source(config);
   // The leader's one declaration of the model (allocating nothing: the engine owns parameter
   // memory) gives the parameter count now and the planner's prediction after the run; each rank
@@ -347,7 +364,7 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
   // Every rank stops after the same step when SIGINT or SIGTERM arrives (and saves first when
   // a checkpoint directory is set); a second signal ends the process at once (StopSignals, set
   // up before main).
-  RunState run{config, *batches, metrics, options, {}, {}, {}, {}, {}};
+  RunState run{config, *batches, metrics, csv, options, {}, {}, {}, {}, {}};
   world.run([&](RankContext& context) { train_rank(context, run); });
   // A stop by SIGINT / SIGTERM ends with 128 + the signal, as the signal itself would have.
   const int stop_status = run.stopped ? 128 + StopSignals::caught() : 0;
@@ -365,6 +382,7 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
     metrics->append(summary_record(run.summary, run.usage, run.predicted, planned));
     metrics->close();
   }
+  if (csv) csv->close();
   if (!options.report_path.empty()) {
     run.records.add(nlohmann::json::parse(
                         summary_record(run.summary, run.usage, run.predicted, planned).dump()),
@@ -392,6 +410,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
   world_options.before_exit = [] {
     Console::end_live_before_exit();
     MetricsLog::discard_open_logs();
+    CsvMonitor::discard_open_monitors();
   };
   // A signal while the ranks wait for a stalled one ends the wait at once.
   world_options.interrupted = [] { return StopSignals::caught() != 0; };
