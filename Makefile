@@ -1,9 +1,13 @@
 # zest: the two commands of the README are `make train` and `make test`; the rest serve them.
 #   make deps       install missing Debian packages (fast no-op when present)
 #   make build      configure build/ (Ninja, RelWithDebInfo, -Werror) once, then build
-#   make test       the whole suite except gpu-labelled tests; extra ctest flags: CTEST_ARGS=...
+#   make test       the whole suite except gpu- and browser-labelled tests; extra ctest flags:
+#                   CTEST_ARGS=...
 #   make test-gpu   the gpu-labelled tests (on a machine with a GPU)
-#   make train      builds only zest-train, then runs the default job (configs/default.json)
+#   make test-browser  the browser-labelled tests (installs chromium first): the HTML pages
+#                   drawn by headless chromium, screenshots in build/screenshots/
+#   make train      builds only zest-train, then runs the default job (configs/default.json),
+#                   its metrics and run report in build/train/ (metrics.jsonl, report.html)
 #   make sanitize   ASan+UBSan build in build-asan/, quick tests
 #   make tsan       TSan build in build-tsan/, the suites whose ranks and streams are threads
 #   make fuzz       libFuzzer build (clang) in build-fuzz/, fuzz-smoke tests (tests/fuzz/)
@@ -17,6 +21,7 @@ CMAKE_ARGS  ?=
 CTEST_ARGS  ?=
 TRAIN_CONFIG ?= configs/default.json
 TRAIN_ARGS  ?=
+TRAIN_OUT   ?= $(BUILD_DIR)/train
 
 CTEST = ctest --output-on-failure
 
@@ -32,12 +37,16 @@ define configure
 	fi
 endef
 
-.PHONY: all deps configure build test test-gpu train sanitize tsan fuzz bench clean
+.PHONY: all deps deps-browser configure build test test-gpu test-browser train sanitize tsan \
+        fuzz bench clean
 
 all: build
 
 deps:
 	@tools/setup/install-deps.sh
+
+deps-browser:
+	@tools/setup/install-deps.sh browser
 
 configure: deps
 	$(call configure,$(BUILD_DIR),-DCMAKE_BUILD_TYPE=RelWithDebInfo -DZEST_WERROR=ON)
@@ -46,16 +55,23 @@ build: configure
 	cmake --build $(BUILD_DIR) -j$(NPROC)
 
 test: build
-	$(CTEST) --test-dir $(BUILD_DIR) -j$(NPROC) --no-tests=error -LE gpu $(CTEST_ARGS)
+	$(CTEST) --test-dir $(BUILD_DIR) -j$(NPROC) --no-tests=error -LE 'gpu|browser' $(CTEST_ARGS)
 
 test-gpu: build
 	$(CTEST) --test-dir $(BUILD_DIR) -L gpu $(CTEST_ARGS)
+
+# The suite and the tools it runs, not the whole build: the pages need the tools only.
+test-browser: deps-browser configure
+	cmake --build $(BUILD_DIR) -j$(NPROC) --target tools_report_browser_test
+	$(CTEST) --test-dir $(BUILD_DIR) --no-tests=error -L browser $(CTEST_ARGS)
 
 # Note: the default job needs only the trainer (the library and one tool), not the ~300 test and
 # benchmark programs that `make test` builds: a fresh clone starts training several times sooner.
 train: configure
 	cmake --build $(BUILD_DIR) -j$(NPROC) --target zest-train
-	$(BUILD_DIR)/bin/zest-train --config $(TRAIN_CONFIG) $(TRAIN_ARGS)
+	@mkdir -p $(TRAIN_OUT)
+	$(BUILD_DIR)/bin/zest-train --config $(TRAIN_CONFIG) --metrics $(TRAIN_OUT)/metrics.jsonl \
+	  --report $(TRAIN_OUT)/report.html $(TRAIN_ARGS)
 
 # Note: sanitizer builds are CPU-only (the CUDA runtime does not start under ASan's default
 # shadow layout, and nvcc-compiled code is not instrumented anyway), skip the benchmarks, and

@@ -3,6 +3,9 @@
 # Labels come from a marker comment in the first 10 lines of the test file, space-separated:
 #     // ctest-labels: slow mpi
 # Without a marker a suite is `quick`. Suites labelled `slow` get a 900 s timeout, others 120 s.
+# `gpu` and `browser` suites need what not every machine has (a GPU; chromium, which
+# `tools/setup/install-deps.sh browser` installs): `make test` leaves them to `make test-gpu` and
+# `make test-browser`, and a browser suite without chromium skips, saying so.
 # Files named *_cuda_test.cc / *_test.cu build only with CUDA, *_mpi_test.cc only with MPI,
 # *_mpi_cuda_test.cc only with both.
 # An *_mpi_test.cc or *_mpi_cuda_test.cc suite runs whole under the MPI launcher, once per

@@ -47,13 +47,20 @@ footer { margin-top: 32px; color: #777; font-size: 12px; }
 )";
 
 // Draws every chart of the page from the JSON in #zest-charts. Charts draw at once (no
-// animation), so a page printed or captured as it loads shows them whole.
+// animation), so a page printed or captured as it loads shows them whole; a chart that fails
+// says so on the console and leaves the others drawn.
 constexpr std::string_view kDraw = R"(
 (function () {
   const specs = JSON.parse(document.getElementById('zest-charts').textContent);
   Chart.defaults.animation = false;
   Chart.defaults.maintainAspectRatio = false;
-  for (const spec of specs) new Chart(document.getElementById(spec.id), spec.config);
+  for (const spec of specs) {
+    try {
+      new Chart(document.getElementById(spec.id), spec.config);
+    } catch (error) {
+      console.error('zest: ' + spec.id + ' could not be drawn: ' + error);
+    }
+  }
 })();
 )";
 

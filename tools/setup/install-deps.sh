@@ -2,6 +2,9 @@
 # Installs the Debian packages zest builds with. A fast no-op when they are all present (one
 # `dpkg -s` each); otherwise one `apt-get install` of the missing ones, retried once after
 # `apt-get update`. Uses sudo only when not root. On a system without dpkg it prints the list.
+#   tools/setup/install-deps.sh            what the build and `make test` need
+#   tools/setup/install-deps.sh browser    that, and chromium for the browser-labelled tests
+#                                          (`make test-browser`)
 set -euo pipefail
 
 # clang and libclang-rt-dev (libFuzzer and clang's sanitizer runtimes) build `make fuzz`; llvm
@@ -12,7 +15,17 @@ packages=(
   nlohmann-json3-dev libopenmpi-dev openmpi-bin libopenblas-dev
   libcli11-dev libfmt-dev libxxhash-dev
   clang libclang-rt-dev llvm
+  libjs-chart.js
 )
+# libjs-chart.js: Chart.js, compiled into the tools to draw their HTML pages
+# (cmake/EmbedChartJs.cmake). chromium opens those pages in the browser tests; it is large, so
+# only the `browser` group installs it.
+for group in "$@"; do
+  case "$group" in
+    browser) packages+=(chromium) ;;
+    *) echo "install-deps: unknown group '$group' (known: browser)" >&2; exit 2 ;;
+  esac
+done
 
 if ! command -v dpkg >/dev/null 2>&1; then
   echo "install-deps: no dpkg here; install the equivalents of: ${packages[*]}" >&2
