@@ -278,6 +278,8 @@ void timeline_section(HtmlPage& page, const RunReportInput& input) {
   std::vector<std::vector<std::string>> rows;
   for (std::size_t rank = 0; rank < input.overlap.size(); ++rank) {
     const TraceRecorder::Overlap& o = input.overlap[rank];
+    // With ranks as processes, a trace holds only its own process's ranks.
+    if (o.compute_ms == 0.0 && o.comm_ms == 0.0) continue;
     labels.push_back(fmt::format("rank {}", rank));
     hidden.push_back(o.comm_ms * o.hidden_fraction);
     exposed.push_back(o.comm_ms * (1.0 - o.hidden_fraction));
@@ -300,6 +302,10 @@ void timeline_section(HtmlPage& page, const RunReportInput& input) {
        {{"scales",
          {{"x", {{"stacked", true}}},
           {"y", {{"stacked", true}, {"title", {{"display", true}, {"text", "ms"}}}}}}}}}};
+  if (rows.empty()) {
+    page.paragraph("The trace holds no compute or communication.");
+    return;
+  }
   page.chart("Communication time per rank: hidden under compute and exposed", std::move(config));
   page.table({"", "compute (ms)", "communication (ms)", "hidden under compute"}, rows, true);
 }
