@@ -146,7 +146,8 @@ void optimizer_charts(HtmlPage& page, const RunReportInput& input) {
     });
     caption += fmt::format(": {} of {} steps clipped at {:g}", clipped, steps.size(), *clip);
   }
-  page.chart(caption, line_chart(std::move(datasets), "step", "global L2 norm"));
+  // Logarithmic: the early spikes of a run are tens of times the norm it settles at.
+  page.chart(caption, line_chart(std::move(datasets), "step", "global L2 norm", true));
 
   const bool scaled = std::any_of(steps.begin(), steps.end(),
                                   [](const StepRecord& step) { return step.loss_scale.has_value(); });
