@@ -5,6 +5,7 @@
 if(INPUT STREQUAL "" OR NOT EXISTS "${INPUT}")
   set(bytes "")
   set(version "")
+  set(INPUT "nothing (no Chart.js found: a stub without a library)")
 else()
   file(READ "${INPUT}" banner LIMIT 200)
   if(NOT banner MATCHES "Chart\\.js v([0-9]+\\.[0-9]+\\.[0-9]+)")
