@@ -2,9 +2,9 @@
 # Installs the Debian packages zest builds with. A fast no-op when they are all present (one
 # `dpkg -s` each); otherwise one `apt-get install` of the missing ones, retried once after
 # `apt-get update`. Uses sudo only when not root. On a system without dpkg it prints the list.
-#   tools/setup/install-deps.sh            what the build and `make test` need
+#   tools/setup/install-deps.sh            what the build and `make train` need
 #   tools/setup/install-deps.sh browser    that, and chromium for the browser-labelled tests
-#                                          (`make test-browser`)
+#                                          (`make test`, `make test-browser`)
 set -euo pipefail
 
 # clang and libclang-rt-dev (libFuzzer and clang's sanitizer runtimes) build `make fuzz`; llvm
@@ -19,7 +19,7 @@ packages=(
 )
 # libjs-chart.js: Chart.js, compiled into the tools to draw their HTML pages
 # (cmake/EmbedChartJs.cmake). chromium opens those pages in the browser tests; it is large, so
-# only the `browser` group installs it.
+# only the `browser` group (what `make test` asks for) installs it.
 for group in "$@"; do
   case "$group" in
     browser) packages+=(chromium) ;;
