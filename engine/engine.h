@@ -22,6 +22,7 @@
 #include "engine/fault_injection.h"
 #include "optim/loss_scaler.h"
 #include "engine/module.h"
+#include "engine/recompute.h"
 #include "optim/optimizer.h"
 #include "runtime/world.h"
 
@@ -81,6 +82,9 @@ struct EngineOptions {
   DType communication_dtype = DType::kFloat32;
   LossScaleOptions loss_scale;  // fp16 only
   OffloadOptions offload_optimizer;
+  // Which units recompute their activations before backward, and whether their kept inputs
+  // wait in host memory (engine/recompute.h). Results are bit-identical with or without.
+  ActivationCheckpointing activation_checkpointing;
   FaultInjection fault;         // debug: none unless a test or debug.fault asks
   OutOfMemoryAdvice out_of_memory_advice;
 };

@@ -79,6 +79,10 @@ class UnitContext {
   // would keep for backward as soon as its forward is enqueued, so evaluating never holds a
   // second copy of the activations.
   virtual bool backward_follows() { return true; }
+  // Forward, when backward follows: true when the engine will call Unit::recompute() before this
+  // unit's backward (selective recomputation). A unit then keeps only what it cannot rebuild
+  // cheaply and releases the rest when its forward is enqueued.
+  virtual bool recompute_selectively() { return false; }
 
   // Backward: the gradient of this unit's output (empty for the last unit, whose backward starts
   // from its loss scaled by loss_scale()).
@@ -113,6 +117,13 @@ class Unit {
 
   virtual void forward(UnitContext& context) = 0;
   virtual void backward(UnitContext& context) = 0;
+
+  // Selective recomputation (engine/recompute.h). A unit that returns true keeps only part of
+  // what backward reads when context.recompute_selectively() says so, and recompute() rebuilds
+  // the rest before backward, bit for bit: the same kernels on the same inputs. Its
+  // UnitMemory::selective_* fields say the bytes. Full recomputation needs nothing from a unit.
+  virtual bool supports_selective_recompute() const { return false; }
+  virtual void recompute(UnitContext& context) { (void)context; }
 };
 
 class Module {

@@ -24,6 +24,18 @@ struct UnitMemory {
   // workspace): the products' cuBLASLt workspace, attention's backward scratch.
   std::size_t forward_stream_scratch = 0;
   std::size_t backward_stream_scratch = 0;
+
+  // Selective recomputation (Unit::supports_selective_recompute): with it, forward keeps
+  // selective_saved instead of saved and drops selective_rebuilt when its forward is done
+  // (both activations, both allocated in that order before the forward workspace, which is then
+  // selective_forward_workspace); before backward, recompute() allocates selective_rebuilt again
+  // and rebuild_workspace (workspace, freed when recompute() is done).
+  bool selective = false;
+  std::size_t selective_saved = 0;
+  std::size_t selective_rebuilt = 0;
+  std::size_t selective_forward_workspace = 0;
+  std::size_t rebuild_workspace = 0;
+  std::size_t rebuild_stream_scratch = 0;
 };
 
 }  // namespace zest

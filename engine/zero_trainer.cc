@@ -18,8 +18,9 @@ namespace zest {
 // captured by enqueued work.
 class ZeroTrainer::Context final : public UnitContext {
  public:
-  Context(ZeroTrainer& trainer, FlatUnit& unit, const Batch& batch, CallViews& views)
-      : trainer_(trainer), unit_(unit), batch_(batch), views_(views) {}
+  Context(ZeroTrainer& trainer, FlatUnit& unit, const Batch& batch, CallViews& views,
+          Pass pass = Pass::kPlain)
+      : trainer_(trainer), unit_(unit), batch_(batch), views_(views), pass_(pass) {}
 
   Stream& stream() override { return trainer_.context_.compute; }
   Device& device() override { return trainer_.context_.device; }
@@ -49,10 +50,21 @@ class ZeroTrainer::Context final : public UnitContext {
   }
   Tensor make_output(const std::vector<std::int64_t>& shape, DType dtype) override {
     Activations& mine = trainer_.activations_[unit_.index];
-    return make(mine.output, mine.output_view, shape, dtype);
+    if (pass_ != Pass::kRecompute) return make(mine.output, mine.output_view, shape, dtype);
+    // Note: the recomputed forward writes its output over the one it made in the first pass,
+    // which the next unit's backward has read already and which stays until this unit's
+    // backward: forward is deterministic, so the bytes are the same, and no memory is taken.
+    if (mine.output_view.shape != shape || mine.output_view.dtype != dtype || !mine.output_view.data) {
+      refuse("its recomputed forward made an output of another shape than its first forward");
+    }
+    return mine.output_view;
   }
   float* loss() override { return trainer_.loss_buffer_.as<float>(); }
-  bool backward_follows() override { return !trainer_.evaluating_; }
+  bool backward_follows() override { return !trainer_.evaluating_ && pass_ != Pass::kCheckpoint; }
+  bool recompute_selectively() override {
+    return trainer_.recompute_of(static_cast<std::size_t>(unit_.index)) ==
+           RecomputePolicy::kSelective;
+  }
 
   Tensor grad_output() override {
     if (unit_.index + 1 == static_cast<int>(trainer_.units_.size())) return {};
@@ -91,6 +103,7 @@ class ZeroTrainer::Context final : public UnitContext {
   FlatUnit& unit_;
   const Batch& batch_;
   CallViews& views_;
+  const Pass pass_;
 };
 
 ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Module& module,
@@ -127,6 +140,11 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
     layouts_.push_back(units_.back().layout);
   }
   activations_.resize(units_.size());
+  std::vector<bool> selective_capable;
+  for (Unit* unit : units) selective_capable.push_back(unit->supports_selective_recompute());
+  recompute_ = plan_recompute(options_.activation_checkpointing, selective_capable);
+  bound_recompute_lag_ = context_.device.kind() != DeviceKind::kCuda;
+  for (std::size_t i = 0; i < kRecomputeLag; ++i) lag_events_.push_back(context_.device.create_event());
   gatherer_ = std::make_unique<ParameterGatherer>(context_, options_, plan_, units_.size());
   if (options_.offload_optimizer.enabled()) {
     host_ = std::make_unique<HostOptimizer>(context_, options_, plan_, units_.size());
@@ -326,6 +344,7 @@ float ZeroTrainer::forward_backward(const Batch& batch) {
   }
   ++micro_batches_;
   const bool last_micro_batch = micro_batches_ == options_.gradient_accumulation_steps;
+  recomputed_calls_ = 0;
   try {
     const DeviceBatch staged(context_.device, context_.compute, batch);
     run_forward(staged.batch());
@@ -366,14 +385,29 @@ float ZeroTrainer::evaluate(const Batch& batch) {
   return loss;
 }
 
+void ZeroTrainer::wait_for_lagging_call() {
+  if (!bound_recompute_lag_ || recomputed_calls_ < kRecomputeLag) return;
+  lag_events_[recomputed_calls_ % kRecomputeLag]->synchronize();
+}
+
+void ZeroTrainer::recomputed_call_done() {
+  if (!bound_recompute_lag_) return;
+  context_.compute.record(*lag_events_[recomputed_calls_ % kRecomputeLag]);
+  ++recomputed_calls_;
+}
+
 void ZeroTrainer::run_forward(const Batch& batch) {
   for (FlatUnit& unit : units_) {
+    const RecomputePolicy recompute = recompute_of(static_cast<std::size_t>(unit.index));
+    if (recompute != RecomputePolicy::kNone) wait_for_lagging_call();
     CallViews views = prepare_call(unit, false);
-    Context context(*this, unit, batch, views);
+    Context context(*this, unit, batch, views,
+                    recompute == RecomputePolicy::kFull ? Pass::kCheckpoint : Pass::kPlain);
     auto begin = trace_begin();
     unit.unit->forward(context);
     trace_end(begin, "forward " + unit.layout.unit_name());
     finish_call(unit, views);
+    if (recompute != RecomputePolicy::kNone) recomputed_call_done();
   }
 }
 
@@ -381,7 +415,22 @@ void ZeroTrainer::run_backward(const Batch& batch, bool last_micro_batch) {
   reducer_->backward_begins(last_micro_batch);
   for (int u = static_cast<int>(units_.size()) - 1; u >= 0; --u) {
     FlatUnit& unit = units_[u];
+    const RecomputePolicy recompute = recompute_[u];
+    if (recompute != RecomputePolicy::kNone) wait_for_lagging_call();
+    // One pin for the recomputation and the backward: at stage 3 the ring's gather of the unit
+    // serves both.
     CallViews views = prepare_call(unit, true);
+    if (recompute == RecomputePolicy::kFull) {
+      Context again(*this, unit, batch, views, Pass::kRecompute);
+      auto begin = trace_begin();
+      unit.unit->forward(again);
+      trace_end(begin, "recompute " + unit.layout.unit_name());
+    } else if (recompute == RecomputePolicy::kSelective) {
+      Context again(*this, unit, batch, views);
+      auto begin = trace_begin();
+      unit.unit->recompute(again);
+      trace_end(begin, "recompute " + unit.layout.unit_name());
+    }
     Context context(*this, unit, batch, views);
     auto begin = trace_begin();
     unit.unit->backward(context);
@@ -393,6 +442,7 @@ void ZeroTrainer::run_backward(const Batch& batch, bool last_micro_batch) {
     if (u + 1 < static_cast<int>(units_.size())) {
       release_on(context_.compute, std::move(activations_[u + 1].grad_input));
     }
+    if (recompute != RecomputePolicy::kNone) recomputed_call_done();
     reducer_->unit_done(unit);
   }
   release_on(context_.compute, std::move(activations_[0].grad_input));

@@ -56,6 +56,9 @@ class ZeroTrainer final : public Trainer {
 
  private:
   class Context;
+  // Which forward a Context runs: a plain one, the first of a fully recomputed unit (it keeps
+  // nothing), or the recomputation before its backward (its output exists already).
+  enum class Pass { kPlain, kCheckpoint, kRecompute };
   struct Activations {
     Buffer output;      // this unit's forward output
     Buffer grad_input;  // the gradient of this unit's input, made in backward
@@ -95,6 +98,14 @@ class ZeroTrainer final : public Trainer {
   void finish_call(FlatUnit& unit, CallViews& views);
   void run_forward(const Batch& batch);
   void run_backward(const Batch& batch, bool last_micro_batch);
+  // Whether unit `u` recomputes in this pass (never while evaluating).
+  RecomputePolicy recompute_of(std::size_t u) const {
+    return evaluating_ ? RecomputePolicy::kNone : recompute_[u];
+  }
+  // Around each call of a recomputed unit: the host waits for the stream to finish the
+  // recomputed call kRecomputeLag calls back (CPU device only; engine/recompute.h).
+  void wait_for_lagging_call();
+  void recomputed_call_done();
   // Debug faults (engine/fault_injection.h) due at the start of this step / after a unit's
   // backward.
   void inject_step_fault();
@@ -119,6 +130,10 @@ class ZeroTrainer final : public Trainer {
   std::vector<FlatUnit> units_;
   std::vector<ShardLayout> layouts_;
   std::vector<Activations> activations_;
+  std::vector<RecomputePolicy> recompute_;  // per unit
+  bool bound_recompute_lag_ = false;        // the device frees only when the stream gets there
+  std::vector<std::unique_ptr<Event>> lag_events_;  // kRecomputeLag, reused in turn
+  std::size_t recomputed_calls_ = 0;                // in this micro-batch
   Buffer loss_buffer_;  // one float the last unit writes the micro-batch loss to
   std::unique_ptr<GradientChecks> checks_;
   std::unique_ptr<ParameterGatherer> gatherer_;

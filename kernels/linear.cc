@@ -114,4 +114,18 @@ void linear_gelu_forward(Stream& stream, const float* x, const float* weight, co
   });
 }
 
+bool linear_gelu_post_is_gelu_of_pre(Stream& stream, std::int64_t out) {
+#if ZEST_HAVE_CUDA
+  // The condition of linear_gelu_forward's fused branch.
+  if (on_cuda(stream) && out % 8 == 0 &&
+      cuda::cuda_stream(stream, "linear_gelu_forward").fp32_matmul_rounding() != DType::kFloat32) {
+    return false;
+  }
+#else
+  (void)stream;
+  (void)out;
+#endif
+  return true;
+}
+
 }  // namespace zest

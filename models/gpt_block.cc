@@ -38,6 +38,58 @@ struct Saved {
   }
 };
 
+// Selective recomputation (Korthikanti et al. 2022): the block keeps the products' outputs (qkv
+// rather than its per-head split, since attention's forward starts from qkv), the attention
+// output, the residual stream and LayerNorm's statistics, and drops the LayerNorm outputs, the
+// per-head split with the attention probabilities, and the GELU output, which recompute() makes
+// again from the kept ones with the same kernels.
+struct Kept {
+  std::size_t qkv, mean1, rstd1, y, x1, mean2, rstd2, h, total;
+
+  explicit Kept(const AttentionShape& a) {
+    const std::size_t n = static_cast<std::size_t>(a.batch * a.seq);
+    const std::size_t nc = n * static_cast<std::size_t>(a.channels());
+    std::size_t at = 0;
+    auto take = [&at](std::size_t count) { const std::size_t here = at; at += count; return here; };
+    qkv = take(3 * nc); mean1 = take(n); rstd1 = take(n);
+    y = take(nc); x1 = take(nc); mean2 = take(n); rstd2 = take(n);
+    h = take(4 * nc);
+    total = at;
+  }
+};
+struct Rebuilt {
+  std::size_t ln1, split, probs, ln2, g, total;
+
+  explicit Rebuilt(const AttentionShape& a) {
+    const std::size_t nc = static_cast<std::size_t>(a.batch * a.seq * a.channels());
+    std::size_t at = 0;
+    auto take = [&at](std::size_t count) { const std::size_t here = at; at += count; return here; };
+    ln1 = take(nc); split = take(a.split_elements()); probs = take(a.probs_elements());
+    ln2 = take(nc); g = take(4 * nc);
+    total = at;
+  }
+};
+
+// Where forward writes and backward reads each activation, in either layout. qkv is forward's
+// scratch unless kept.
+struct Activations {
+  float *ln1, *mean1, *rstd1, *qkv, *split, *probs, *y, *x1, *ln2, *mean2, *rstd2, *h, *g;
+
+  static Activations whole(float* s, float* qkv, const AttentionShape& a) {
+    const Saved at(a);
+    return {s + at.ln1, s + at.mean1, s + at.rstd1, qkv,         s + at.split,
+            s + at.probs, s + at.y,   s + at.x1,    s + at.ln2,  s + at.mean2,
+            s + at.rstd2, s + at.h,   s + at.g};
+  }
+  static Activations selective(float* k, float* r, const AttentionShape& a) {
+    const Kept kept(a);
+    const Rebuilt re(a);
+    return {r + re.ln1,   k + kept.mean1, k + kept.rstd1, k + kept.qkv,   r + re.split,
+            r + re.probs, k + kept.y,     k + kept.x1,    r + re.ln2,     k + kept.mean2,
+            k + kept.rstd2, k + kept.h,   r + re.g};
+  }
+};
+
 // Scratch of one forward: qkv [N, 3C], then attention's own.
 std::size_t forward_workspace_elements(const AttentionShape& a) {
   const std::size_t nc = static_cast<std::size_t>(a.batch * a.seq * a.channels());
@@ -73,6 +125,12 @@ UnitMemory GptBlock::memory(const GptConfig& config, std::int64_t batch, std::in
   memory.backward_workspace_cpu_only = shape.backward_scratch_elements() * sizeof(float);
   memory.forward_stream_scratch = shape.cuda_stream_scratch_bytes(false);
   memory.backward_stream_scratch = shape.cuda_stream_scratch_bytes(true);
+  memory.selective = true;
+  memory.selective_saved = Kept(shape).total * sizeof(float);
+  memory.selective_rebuilt = Rebuilt(shape).total * sizeof(float);
+  memory.selective_forward_workspace = shape.forward_scratch_elements() * sizeof(float);
+  memory.rebuild_workspace = shape.forward_scratch_elements() * sizeof(float);
+  memory.rebuild_stream_scratch = shape.cuda_stream_scratch_bytes(false);
   return memory;
 }
 
@@ -116,39 +174,80 @@ void GptBlock::forward(UnitContext& context) {
   Stream& stream = context.stream();
   auto param = [&context](Param p) { return context.param(p).as<const float>(); };
 
-  // A forward whose backward never ran (evaluation, a failed step) may leave a buffer behind.
+  // A forward whose backward never ran (evaluation, a failed step) may leave buffers behind.
   if (!saved_.empty()) context.release(std::move(saved_));
-  const Saved at(shape);
-  saved_ = context.allocate(at.total * sizeof(float), Category::kActivations);
+  if (!rebuilt_.empty()) context.release(std::move(rebuilt_));
+  selective_ = context.backward_follows() && context.recompute_selectively();
+  Buffer workspace;
+  Activations act{};
+  if (selective_) {
+    saved_ = context.allocate(Kept(shape).total * sizeof(float), Category::kActivations);
+    rebuilt_ = context.allocate(Rebuilt(shape).total * sizeof(float), Category::kActivations);
+    workspace = context.allocate(shape.forward_scratch_elements() * sizeof(float),
+                                 Category::kWorkspace);
+    act = Activations::selective(saved_.as<float>(), rebuilt_.as<float>(), shape);
+  } else {
+    saved_ = context.allocate(Saved(shape).total * sizeof(float), Category::kActivations);
+    workspace = context.allocate(forward_workspace_elements(shape) * sizeof(float),
+                                 Category::kWorkspace);
+    act = Activations::whole(saved_.as<float>(), workspace.as<float>(), shape);
+  }
   saved_batch_ = B;
   saved_seq_ = T;
-  float* s = saved_.as<float>();
-  Buffer workspace = context.allocate(forward_workspace_elements(shape) * sizeof(float),
-                                     Category::kWorkspace);
-  float* qkv = workspace.as<float>();
-  float* scratch = qkv + 3 * N * C;
+  float* scratch = selective_ ? workspace.as<float>() : workspace.as<float>() + 3 * N * C;
   const float* x = input.as<const float>();
   float* out = context.make_output({B, T, C}, DType::kFloat32).as<float>();
 
   // Attention: x1 = x + c_proj(attn(c_attn(ln_1(x)))).
-  layernorm_forward(stream, x, param(kLn1Weight), param(kLn1Bias), N, C, kLayerNormEps,
-                    s + at.ln1, s + at.mean1, s + at.rstd1);
-  linear_forward(stream, s + at.ln1, param(kAttnWeight), param(kAttnBias), N, C, 3 * C, nullptr,
-                 qkv);
-  attention_forward(stream, shape, qkv, s + at.split, s + at.probs, s + at.y, scratch);
-  linear_forward(stream, s + at.y, param(kAttnProjWeight), param(kAttnProjBias), N, C, C, x,
-                 s + at.x1);
+  layernorm_forward(stream, x, param(kLn1Weight), param(kLn1Bias), N, C, kLayerNormEps, act.ln1,
+                    act.mean1, act.rstd1);
+  linear_forward(stream, act.ln1, param(kAttnWeight), param(kAttnBias), N, C, 3 * C, nullptr,
+                 act.qkv);
+  attention_forward(stream, shape, act.qkv, act.split, act.probs, act.y, scratch);
+  linear_forward(stream, act.y, param(kAttnProjWeight), param(kAttnProjBias), N, C, C, x, act.x1);
 
   // MLP: out = x1 + mlp.c_proj(gelu(mlp.c_fc(ln_2(x1)))).
-  layernorm_forward(stream, s + at.x1, param(kLn2Weight), param(kLn2Bias), N, C, kLayerNormEps,
-                    s + at.ln2, s + at.mean2, s + at.rstd2);
-  linear_gelu_forward(stream, s + at.ln2, param(kFcWeight), param(kFcBias), N, C, 4 * C, s + at.h,
-                      s + at.g);
-  linear_forward(stream, s + at.g, param(kMlpProjWeight), param(kMlpProjBias), N, 4 * C, C,
-                 s + at.x1, out);
+  layernorm_forward(stream, act.x1, param(kLn2Weight), param(kLn2Bias), N, C, kLayerNormEps,
+                    act.ln2, act.mean2, act.rstd2);
+  linear_gelu_forward(stream, act.ln2, param(kFcWeight), param(kFcBias), N, C, 4 * C, act.h,
+                      act.g);
+  linear_forward(stream, act.g, param(kMlpProjWeight), param(kMlpProjBias), N, 4 * C, C, act.x1,
+                 out);
 
   context.release(std::move(workspace));
   if (!context.backward_follows()) context.release(std::move(saved_));
+  if (!rebuilt_.empty()) context.release(std::move(rebuilt_));
+}
+
+void GptBlock::recompute(UnitContext& context) {
+  if (saved_.empty() || !selective_) {
+    throw Error(ErrorKind::kUsage, name_ + ": recompute without a selective forward");
+  }
+  const std::int64_t B = saved_batch_;
+  const std::int64_t T = saved_seq_;
+  const std::int64_t C = config_.n_embd;
+  const std::int64_t N = B * T;
+  const AttentionShape shape{B, T, config_.n_head, C / config_.n_head};
+  Stream& stream = context.stream();
+  auto param = [&context](Param p) { return context.param(p).as<const float>(); };
+  rebuilt_ = context.allocate(Rebuilt(shape).total * sizeof(float), Category::kActivations);
+  Buffer workspace =
+      context.allocate(shape.forward_scratch_elements() * sizeof(float), Category::kWorkspace);
+  const Activations act = Activations::selective(saved_.as<float>(), rebuilt_.as<float>(), shape);
+  // The forward's kernels on the forward's inputs: what they write again over kept activations
+  // (LayerNorm's statistics, the attention output) is the same bytes.
+  layernorm_forward(stream, context.input().as<const float>(), param(kLn1Weight), param(kLn1Bias),
+                    N, C, kLayerNormEps, act.ln1, act.mean1, act.rstd1);
+  attention_forward(stream, shape, act.qkv, act.split, act.probs, act.y, workspace.as<float>());
+  layernorm_forward(stream, act.x1, param(kLn2Weight), param(kLn2Bias), N, C, kLayerNormEps,
+                    act.ln2, act.mean2, act.rstd2);
+  if (linear_gelu_post_is_gelu_of_pre(stream, 4 * C)) {
+    gelu_forward(stream, act.h, act.g, static_cast<std::size_t>(4 * N * C));
+  } else {
+    linear_gelu_forward(stream, act.ln2, param(kFcWeight), param(kFcBias), N, C, 4 * C, act.h,
+                        act.g);
+  }
+  context.release(std::move(workspace));
 }
 
 void GptBlock::backward(UnitContext& context) {
@@ -169,8 +268,12 @@ void GptBlock::backward(UnitContext& context) {
   Device& device = context.device();
   auto param = [&context](Param p) { return context.param(p).as<const float>(); };
   auto grad = [&context](Param p) { return context.grad(p).as<float>(); };
-  const Saved at(shape);
-  const float* s = saved_.as<const float>();
+  if (selective_ && rebuilt_.empty()) {
+    throw Error(ErrorKind::kUsage, name_ + ": backward after a selective forward needs recompute()");
+  }
+  const Activations act =
+      selective_ ? Activations::selective(saved_.as<float>(), rebuilt_.as<float>(), shape)
+                 : Activations::whole(saved_.as<float>(), nullptr, shape);
   const float* x = context.input().as<const float>();
   const float* dout = grad_output.as<const float>();
   const std::size_t nc = static_cast<std::size_t>(N * C);
@@ -188,30 +291,31 @@ void GptBlock::backward(UnitContext& context) {
 
   // MLP. Parameter gradients accumulate (beta = 1); input gradients are made fresh (beta = 0).
   device.copy(stream, dx1, dout, nc * sizeof(float));
-  matmul(stream, true, false, C, 4 * C, N, 1.0f, dout, s + at.g, 1.0f, grad(kMlpProjWeight));
+  matmul(stream, true, false, C, 4 * C, N, 1.0f, dout, act.g, 1.0f, grad(kMlpProjWeight));
   bias_grad(stream, dout, grad(kMlpProjBias), N, C);
   matmul(stream, false, false, N, 4 * C, C, 1.0f, dout, param(kMlpProjWeight), 0.0f, dh);
-  gelu_backward(stream, s + at.h, dh, dh, 4 * nc);
-  matmul(stream, true, false, 4 * C, C, N, 1.0f, dh, s + at.ln2, 1.0f, grad(kFcWeight));
+  gelu_backward(stream, act.h, dh, dh, 4 * nc);
+  matmul(stream, true, false, 4 * C, C, N, 1.0f, dh, act.ln2, 1.0f, grad(kFcWeight));
   bias_grad(stream, dh, grad(kFcBias), N, 4 * C);
   matmul(stream, false, false, N, C, 4 * C, 1.0f, dh, param(kFcWeight), 0.0f, dln);
-  layernorm_backward(stream, dln, s + at.x1, param(kLn2Weight), s + at.mean2, s + at.rstd2, N, C,
+  layernorm_backward(stream, dln, act.x1, param(kLn2Weight), act.mean2, act.rstd2, N, C,
                      dx1, grad(kLn2Weight), grad(kLn2Bias));
 
   // Attention.
-  matmul(stream, true, false, C, C, N, 1.0f, dx1, s + at.y, 1.0f, grad(kAttnProjWeight));
+  matmul(stream, true, false, C, C, N, 1.0f, dx1, act.y, 1.0f, grad(kAttnProjWeight));
   bias_grad(stream, dx1, grad(kAttnProjBias), N, C);
   matmul(stream, false, false, N, C, C, 1.0f, dx1, param(kAttnProjWeight), 0.0f, dy);
-  attention_backward(stream, shape, dy, s + at.split, s + at.probs, dqkv, scratch);
-  matmul(stream, true, false, 3 * C, C, N, 1.0f, dqkv, s + at.ln1, 1.0f, grad(kAttnWeight));
+  attention_backward(stream, shape, dy, act.split, act.probs, dqkv, scratch);
+  matmul(stream, true, false, 3 * C, C, N, 1.0f, dqkv, act.ln1, 1.0f, grad(kAttnWeight));
   bias_grad(stream, dqkv, grad(kAttnBias), N, 3 * C);
   matmul(stream, false, false, N, C, 3 * C, 1.0f, dqkv, param(kAttnWeight), 0.0f, dln);
   device.copy(stream, dx, dx1, nc * sizeof(float));
-  layernorm_backward(stream, dln, x, param(kLn1Weight), s + at.mean1, s + at.rstd1, N, C, dx,
+  layernorm_backward(stream, dln, x, param(kLn1Weight), act.mean1, act.rstd1, N, C, dx,
                      grad(kLn1Weight), grad(kLn1Bias));
 
   context.release(std::move(workspace));
   context.release(std::move(saved_));
+  if (!rebuilt_.empty()) context.release(std::move(rebuilt_));
 }
 
 }  // namespace zest

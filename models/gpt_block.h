@@ -2,7 +2,8 @@
 //   x1 = x + c_proj(attn(c_attn(ln_1(x)))),   out = x1 + mlp.c_proj(gelu(mlp.c_fc(ln_2(x1)))).
 // Weights are [out, in] as torch.nn.Linear (y = x Wᵀ + b). Forward keeps what backward reads in
 // one activations buffer that backward releases (forward releases it itself when no backward
-// follows: evaluation). Invariant: input and output are float32 [B, T, n_embd].
+// follows: evaluation), or under selective recomputation only part of it, the rest rebuilt by
+// recompute(). Invariant: input and output are float32 [B, T, n_embd].
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,8 @@ class GptBlock final : public Unit {
   std::vector<ParamSpec> parameters() const override;
   void forward(UnitContext& context) override;
   void backward(UnitContext& context) override;
+  bool supports_selective_recompute() const override { return true; }
+  void recompute(UnitContext& context) override;
   // What one block's forward and backward allocate for tokens [batch, seq].
   static UnitMemory memory(const GptConfig& config, std::int64_t batch, std::int64_t seq);
 
@@ -30,6 +33,10 @@ class GptBlock final : public Unit {
   const std::string name_;
   const GptConfig config_;
   Buffer saved_;  // category activations, from forward to backward
+  // Selective recomputation: saved_ holds only the kept activations; rebuilt_ the rest, from
+  // recompute() to the end of backward.
+  Buffer rebuilt_;
+  bool selective_ = false;
   std::int64_t saved_batch_ = 0;
   std::int64_t saved_seq_ = 0;
 };

@@ -9,6 +9,7 @@
 #include "memory/shard_layout.h"
 #include "engine/flat_unit.h"
 #include "engine/gather_ring.h"
+#include "engine/recompute.h"
 #include "engine/stage_plan.h"
 #include "planner/peak_ledger.h"
 
@@ -26,6 +27,7 @@ struct PlannedUnit {
   UnitMemory memory;
   bool replaces_parameters = false;  // Unit::gradients_replace_parameters()
   bool gradient_in_slot = false;     // stage 3: its gradient lives in its gather slot
+  RecomputePolicy recompute = RecomputePolicy::kNone;
 };
 
 // Replays the allocations and frees of ZeroTrainer and its collaborators (gradient reducer,
@@ -53,6 +55,9 @@ class Replay {
   // CudaStream::workspace: the compute stream's scratch grows to the largest ask (the old one
   // freed first), never shrinks. Nothing on the CPU device.
   void grow_stream_scratch(std::size_t bytes);
+  // ZeroTrainer::wait_for_lagging_call / recomputed_call_done (engine/recompute.h).
+  void wait_for_lagging_call();
+  void recomputed_call_done();
 
   const PeakPlanInput& input_;
   const EngineOptions& options_;
@@ -64,6 +69,8 @@ class Replay {
   std::vector<Handle> outputs_, grad_inputs_, saved_, buckets_;
   std::vector<std::size_t> bucket_released_;
   std::deque<int> buckets_in_flight_;
+  std::size_t recomputed_calls_ = 0;  // in this micro-batch
+  std::array<std::size_t, kRecomputeLag> lag_positions_{};
 };
 
 Replay::Replay(const PeakPlanInput& input)
@@ -73,9 +80,16 @@ Replay::Replay(const PeakPlanInput& input)
     const ShardLayout layout =
         ShardLayout::build(shapes.name, shapes.params, input.world_size, input.model.alignment);
     PlannedUnit unit{layout.flat_length(), layout.shard_length(), shapes.borrowed, {},
-                     shapes.gradients_replace_parameters, false};
+                     shapes.gradients_replace_parameters, false, RecomputePolicy::kNone};
     if (u < input.units.size()) unit.memory = input.units[u];
     units_.push_back(std::move(unit));
+  }
+  if (!input.units.empty()) {
+    std::vector<bool> selective_capable;
+    for (const PlannedUnit& unit : units_) selective_capable.push_back(unit.memory.selective);
+    const std::vector<RecomputePolicy> recompute =
+        plan_recompute(options_.activation_checkpointing, selective_capable);
+    for (std::size_t u = 0; u < units_.size(); ++u) units_[u].recompute = recompute[u];
   }
   const std::size_t n = units_.size();
   outputs_.assign(n, kNone);
@@ -139,16 +153,39 @@ void Replay::prepare(int u, bool backward, std::vector<Handle>& scratch) {
   }
 }
 
+void Replay::wait_for_lagging_call() {
+  if (on_cuda() || recomputed_calls_ < kRecomputeLag) return;
+  ledger_.synchronize(Stream::kCompute, lag_positions_[recomputed_calls_ % kRecomputeLag]);
+}
+
+void Replay::recomputed_call_done() {
+  if (on_cuda()) return;
+  lag_positions_[recomputed_calls_ % kRecomputeLag] = ledger_.record(Stream::kCompute);
+  ++recomputed_calls_;
+}
+
 void Replay::forward() {
   for (std::size_t u = 0; u < units_.size(); ++u) {
+    const RecomputePolicy recompute = units_[u].recompute;
+    if (recompute != RecomputePolicy::kNone) wait_for_lagging_call();
     std::vector<Handle> scratch;
     prepare(static_cast<int>(u), false, scratch);
     const UnitMemory& memory = units_[u].memory;
-    saved_[u] = ledger_.allocate(memory.saved, Category::kActivations);
-    scratch.push_back(ledger_.allocate(memory.forward_workspace, Category::kWorkspace));
+    if (recompute == RecomputePolicy::kSelective) {
+      // GptBlock::forward: the kept part, then the part recompute() rebuilds, dropped at the end.
+      saved_[u] = ledger_.allocate(memory.selective_saved, Category::kActivations);
+      scratch.push_back(ledger_.allocate(memory.selective_rebuilt, Category::kActivations));
+      scratch.push_back(ledger_.allocate(memory.selective_forward_workspace, Category::kWorkspace));
+    } else {
+      saved_[u] = ledger_.allocate(memory.saved, Category::kActivations);
+      // A fully recomputed unit keeps nothing: backward_follows() is false in its first forward.
+      if (recompute == RecomputePolicy::kFull) scratch.push_back(std::exchange(saved_[u], kNone));
+      scratch.push_back(ledger_.allocate(memory.forward_workspace, Category::kWorkspace));
+    }
     outputs_[u] = ledger_.allocate(memory.output, Category::kActivations);
     grow_stream_scratch(memory.forward_stream_scratch);
     for (Handle handle : scratch) ledger_.release_on(Stream::kCompute, handle);
+    if (recompute != RecomputePolicy::kNone) recomputed_call_done();
   }
 }
 
@@ -157,9 +194,23 @@ void Replay::backward(bool reduce_now) {
   std::size_t bucket_elements = 0;
   const int last = static_cast<int>(units_.size()) - 1;
   for (int u = last; u >= 0; --u) {
+    const RecomputePolicy recompute = units_[u].recompute;
+    if (recompute != RecomputePolicy::kNone) wait_for_lagging_call();
     std::vector<Handle> scratch;
     prepare(u, true, scratch);
     const UnitMemory& memory = units_[u].memory;
+    if (recompute == RecomputePolicy::kFull) {
+      // The forward again, in the same call: its output is written over the first one's.
+      saved_[u] = ledger_.allocate(memory.saved, Category::kActivations);
+      ledger_.release_on(Stream::kCompute,
+                         ledger_.allocate(memory.forward_workspace, Category::kWorkspace));
+      grow_stream_scratch(memory.forward_stream_scratch);
+    } else if (recompute == RecomputePolicy::kSelective) {
+      scratch.push_back(ledger_.allocate(memory.selective_rebuilt, Category::kActivations));
+      ledger_.release_on(Stream::kCompute,
+                         ledger_.allocate(memory.rebuild_workspace, Category::kWorkspace));
+      grow_stream_scratch(memory.rebuild_stream_scratch);
+    }
     grad_inputs_[u] = ledger_.allocate(memory.grad_input, Category::kActivations);
     const std::size_t workspace =
         memory.backward_workspace - (on_cuda() ? memory.backward_workspace_cpu_only : 0);
@@ -177,6 +228,7 @@ void Replay::backward(bool reduce_now) {
     for (Handle handle : scratch) ledger_.release_on(Stream::kCompute, handle);
     ledger_.release_on(Stream::kCompute, std::exchange(outputs_[u], kNone));
     if (u < last) ledger_.release_on(Stream::kCompute, std::exchange(grad_inputs_[u + 1], kNone));
+    if (recompute != RecomputePolicy::kNone) recomputed_call_done();
     if (!reduce_now) continue;
     bucket.push_back(u);
     bucket_elements += units_[u].full;
@@ -216,6 +268,7 @@ void Replay::micro_batch(bool last) {
   // engine/device_batch.h: a CUDA device copies the batch in first and frees it after backward.
   const Handle batch =
       on_cuda() ? ledger_.allocate(input_.batch_bytes, Category::kActivations) : kNone;
+  recomputed_calls_ = 0;
   forward();
   backward(plan_.reduce_every_micro_batch || last);
   ledger_.release_on(Stream::kCompute, batch);

@@ -190,6 +190,22 @@ void capped_ring(EngineOptions& options) {
   options.stage3_max_live_parameters = 100000;  // two slots of a block, not five
 }
 void accumulate(EngineOptions& options) { options.gradient_accumulation_steps = 2; }
+void full_recompute(EngineOptions& options) {
+  options.activation_checkpointing.policy = RecomputePolicy::kFull;
+}
+void selective_recompute(EngineOptions& options) {
+  options.activation_checkpointing.policy = RecomputePolicy::kSelective;
+}
+void full_recompute_every_other_accumulate(EngineOptions& options) {
+  options.activation_checkpointing.policy = RecomputePolicy::kFull;
+  options.activation_checkpointing.every = 2;
+  options.gradient_accumulation_steps = 2;
+}
+void selective_recompute_first_two_serialized(EngineOptions& options) {
+  options.activation_checkpointing.policy = RecomputePolicy::kSelective;
+  options.activation_checkpointing.first = 2;
+  serialized(options);
+}
 
 INSTANTIATE_TEST_SUITE_P(
     Configurations, PeakPlan,
@@ -215,7 +231,21 @@ INSTANTIATE_TEST_SUITE_P(
         PeakCase{"gpt_stage3_world2_fp32_capped_ring", true, 3, 2, DType::kFloat32, false,
                  capped_ring},
         PeakCase{"gpt_stage3_world3_bf16_offload_accumulate", true, 3, 3, DType::kBFloat16, true,
-                 accumulate}),
+                 accumulate},
+        PeakCase{"mlp_stage1_world2_fp32_full_recompute", false, 1, 2, DType::kFloat32, false,
+                 full_recompute},
+        PeakCase{"gpt_stage0_world1_fp32_full_recompute", true, 0, 1, DType::kFloat32, false,
+                 full_recompute},
+        PeakCase{"gpt_stage3_world4_fp32_full_recompute", true, 3, 4, DType::kFloat32, false,
+                 full_recompute},
+        PeakCase{"gpt_stage2_world2_bf16_full_recompute_every_other_accumulate", true, 2, 2,
+                 DType::kBFloat16, false, full_recompute_every_other_accumulate},
+        PeakCase{"gpt_stage1_world2_fp32_selective_recompute", true, 1, 2, DType::kFloat32, false,
+                 selective_recompute},
+        PeakCase{"gpt_stage3_world2_bf16_offload_selective_recompute", true, 3, 2,
+                 DType::kBFloat16, true, selective_recompute},
+        PeakCase{"gpt_stage2_world2_bf16_selective_recompute_first_two_serialized", true, 2, 2,
+                 DType::kBFloat16, false, selective_recompute_first_two_serialized}),
     [](const auto& info) { return info.param.name; });
 
 TEST(PeakLedger, AReleaseWaitsForItsStreamUnlessFreedAtRelease) {

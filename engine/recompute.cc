@@ -1,0 +1,56 @@
+#include "engine/recompute.h"
+
+#include "base/error.h"
+
+namespace zest {
+
+const char* recompute_policy_name(RecomputePolicy policy) {
+  switch (policy) {
+    case RecomputePolicy::kSelective: return "selective";
+    case RecomputePolicy::kFull: return "full";
+    case RecomputePolicy::kNone: break;
+  }
+  return "none";
+}
+
+std::vector<RecomputePolicy> plan_recompute(const ActivationCheckpointing& options,
+                                            const std::vector<bool>& selective_capable) {
+  const std::size_t count = selective_capable.size();
+  std::vector<RecomputePolicy> plan(count, RecomputePolicy::kNone);
+  if (!options.enabled()) return plan;
+  if (options.every < 1) {
+    throw Error(ErrorKind::kConfig, "activation_checkpointing.units.every: must be >= 1, got 0");
+  }
+  std::size_t named = 0;
+  std::size_t recomputed = 0;
+  for (std::size_t u = 0; u + 1 < count; ++u) {
+    if (!options.names(u)) continue;
+    ++named;
+    if (options.policy == RecomputePolicy::kSelective && !selective_capable[u]) continue;
+    plan[u] = options.policy;
+    ++recomputed;
+  }
+  const std::string model = "the model's " + std::to_string(count) + " unit" +
+                            (count == 1 ? "" : "s") + " (the last is never recomputed)";
+  if (named == 0) {
+    const std::string list =
+        options.first > 0 && options.every > 1
+            ? "every " + std::to_string(options.every) + "th of the first " +
+                  std::to_string(options.first)
+        : options.first > 0 ? "the first " + std::to_string(options.first)
+        : options.every > 1 ? "every " + std::to_string(options.every) + "th"
+                            : "every unit";
+    throw Error(ErrorKind::kConfig, "activation_checkpointing.units: " + list +
+                                        " names no unit of " + model);
+  }
+  if (recomputed == 0) {
+    throw Error(ErrorKind::kConfig,
+                "activation_checkpointing.policy: \"selective\" needs a unit that can recompute "
+                "selectively (a GPT block), and none of the " +
+                    std::to_string(named) + " unit" + (named == 1 ? "" : "s") +
+                    " named can; use \"full\"");
+  }
+  return plan;
+}
+
+}  // namespace zest

@@ -1,0 +1,52 @@
+// Activation recomputation (activation_checkpointing): which units drop what they would keep
+// from forward to backward and rebuild it before their backward. Full: the unit keeps nothing
+// but its input (the previous unit's output, which the engine keeps anyway), and the engine runs
+// its forward again inside its backward call. Selective: the unit keeps its matrix products and
+// drops the cheap, large rest (Unit::supports_selective_recompute), which Unit::recompute rebuilds.
+// The engine and the memory planner both decide here, so the plan follows the engine exactly.
+// Invariant: the last unit is never recomputed (its backward follows its forward at once).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace zest {
+
+enum class RecomputePolicy { kNone, kSelective, kFull };
+
+const char* recompute_policy_name(RecomputePolicy policy);  // "none", "selective", "full"
+
+// activation_checkpointing: the policy, the units it names and where the kept inputs wait.
+struct ActivationCheckpointing {
+  RecomputePolicy policy = RecomputePolicy::kNone;
+  // Units in forward order: every `every`-th (units every-1, 2·every-1, ...), among the first
+  // `first` (0: all of them).
+  std::size_t every = 1;
+  std::size_t first = 0;
+  // cpu_checkpointing: a recomputed unit's input waits in the host arena (category offload)
+  // from its forward to its backward instead of in device memory.
+  bool cpu_checkpointing = false;
+
+  bool enabled() const { return policy != RecomputePolicy::kNone; }
+  // Whether the unit list names unit `index` (the policy aside).
+  bool names(std::size_t index) const {
+    return (first == 0 || index < first) && every > 0 && (index + 1) % every == 0;
+  }
+};
+
+// Per unit, what the engine does: kNone, kSelective (forward keeps its selective part, the engine
+// calls recompute() before backward) or kFull. `selective_capable[u]` says whether unit u
+// supports selective recomputation. Throws a kConfig Error naming the key when the options name
+// no unit that the policy can recompute (a unit list beyond the model, a selective policy for a
+// model none of whose named units can recompute selectively).
+std::vector<RecomputePolicy> plan_recompute(const ActivationCheckpointing& options,
+                                            const std::vector<bool>& selective_capable);
+
+// On a device whose frees wait for the stream (the CPU device's arena), the host would charge
+// every unit's transient activations at once, since it enqueues a whole forward before the
+// stream has run the first unit. So before a recomputed unit's call the host waits until the
+// stream has finished the recomputed call this many calls back (one call's work stays queued).
+inline constexpr std::size_t kRecomputeLag = 2;
+
+}  // namespace zest
