@@ -46,7 +46,10 @@ std::vector<RecomputePolicy> plan_recompute(const ActivationCheckpointing& optio
 // On a device whose frees wait for the stream (the CPU device's arena), the host would charge
 // every unit's transient activations at once, since it enqueues a whole forward before the
 // stream has run the first unit. So before a recomputed unit's call the host waits until the
-// stream has finished the recomputed call this many calls back (one call's work stays queued).
-inline constexpr std::size_t kRecomputeLag = 2;
+// stream has finished the recomputed call this many calls back: with 1, no two recomputed
+// calls' transients coexist. Note: the stream idles only while the host enqueues one call (tens
+// of microseconds against the milliseconds a unit computes); a CUDA device, whose pool frees in
+// stream order, never waits.
+inline constexpr std::size_t kRecomputeLag = 1;
 
 }  // namespace zest

@@ -248,6 +248,55 @@ INSTANTIATE_TEST_SUITE_P(
                  DType::kBFloat16, false, selective_recompute_first_two_serialized}),
     [](const auto& info) { return info.param.name; });
 
+bool all_equal(const std::vector<MemoryUsage>& measured, const PeakPrediction& predicted) {
+  for (const MemoryUsage& usage : measured) {
+    if (usage.total_peak != predicted.device_total) return false;
+    for (Category category : all_categories()) {
+      if (usage.peak_of(category) != predicted.of(category)) return false;
+    }
+  }
+  return true;
+}
+
+// With recomputation the plan is exact, not only within 5%: the host waits for the stream
+// before each recomputed call (engine/recompute.h), which leaves a descheduled host little to
+// lose. The largest peaks of up to three runs equal the prediction to the byte, every category.
+TEST(PeakPlanRecompute, EveryCategoryEqualsTheMeasuredPeakToTheByte) {
+  const std::vector<PeakCase> cases = {
+      {"gpt_stage3_world4_fp32_full", true, 3, 4, DType::kFloat32, false, full_recompute},
+      {"gpt_stage2_world2_bf16_selective", true, 2, 2, DType::kBFloat16, false,
+       selective_recompute},
+      {"mlp_stage0_world1_fp32_full", false, 0, 1, DType::kFloat32, false, full_recompute}};
+  for (const PeakCase& job : cases) {
+    SCOPED_TRACE(job.name);
+    const PeakPrediction predicted = plan(job);
+    std::vector<MemoryUsage> measured = train(job);
+    for (int run = 1; run < 3 && !all_equal(measured, predicted); ++run) {
+      keep_largest(train(job), measured);
+    }
+    for (int rank = 0; rank < job.world; ++rank) {
+      SCOPED_TRACE("rank " + std::to_string(rank));
+      for (Category category : all_categories()) {
+        EXPECT_EQ(measured[rank].peak_of(category), predicted.of(category))
+            << category_name(category);
+      }
+      EXPECT_EQ(measured[rank].total_peak, predicted.device_total);
+    }
+  }
+}
+
+// Each policy lowers the planned activations of the GPT: selective below none, full below it.
+TEST(PeakPlanRecompute, ActivationsFallWithEachPolicy) {
+  PeakCase job{"gpt_stage3_world2_fp32", true, 3, 2, DType::kFloat32, false, {}};
+  const std::size_t none = plan(job).of(Category::kActivations);
+  job.configure = selective_recompute;
+  const std::size_t selective = plan(job).of(Category::kActivations);
+  job.configure = full_recompute;
+  const std::size_t full = plan(job).of(Category::kActivations);
+  EXPECT_LT(selective, none);
+  EXPECT_LT(full, selective);
+}
+
 TEST(PeakLedger, AReleaseWaitsForItsStreamUnlessFreedAtRelease) {
   for (bool at_release : {false, true}) {
     PeakLedger ledger(at_release);
