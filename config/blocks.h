@@ -26,5 +26,6 @@ void parse_log(Block& root, TrainConfig& out);
 void parse_checkpoint(Block& root, TrainConfig& out);
 void parse_debug(Block& root, TrainConfig& out);
 void parse_monitor(Block& root, TrainConfig& out);
+void parse_activation_checkpointing(Block& root, TrainConfig& out);  // checkpointing_block.cc
 
 }  // namespace zest::config_blocks

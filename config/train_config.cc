@@ -231,7 +231,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
               "optimizer", "zero_optimization", "data", "steps_per_print", "bf16", "fp16",
               "communication_data_type", "log", "wall_clock_breakdown", "scheduler",
               "checkpoint", "eval_every", "debug", "csv_monitor", "tensorboard", "wandb",
-              "comet"},
+              "comet", "activation_checkpointing"},
              {{"stage", "zero_optimization.stage"},
               {"ranks", "world.ranks"},
               {"backend", "world.backend"},
@@ -247,7 +247,9 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
               {"n_layer", "model.n_layer"},
               {"seq_len", "model.seq_len"},
               {"init_from", "model.init_from"},
-              {"every_steps", "checkpoint.every_steps"}});
+              {"every_steps", "checkpoint.every_steps"},
+              {"cpu_checkpointing", "activation_checkpointing.cpu_checkpointing"},
+              {"partition_activations", "activation_checkpointing.partition_activations"}});
 
   parse_world(root, out);
   parse_model(root, out);
@@ -275,6 +277,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   parse_scheduler(root, out);
   parse_zero(root, out);
   parse_precision(root, out);
+  parse_activation_checkpointing(root, out);
   out.steps_per_print =
       read_integer_at_least(root.get_or("steps_per_print", 10), "steps_per_print", 1);
   parse_eval(root, out);

@@ -13,6 +13,20 @@ const char* recompute_policy_name(RecomputePolicy policy) {
   return "none";
 }
 
+namespace {
+
+std::string ordinal(std::size_t n) {
+  const std::size_t tens = n % 100;
+  const char* suffix = tens >= 11 && tens <= 13 ? "th"
+                       : n % 10 == 1            ? "st"
+                       : n % 10 == 2            ? "nd"
+                       : n % 10 == 3            ? "rd"
+                                                : "th";
+  return std::to_string(n) + suffix;
+}
+
+}  // namespace
+
 std::vector<RecomputePolicy> plan_recompute(const ActivationCheckpointing& options,
                                             const std::vector<bool>& selective_capable) {
   const std::size_t count = selective_capable.size();
@@ -35,13 +49,13 @@ std::vector<RecomputePolicy> plan_recompute(const ActivationCheckpointing& optio
   if (named == 0) {
     const std::string list =
         options.first > 0 && options.every > 1
-            ? "every " + std::to_string(options.every) + "th of the first " +
+            ? "every " + ordinal(options.every) + " unit of the first " +
                   std::to_string(options.first)
         : options.first > 0 ? "the first " + std::to_string(options.first)
-        : options.every > 1 ? "every " + std::to_string(options.every) + "th"
+        : options.every > 1 ? "every " + ordinal(options.every) + " unit"
                             : "every unit";
     throw Error(ErrorKind::kConfig, "activation_checkpointing.units: " + list +
-                                        " names no unit of " + model);
+                                        " names no unit of " + model + "; name fewer");
   }
   if (recomputed == 0) {
     throw Error(ErrorKind::kConfig,

@@ -40,6 +40,13 @@ std::vector<std::string> unit_names(const ModelSpec& spec) {
   return names;
 }
 
+std::vector<bool> selective_recompute_units(const ModelSpec& spec) {
+  const std::vector<std::string> names = unit_names(spec);
+  std::vector<bool> capable;
+  for (const std::string& name : names) capable.push_back(name.starts_with("block"));
+  return capable;
+}
+
 std::vector<std::int64_t> micro_batch_shape(const ModelSpec& spec, std::int64_t micro_batch) {
   if (spec.type == "gpt") return {micro_batch, spec.gpt.seq_len};
   return {micro_batch, spec.mlp.sizes.empty() ? 0 : spec.mlp.sizes.front()};

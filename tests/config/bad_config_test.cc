@@ -45,6 +45,31 @@ struct BadConfig {
 };
 
 const BadConfig kBadConfigs[] = {
+    // activation_checkpointing: a policy that names nothing, DeepSpeed's keys zest refuses
+    {"SelectiveRecomputeOfTheMlp", false, {"activation_checkpointing.policy=\"selective\""},
+     "activation_checkpointing.policy: \"selective\" needs a unit that can recompute "
+     "selectively (a GPT block), and none of the 1 unit named can; use \"full\""},
+    {"RecomputedUnitsBeyondTheModel", true,
+     {"activation_checkpointing.policy=\"full\"", "activation_checkpointing.units.every=4"},
+     "activation_checkpointing.units: every 4th unit names no unit of the model's 4 units (the "
+     "last is never recomputed); name fewer"},
+    {"RecomputePolicyUnknown", true, {"activation_checkpointing.policy=\"partial\""},
+     "activation_checkpointing.policy: must be none, selective or full, got \"partial\""},
+    {"CpuCheckpointingWithoutAPolicy", true, {"activation_checkpointing.cpu_checkpointing=true"},
+     "activation_checkpointing.cpu_checkpointing: true needs activation_checkpointing.policy "
+     "\"full\" or \"selective\": only a recomputed unit's input is a checkpoint to offload"},
+    {"PartitionActivations", true, {"activation_checkpointing.partition_activations=true"},
+     "activation_checkpointing.partition_activations: is not supported (got true): it splits "
+     "checkpoints across tensor-parallel replicas, and zest's ranks are data-parallel: each "
+     "holds its own micro-batch's activations"},
+    {"NumberCheckpoints", true, {"activation_checkpointing.number_checkpoints=4"},
+     "activation_checkpointing.number_checkpoints: is not supported (got 4): it sizes "
+     "DeepSpeed's contiguous buffer; choose the recomputed units with "
+     "activation_checkpointing.units"},
+    {"RecomputeEveryZeroth", true, {"activation_checkpointing.units.every=0"},
+     "activation_checkpointing.units.every: must be an integer >= 1, got 0"},
+    {"CpuCheckpointingAtTheTop", true, {"cpu_checkpointing=true"},
+     "cpu_checkpointing: unknown key; did you mean 'activation_checkpointing.cpu_checkpointing'?"},
     // unknown keys, with a suggestion
     {"TypoInZeroKey", false, {"zero_optimization.stgae=2"},
      "zero_optimization.stgae: unknown key; did you mean 'zero_optimization.stage'?"},

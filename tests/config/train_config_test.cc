@@ -527,3 +527,41 @@ TEST(TrainConfigOverrides, MalformedOverridesAreUsageErrors) {
 
 }  // namespace
 }  // namespace zest
+
+namespace zest {
+namespace {
+
+// activation_checkpointing reaches the engine's options, and the resolved config names the units
+// the policy recomputes (which a config read back ignores and writes again).
+TEST(TrainConfigActivationCheckpointing, ResolvesThePolicyAndNamesTheRecomputedUnits) {
+  nlohmann::json config = nlohmann::json::parse(R"({
+    "model": {"type": "gpt", "n_layer": 4, "n_head": 2, "n_embd": 16, "seq_len": 8},
+    "data": {"type": "text", "path": "corpus.txt"},
+    "steps": 10, "train_batch_size": 8,
+    "activation_checkpointing": {"policy": "selective", "units": {"every": 2},
+                                 "cpu_checkpointing": true}
+  })");
+  const TrainConfig parsed = parse_train_config(config);
+  const ActivationCheckpointing& options = parsed.engine.activation_checkpointing;
+  EXPECT_EQ(options.policy, RecomputePolicy::kSelective);
+  EXPECT_EQ(options.every, 2u);
+  EXPECT_EQ(options.first, 0u);
+  EXPECT_TRUE(options.cpu_checkpointing);
+  const nlohmann::json& resolved = parsed.json["activation_checkpointing"];
+  EXPECT_EQ(resolved["recomputed"], nlohmann::json::parse(R"(["block0", "block2"])"));
+  EXPECT_EQ(resolved["partition_activations"], false);
+  // Read back, the resolved config is the same config; a stale `recomputed` is rewritten.
+  nlohmann::json again = parsed.json;
+  again["activation_checkpointing"]["recomputed"] = nlohmann::json::array({"head"});
+  EXPECT_EQ(parse_train_config(again).json, parsed.json);
+
+  config["activation_checkpointing"] = {{"policy", "full"}, {"units", {{"first", 2}}}};
+  EXPECT_EQ(parse_train_config(config).json["activation_checkpointing"]["recomputed"],
+            nlohmann::json::parse(R"(["embedding", "block0"])"));
+  config.erase("activation_checkpointing");
+  EXPECT_EQ(parse_train_config(config).engine.activation_checkpointing.policy,
+            RecomputePolicy::kNone);
+}
+
+}  // namespace
+}  // namespace zest
