@@ -1,6 +1,7 @@
 #include "planner/memory_advice.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -81,6 +82,22 @@ std::string larger_setup(const PeakPlanInput& input, std::size_t capacity) {
   return "";
 }
 
+// Recomputation keeps the micro-batch and trades compute for activations: the lightest policy
+// (selective before full) that fits, when the model can recompute.
+std::string recomputation(const PeakPlanInput& input, std::size_t capacity) {
+  if (input.units.empty()) return "";
+  for (RecomputePolicy policy : {RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
+    if (policy <= input.engine.activation_checkpointing.policy) continue;
+    PeakPlanInput changed = input;
+    changed.engine.activation_checkpointing.policy = policy;
+    const std::string fits = try_change(
+        changed, capacity,
+        fmt::format("with activation_checkpointing.policy \"{}\"", recompute_policy_name(policy)));
+    if (!fits.empty()) return fits;
+  }
+  return "";
+}
+
 }  // namespace
 
 std::size_t fixed_bytes(const PeakPrediction& prediction) {
@@ -96,13 +113,19 @@ std::string memory_advice(const PeakPlanInput& input, std::size_t capacity,
   // The micro-batch is the smallest change when the model state fits and the rest overflows.
   const bool transient = fixed_bytes(now) < capacity;
   std::string fits = transient ? smaller_micro_batch(input, capacity, micro_batch, resize) : "";
+  // Activation checkpointing, when activations overflow: the advice itself if no smaller
+  // micro-batch fits, else the alternative that keeps the micro-batch.
+  std::string recompute = transient ? recomputation(input, capacity) : "";
+  if (fits.empty()) fits = std::exchange(recompute, "");
   if (fits.empty()) fits = larger_setup(input, capacity);
   if (fits.empty()) fits = smaller_micro_batch(input, capacity, micro_batch, resize);
   if (fits.empty()) {
     return advice + "; no higher stage, offload, up to 64 times the ranks or smaller "
                     "micro-batch fits devices of " + format_bytes(capacity);
   }
-  return advice + "; " + fits + ", which fits in " + format_bytes(capacity);
+  advice += "; " + fits + ", which fits in " + format_bytes(capacity);
+  if (!recompute.empty()) advice += "; or, keeping the micro-batch, " + recompute;
+  return advice;
 }
 
 std::string training_memory_advice(const TrainingMemory& memory) {

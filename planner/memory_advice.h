@@ -1,7 +1,8 @@
 // What to change when a training configuration does not fit its devices: the planner's estimate
 // (planner/peak_plan.h) of the configuration as given, then the smallest change that fits, tried
 // in order — a smaller micro-batch first when the model state fits and the micro-batch's
-// activations and workspace are what overflow, else a higher stage, offload_optimizer, more
+// activations and workspace are what overflow (with activation checkpointing named beside it,
+// or instead of it when no micro-batch fits), else a higher stage, offload_optimizer, more
 // ranks at stage 3, and a smaller micro-batch last. Used by zest-estimate's verdict and by the
 // engine's out-of-memory while training.
 #pragma once

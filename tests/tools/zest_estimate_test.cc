@@ -236,4 +236,32 @@ TEST_F(ZestEstimate, FitGrowsWithTheStage) {
   EXPECT_NEAR(params[3]["parameters"].get<double>(), 4.0 * 64 * 1024 * 1024 / 16, 4096);
 }
 
+// --fit tries each activation_checkpointing.policy at every stage: the config's own is the plain
+// n_layer, and recomputing more never fits fewer layers (at stage 3 of the default job it fits
+// more: activations are the largest transient there).
+TEST_F(ZestEstimate, FitTriesEachRecomputePolicy) {
+  const json fit = estimate_json({"--config", ZEST_SOURCE_DIR "/configs/default.json", "--set",
+                                  "train_batch_size=4", "--set",
+                                  "train_micro_batch_size_per_gpu=1", "--device-memory", "64MiB",
+                                  "--fit"})["fit"];
+  ASSERT_EQ(fit.size(), 4u);
+  for (std::size_t stage = 0; stage < 4; ++stage) {
+    const json& by_policy = fit[stage]["n_layer_by_policy"];
+    ASSERT_TRUE(by_policy["none"].is_number()) << by_policy.dump();
+    EXPECT_EQ(by_policy["none"], fit[stage]["n_layer"]);
+    EXPECT_GE(by_policy["selective"].get<int>(), by_policy["none"].get<int>());
+    EXPECT_GE(by_policy["full"].get<int>(), by_policy["none"].get<int>());
+  }
+  EXPECT_GT(fit[3]["n_layer_by_policy"]["full"].get<int>(),
+            fit[3]["n_layer_by_policy"]["selective"].get<int>());
+  EXPECT_GT(fit[3]["n_layer_by_policy"]["selective"].get<int>(),
+            fit[3]["n_layer_by_policy"]["none"].get<int>());
+  const ProcessResult text = run(kEstimate, {"--config", ZEST_SOURCE_DIR "/configs/default.json", "--set",
+                                    "train_batch_size=4", "--set",
+                                    "train_micro_batch_size_per_gpu=1", "--device-memory",
+                                    "64MiB", "--fit"});
+  EXPECT_THAT(text.out, HasSubstr("n_layer by activation_checkpointing.policy: none 19, "));
+  EXPECT_THAT(text.out, HasSubstr("(full fits the most)"));
+}
+
 }  // namespace

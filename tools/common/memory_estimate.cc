@@ -130,7 +130,7 @@ std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity
       return fits(job_from_config(candidate), capacity, host_capacity);
     };
     const GptConfig& gpt = config.model.gpt;
-    StageFit fit{stage, {}, {}, {}};
+    StageFit fit{stage, {}, {}, {}, {}};
     fit.n_layer = largest([&](std::int64_t layers) { return try_gpt(static_cast<int>(layers), gpt.n_embd); },
                           static_cast<std::int64_t>(kMaxModelUnits) - 2);
     // n_embd stays divisible by n_head: the search runs over n_embd / n_head.
@@ -140,6 +140,21 @@ std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity
         },
         INT_MAX / 4 / gpt.n_head);
     if (heads) fit.n_embd = *heads * gpt.n_head;
+    for (RecomputePolicy policy :
+         {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
+      if (policy == config.engine.activation_checkpointing.policy) {
+        fit.n_layer_by_policy.emplace_back(policy, fit.n_layer);
+        continue;
+      }
+      TrainConfig base = changed;
+      base.engine.activation_checkpointing.policy = policy;
+      if (policy == RecomputePolicy::kNone) base.engine.activation_checkpointing.cpu_checkpointing = false;
+      std::swap(changed, base);
+      fit.n_layer_by_policy.emplace_back(
+          policy, largest([&](std::int64_t layers) { return try_gpt(static_cast<int>(layers), gpt.n_embd); },
+                          static_cast<std::int64_t>(kMaxModelUnits) - 2));
+      std::swap(changed, base);
+    }
     fits_by_stage.push_back(fit);
   }
   return fits_by_stage;
@@ -151,7 +166,7 @@ std::vector<StageFit> fit_parameters(const BareModel& model, std::size_t capacit
   for (int stage = 0; stage < StagePlan::kStages; ++stage) {
     BareModel changed = model;
     changed.stage = stage;
-    StageFit fit{stage, {}, {}, {}};
+    StageFit fit{stage, {}, {}, {}, {}};
     const auto count = largest(
         [&](std::int64_t parameters) {
           changed.parameters = static_cast<std::size_t>(parameters);

@@ -47,6 +47,9 @@ struct StageFit {
   std::optional<std::int64_t> n_layer;     // config mode, at the config's n_embd
   std::optional<std::int64_t> n_embd;      // config mode, at the config's n_layer
   std::optional<std::size_t> parameters;   // parameter-count mode
+  // Config mode: n_layer at the config's n_embd with each activation_checkpointing.policy
+  // (none, selective, full; the config's units), so that the report can say which fits most.
+  std::vector<std::pair<RecomputePolicy, std::optional<std::int64_t>>> n_layer_by_policy;
 };
 std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity,
                                  std::size_t host_capacity);

@@ -58,6 +58,18 @@ void print_fit(const std::vector<StageFit>& fits, std::size_t capacity, int worl
       std::cout << fmt::format("  stage {}: n_layer {} (at the config's n_embd), n_embd {} (at "
                                "its n_layer)\n",
                                fit.stage, shown(fit.n_layer), shown(fit.n_embd));
+      if (fit.n_layer_by_policy.empty()) continue;
+      std::string row;
+      const std::pair<RecomputePolicy, std::optional<std::int64_t>>* best = nullptr;
+      for (const auto& entry : fit.n_layer_by_policy) {
+        row += fmt::format("{}{} {}", row.empty() ? "" : ", ", recompute_policy_name(entry.first),
+                           shown(entry.second));
+        if (entry.second && (!best || !best->second || *entry.second > *best->second)) best = &entry;
+      }
+      std::cout << fmt::format("    n_layer by activation_checkpointing.policy: {}{}\n", row,
+                               best ? fmt::format(" ({} fits the most)",
+                                                  recompute_policy_name(best->first))
+                                    : std::string());
     }
   }
 }
@@ -92,6 +104,14 @@ nlohmann::ordered_json fit_json(const std::vector<StageFit>& fits) {
     row["parameters"] = fit.parameters ? nlohmann::ordered_json(*fit.parameters) : nullptr;
     row["n_layer"] = fit.n_layer ? nlohmann::ordered_json(*fit.n_layer) : nullptr;
     row["n_embd"] = fit.n_embd ? nlohmann::ordered_json(*fit.n_embd) : nullptr;
+    if (!fit.n_layer_by_policy.empty()) {
+      nlohmann::ordered_json by_policy;
+      for (const auto& [policy, layers] : fit.n_layer_by_policy) {
+        by_policy[recompute_policy_name(policy)] =
+            layers ? nlohmann::ordered_json(*layers) : nlohmann::ordered_json(nullptr);
+      }
+      row["n_layer_by_policy"] = std::move(by_policy);
+    }
     out.push_back(std::move(row));
   }
   return out;
