@@ -144,6 +144,19 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
   for (Unit* unit : units) selective_capable.push_back(unit->supports_selective_recompute());
   recompute_ = plan_recompute(options_.activation_checkpointing, selective_capable);
   bound_recompute_lag_ = context_.device.kind() != DeviceKind::kCuda;
+  input_offloaded_.assign(units_.size(), false);
+  if (options_.activation_checkpointing.cpu_checkpointing) {
+    if (!options_.activation_checkpointing.enabled()) {
+      throw Error(ErrorKind::kConfig,
+                  "activation_checkpointing.cpu_checkpointing: true needs "
+                  "activation_checkpointing.policy \"full\" or \"selective\": only a recomputed "
+                  "unit's input is a checkpoint to offload");
+    }
+    for (std::size_t u = 1; u < units_.size(); ++u) {
+      input_offloaded_[u] = recompute_[u] != RecomputePolicy::kNone;
+    }
+    checkpoints_ = std::make_unique<CheckpointOffload>(context_, units_.size());
+  }
   for (std::size_t i = 0; i < kRecomputeLag; ++i) lag_events_.push_back(context_.device.create_event());
   gatherer_ = std::make_unique<ParameterGatherer>(context_, options_, plan_, units_.size());
   if (options_.offload_optimizer.enabled()) {
@@ -170,6 +183,7 @@ ZeroTrainer::~ZeroTrainer() {
   // Enqueued work may still use the buffers this object owns.
   try {
     context_.synchronize();
+    if (checkpoints_) checkpoints_->synchronize();
     if (host_) host_->synchronize();
   } catch (...) {
     // Whoever synchronizes next reports the failure; a destructor must not throw.
@@ -386,8 +400,10 @@ float ZeroTrainer::evaluate(const Batch& batch) {
 }
 
 void ZeroTrainer::wait_for_lagging_call() {
-  if (!bound_recompute_lag_ || recomputed_calls_ < kRecomputeLag) return;
-  lag_events_[recomputed_calls_ % kRecomputeLag]->synchronize();
+  if (bound_recompute_lag_ && recomputed_calls_ >= kRecomputeLag) {
+    lag_events_[recomputed_calls_ % kRecomputeLag]->synchronize();
+  }
+  if (checkpoints_) checkpoints_->bound_copies();
 }
 
 void ZeroTrainer::recomputed_call_done() {
@@ -407,6 +423,12 @@ void ZeroTrainer::run_forward(const Batch& batch) {
     unit.unit->forward(context);
     trace_end(begin, "forward " + unit.layout.unit_name());
     finish_call(unit, views);
+    if (recompute != RecomputePolicy::kNone && input_offloaded_[unit.index]) {
+      // This forward was the input's last reader until backward.
+      Activations& input = activations_[unit.index - 1];
+      checkpoints_->offload(static_cast<std::size_t>(unit.index - 1), std::move(input.output));
+      input.output_view.data = nullptr;
+    }
     if (recompute != RecomputePolicy::kNone) recomputed_call_done();
   }
 }
@@ -416,7 +438,14 @@ void ZeroTrainer::run_backward(const Batch& batch, bool last_micro_batch) {
   for (int u = static_cast<int>(units_.size()) - 1; u >= 0; --u) {
     FlatUnit& unit = units_[u];
     const RecomputePolicy recompute = recompute_[u];
+    // An offloaded input comes back one unit ahead of the unit that reads it.
+    if (u >= 2 && input_offloaded_[u - 1]) {
+      Activations& ahead = activations_[u - 2];
+      ahead.output = checkpoints_->fetch(static_cast<std::size_t>(u - 2));
+      ahead.output_view.data = ahead.output.data();
+    }
     if (recompute != RecomputePolicy::kNone) wait_for_lagging_call();
+    if (input_offloaded_[u]) checkpoints_->wait_fetched(static_cast<std::size_t>(u - 1));
     // One pin for the recomputation and the backward: at stage 3 the ring's gather of the unit
     // serves both.
     CallViews views = prepare_call(unit, true);

@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/checkpoint_offload.h"
 #include "engine/engine.h"
 #include "engine/flat_unit.h"
 #include "engine/gradient_checks.h"
@@ -134,6 +135,10 @@ class ZeroTrainer final : public Trainer {
   bool bound_recompute_lag_ = false;        // the device frees only when the stream gets there
   std::vector<std::unique_ptr<Event>> lag_events_;  // kRecomputeLag, reused in turn
   std::size_t recomputed_calls_ = 0;                // in this micro-batch
+  // cpu_checkpointing only: per unit, whether its input (the previous unit's output) waits on the
+  // host from its forward to its backward, and the copies that move it.
+  std::vector<bool> input_offloaded_;
+  std::unique_ptr<CheckpointOffload> checkpoints_;
   Buffer loss_buffer_;  // one float the last unit writes the micro-batch loss to
   std::unique_ptr<GradientChecks> checks_;
   std::unique_ptr<ParameterGatherer> gatherer_;

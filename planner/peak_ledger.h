@@ -17,7 +17,7 @@ namespace zest {
 
 class PeakLedger {
  public:
-  enum class Stream { kCompute, kComm };
+  enum class Stream { kCompute, kComm, kCopy };  // kCopy: cpu_checkpointing's copy stream
   using Handle = std::size_t;
   static constexpr Handle kNone = std::numeric_limits<Handle>::max();
 
@@ -58,8 +58,8 @@ class PeakLedger {
 
   const bool frees_at_release_;
   std::vector<Allocation> allocations_;
-  std::array<std::vector<Operation>, 2> queues_;
-  std::array<std::size_t, 2> done_{};  // operations each stream has run
+  std::array<std::vector<Operation>, 3> queues_;
+  std::array<std::size_t, 3> done_{};  // operations each stream has run
   std::array<std::size_t, kCategoryCount> current_{};
   std::array<std::size_t, kCategoryCount> peak_{};
   std::size_t total_current_ = 0;

@@ -28,6 +28,7 @@ struct PlannedUnit {
   bool replaces_parameters = false;  // Unit::gradients_replace_parameters()
   bool gradient_in_slot = false;     // stage 3: its gradient lives in its gather slot
   RecomputePolicy recompute = RecomputePolicy::kNone;
+  bool input_offloaded = false;  // cpu_checkpointing: its input waits on the host
 };
 
 // Replays the allocations and frees of ZeroTrainer and its collaborators (gradient reducer,
@@ -71,6 +72,11 @@ class Replay {
   std::deque<int> buckets_in_flight_;
   std::size_t recomputed_calls_ = 0;  // in this micro-batch
   std::array<std::size_t, kRecomputeLag> lag_positions_{};
+  // CheckpointOffload: the copies to the host still running (copy-stream positions), the
+  // fetched outputs' copy positions, and the host buffers' bytes.
+  std::deque<std::size_t> copies_in_flight_;
+  std::vector<std::size_t> fetched_;
+  std::size_t checkpoint_host_bytes_ = 0;
 };
 
 Replay::Replay(const PeakPlanInput& input)
@@ -90,7 +96,14 @@ Replay::Replay(const PeakPlanInput& input)
     const std::vector<RecomputePolicy> recompute =
         plan_recompute(options_.activation_checkpointing, selective_capable);
     for (std::size_t u = 0; u < units_.size(); ++u) units_[u].recompute = recompute[u];
+    if (options_.activation_checkpointing.cpu_checkpointing) {
+      for (std::size_t u = 1; u < units_.size(); ++u) {
+        units_[u].input_offloaded = recompute[u] != RecomputePolicy::kNone;
+        if (units_[u].input_offloaded) checkpoint_host_bytes_ += units_[u - 1].memory.output;
+      }
+    }
   }
+  fetched_.assign(units_.size(), 0);
   const std::size_t n = units_.size();
   outputs_.assign(n, kNone);
   grad_inputs_.assign(n, kNone);
@@ -154,8 +167,14 @@ void Replay::prepare(int u, bool backward, std::vector<Handle>& scratch) {
 }
 
 void Replay::wait_for_lagging_call() {
-  if (on_cuda() || recomputed_calls_ < kRecomputeLag) return;
-  ledger_.synchronize(Stream::kCompute, lag_positions_[recomputed_calls_ % kRecomputeLag]);
+  if (!on_cuda() && recomputed_calls_ >= kRecomputeLag) {
+    ledger_.synchronize(Stream::kCompute, lag_positions_[recomputed_calls_ % kRecomputeLag]);
+  }
+  // CheckpointOffload::bound_copies
+  while (!copies_in_flight_.empty()) {
+    if (!on_cuda()) ledger_.synchronize(Stream::kCopy, copies_in_flight_.front());
+    copies_in_flight_.pop_front();
+  }
 }
 
 void Replay::recomputed_call_done() {
@@ -185,6 +204,12 @@ void Replay::forward() {
     outputs_[u] = ledger_.allocate(memory.output, Category::kActivations);
     grow_stream_scratch(memory.forward_stream_scratch);
     for (Handle handle : scratch) ledger_.release_on(Stream::kCompute, handle);
+    if (units_[u].input_offloaded) {
+      // CheckpointOffload::offload: the copy waits for compute, the device buffer goes after it.
+      ledger_.wait(Stream::kCopy, Stream::kCompute, ledger_.record(Stream::kCompute));
+      ledger_.release_on(Stream::kCopy, std::exchange(outputs_[u - 1], kNone));
+      copies_in_flight_.push_back(ledger_.record(Stream::kCopy));
+    }
     if (recompute != RecomputePolicy::kNone) recomputed_call_done();
   }
 }
@@ -195,7 +220,12 @@ void Replay::backward(bool reduce_now) {
   const int last = static_cast<int>(units_.size()) - 1;
   for (int u = last; u >= 0; --u) {
     const RecomputePolicy recompute = units_[u].recompute;
+    if (u >= 2 && units_[u - 1].input_offloaded) {  // CheckpointOffload::fetch, a unit ahead
+      outputs_[u - 2] = ledger_.allocate(units_[u - 2].memory.output, Category::kActivations);
+      fetched_[u - 2] = ledger_.record(Stream::kCopy);
+    }
     if (recompute != RecomputePolicy::kNone) wait_for_lagging_call();
+    if (units_[u].input_offloaded) ledger_.wait(Stream::kCompute, Stream::kCopy, fetched_[u - 1]);
     std::vector<Handle> scratch;
     prepare(u, true, scratch);
     const UnitMemory& memory = units_[u].memory;
@@ -299,7 +329,7 @@ PeakPrediction Replay::result() const {
   prediction.model_state = predict_model_state(input_.model, options_.stage, input_.world_size,
                                                options_.offload_optimizer.enabled());
   prediction.peak[static_cast<std::size_t>(Category::kOffload)] =
-      prediction.model_state.offload;
+      prediction.model_state.offload + checkpoint_host_bytes_;
   return prediction;
 }
 

@@ -162,6 +162,15 @@ TEST_P(Recompute, GptTrainsBitIdenticallyWithoutIt) {
   }
 }
 
+TEST_P(Recompute, GptWithItsCheckpointsOffloadedTrainsBitIdenticallyWithoutIt) {
+  for (Job job : jobs()) {
+    const Training plain = run_gpt(job);
+    job.checkpointing = policy(GetParam(), /*cpu=*/true);
+    SCOPED_TRACE(describe(job));
+    expect_bit_identical(plain, run_gpt(job));
+  }
+}
+
 TEST_P(Recompute, GptEveryOtherUnitTrainsBitIdentically) {
   Job job{3, 2, DType::kFloat32, 2, {}, false};
   const Training plain = run_gpt(job);
@@ -181,9 +190,11 @@ INSTANTIATE_TEST_SUITE_P(Policies, Recompute,
 TEST(RecomputeFull, MlpTrainsBitIdenticallyWithoutIt) {
   for (Job job : jobs()) {
     const Training plain = run_mlp_job(job);
-    job.checkpointing = policy(RecomputePolicy::kFull);
-    SCOPED_TRACE(describe(job));
-    expect_bit_identical(plain, run_mlp_job(job));
+    for (bool cpu : {false, true}) {
+      job.checkpointing = policy(RecomputePolicy::kFull, cpu);
+      SCOPED_TRACE(describe(job));
+      expect_bit_identical(plain, run_mlp_job(job));
+    }
   }
 }
 
@@ -221,9 +232,11 @@ TEST(RecomputeMemory, ActivationsShrinkWithEachPolicy) {
 
 // ---- options that name nothing -------------------------------------------------------------
 
-std::string shard_error(Module& model, const ActivationCheckpointing& checkpointing) {
+std::string shard_error(Module& model, const ActivationCheckpointing& checkpointing,
+                        std::size_t host_memory = kUnlimitedCapacity) {
   std::string message;
   WorldOptions world_options;
+  world_options.host_memory = host_memory;
   World(world_options).run([&](RankContext& context) {
     EngineOptions options;
     options.activation_checkpointing = checkpointing;
@@ -255,6 +268,49 @@ TEST(RecomputeOptions, AUnitListThatNamesNoUnitIsRefusedByKey) {
   EXPECT_THAT(shard_error(one_layer, policy(RecomputePolicy::kFull)),
               HasSubstr("activation_checkpointing.units: every unit names no unit of the "
                         "model's 1 unit"));
+}
+
+TEST(RecomputeOptions, CheckpointOffloadWithoutAHostArenaIsRefusedByKey) {
+  Gpt gpt(kGpt);
+  const std::string message = shard_error(gpt, policy(RecomputePolicy::kFull, true), 0);
+  EXPECT_THAT(message, HasSubstr("activation_checkpointing.cpu_checkpointing: true needs a host "
+                                 "arena"));
+  EXPECT_THAT(message, HasSubstr("world.host_memory is 0"));
+  EXPECT_THAT(shard_error(gpt, policy(RecomputePolicy::kNone, true)),
+              HasSubstr("activation_checkpointing.cpu_checkpointing: true needs "
+                        "activation_checkpointing.policy"));
+}
+
+// With the checkpoints offloaded, the host arena holds each recomputed unit's input, and the
+// device's activations fall below those of recomputation alone.
+TEST(RecomputeMemory, OffloadedCheckpointsLeaveTheDevice) {
+  auto peaks = [](bool cpu) {
+    std::pair<std::size_t, std::size_t> result;
+    WorldOptions world_options;
+    World(world_options).run([&](RankContext& context) {
+      Gpt model(GptConfig{6, 2, 32, 37, 16});
+      EngineOptions options;
+      options.stage = 3;
+      options.activation_checkpointing = policy(RecomputePolicy::kFull, cpu);
+      Engine engine(context, options);
+      auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
+      std::vector<std::int32_t> tokens(4 * 16, 5);
+      Batch batch{Tensor{tokens.data(), {4, 16}, DType::kInt32},
+                  Tensor{tokens.data(), {4, 16}, DType::kInt32}};
+      trainer->forward_backward(batch);
+      trainer->step();
+      context.synchronize();
+      result = {context.allocator().usage().peak_of(Category::kActivations),
+                context.device.host_allocator().usage().peak_of(Category::kOffload)};
+    });
+    return result;
+  };
+  const auto [device_kept, host_none] = peaks(false);
+  const auto [device_offloaded, host_kept] = peaks(true);
+  EXPECT_EQ(host_none, 0u);
+  // Blocks 0-5 and the embedding recomputed: the inputs of units 1-6, [4, 16, 32] floats each.
+  EXPECT_EQ(host_kept, 6u * 4 * 16 * 32 * sizeof(float));
+  EXPECT_LT(device_offloaded, device_kept);
 }
 
 }  // namespace

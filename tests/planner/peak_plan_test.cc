@@ -196,6 +196,15 @@ void full_recompute(EngineOptions& options) {
 void selective_recompute(EngineOptions& options) {
   options.activation_checkpointing.policy = RecomputePolicy::kSelective;
 }
+void offloaded_full_recompute(EngineOptions& options) {
+  full_recompute(options);
+  options.activation_checkpointing.cpu_checkpointing = true;
+}
+void offloaded_selective_recompute_accumulate(EngineOptions& options) {
+  selective_recompute(options);
+  options.activation_checkpointing.cpu_checkpointing = true;
+  options.gradient_accumulation_steps = 2;
+}
 void full_recompute_every_other_accumulate(EngineOptions& options) {
   options.activation_checkpointing.policy = RecomputePolicy::kFull;
   options.activation_checkpointing.every = 2;
@@ -245,7 +254,13 @@ INSTANTIATE_TEST_SUITE_P(
         PeakCase{"gpt_stage3_world2_bf16_offload_selective_recompute", true, 3, 2,
                  DType::kBFloat16, true, selective_recompute},
         PeakCase{"gpt_stage2_world2_bf16_selective_recompute_first_two_serialized", true, 2, 2,
-                 DType::kBFloat16, false, selective_recompute_first_two_serialized}),
+                 DType::kBFloat16, false, selective_recompute_first_two_serialized},
+        PeakCase{"gpt_stage3_world2_fp32_offloaded_full_recompute", true, 3, 2, DType::kFloat32,
+                 false, offloaded_full_recompute},
+        PeakCase{"gpt_stage1_world2_bf16_offload_offloaded_selective_recompute_accumulate", true,
+                 1, 2, DType::kBFloat16, true, offloaded_selective_recompute_accumulate},
+        PeakCase{"mlp_stage0_world1_fp32_offloaded_full_recompute", false, 0, 1,
+                 DType::kFloat32, false, offloaded_full_recompute}),
     [](const auto& info) { return info.param.name; });
 
 bool all_equal(const std::vector<MemoryUsage>& measured, const PeakPrediction& predicted) {
@@ -266,7 +281,9 @@ TEST(PeakPlanRecompute, EveryCategoryEqualsTheMeasuredPeakToTheByte) {
       {"gpt_stage3_world4_fp32_full", true, 3, 4, DType::kFloat32, false, full_recompute},
       {"gpt_stage2_world2_bf16_selective", true, 2, 2, DType::kBFloat16, false,
        selective_recompute},
-      {"mlp_stage0_world1_fp32_full", false, 0, 1, DType::kFloat32, false, full_recompute}};
+      {"mlp_stage0_world1_fp32_full", false, 0, 1, DType::kFloat32, false, full_recompute},
+      {"gpt_stage3_world2_fp32_offloaded_full", true, 3, 2, DType::kFloat32, false,
+       offloaded_full_recompute}};
   for (const PeakCase& job : cases) {
     SCOPED_TRACE(job.name);
     const PeakPrediction predicted = plan(job);

@@ -1,0 +1,78 @@
+#include "engine/checkpoint_offload.h"
+
+#include <utility>
+
+#include "base/error.h"
+#include "runtime/release_after.h"
+
+namespace zest {
+
+CheckpointOffload::CheckpointOffload(RankContext& context, std::size_t unit_count)
+    : context_(context),
+      host_(unit_count),
+      bound_copies_(context.device.kind() != DeviceKind::kCuda) {
+  if (context.device.host_allocator().capacity() == 0) {
+    throw Error(ErrorKind::kConfig,
+                "activation_checkpointing.cpu_checkpointing: true needs a host arena to keep the "
+                "checkpoints in, and this device has none (world.host_memory is 0)");
+  }
+  for (std::size_t u = 0; u < unit_count; ++u) {
+    read_.push_back(context.device.create_event());
+    fetched_.push_back(context.device.create_event());
+  }
+  stream_ = context.device.create_stream("rank " + std::to_string(context.rank) + " checkpoints");
+}
+
+CheckpointOffload::~CheckpointOffload() {
+  try {
+    stream_->synchronize();
+  } catch (...) {
+    // Whoever synchronizes next reports the failure; a destructor must not throw.
+  }
+}
+
+void CheckpointOffload::synchronize() { stream_->synchronize(); }
+
+void CheckpointOffload::offload(std::size_t producer, Buffer output) {
+  Buffer& host = host_.at(producer);
+  if (host.bytes() != output.bytes()) {
+    // Another micro-batch shape: the old host copy goes once the stream is done with it.
+    if (!host.empty()) release_after(context_.device, *stream_, std::move(host));
+    host = context_.device.host_allocator().allocate(output.bytes(), Category::kOffload);
+  }
+  context_.compute.record(*read_[producer]);
+  stream_->wait(*read_[producer]);
+  context_.device.copy(*stream_, host.data(), output.data(), output.bytes());
+  release_after(context_.device, *stream_, std::move(output));
+  std::unique_ptr<Event> copied;
+  if (spare_events_.empty()) {
+    copied = context_.device.create_event();
+  } else {
+    copied = std::move(spare_events_.back());
+    spare_events_.pop_back();
+  }
+  stream_->record(*copied);
+  copies_in_flight_.push_back(std::move(copied));
+}
+
+void CheckpointOffload::bound_copies() {
+  while (!copies_in_flight_.empty()) {
+    if (bound_copies_) copies_in_flight_.front()->synchronize();
+    spare_events_.push_back(std::move(copies_in_flight_.front()));
+    copies_in_flight_.pop_front();
+  }
+}
+
+Buffer CheckpointOffload::fetch(std::size_t producer) {
+  const Buffer& host = host_.at(producer);
+  Buffer output = context_.allocator().allocate(host.bytes(), Category::kActivations);
+  context_.device.copy(*stream_, output.data(), host.data(), host.bytes());
+  stream_->record(*fetched_[producer]);
+  return output;
+}
+
+void CheckpointOffload::wait_fetched(std::size_t producer) {
+  context_.compute.wait(*fetched_.at(producer));
+}
+
+}  // namespace zest
