@@ -83,6 +83,34 @@ class ZestTrain : public zest::testing::ScratchDirectoryTest {
   }
 };
 
+// activation_checkpointing reaches the engine through the config: each policy, and the
+// checkpoints offloaded, train with the same losses to the bit; --print-config names the units.
+TEST_F(ZestTrain, ActivationCheckpointingTrainsWithTheSameLosses) {
+  auto losses = [](const std::vector<json>& records) {
+    std::vector<std::string> values;
+    for (const json& record : records) values.push_back(record["loss"].dump());
+    return values;
+  };
+  const std::vector<std::string> plain = losses(tiny_gpt_steps(3, {}));
+  ASSERT_EQ(plain.size(), 3u);
+  for (const char* policy : {"full", "selective"}) {
+    SCOPED_TRACE(policy);
+    const std::string set = std::string("activation_checkpointing.policy=\"") + policy + "\"";
+    EXPECT_EQ(losses(tiny_gpt_steps(3, {"--set", set})), plain);
+    EXPECT_EQ(losses(tiny_gpt_steps(3, {"--set", set, "--set",
+                                        "activation_checkpointing.cpu_checkpointing=true"})),
+              plain);
+  }
+  std::vector<std::string> args = {"--config", kGptConfig, "--print-config", "--set",
+                                   "activation_checkpointing.policy=\"full\"", "--set",
+                                   "activation_checkpointing.units.first=2"};
+  args.insert(args.end(), kTinyGpt.begin(), kTinyGpt.end());
+  const ProcessResult printed = run(args);
+  ASSERT_EQ(printed.status, 0) << printed.err;
+  EXPECT_EQ(json::parse(printed.out)["activation_checkpointing"]["recomputed"],
+            json::parse(R"(["embedding", "block0"])"));
+}
+
 TEST_F(ZestTrain, StageOutsideZeroToThree) {
   expect_input_error({"--config", kMlpConfig, "--set", "zero_optimization.stage=4"},
                      "zero_optimization.stage: must be 0, 1, 2 or 3, got 4");
