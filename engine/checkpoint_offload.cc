@@ -1,5 +1,7 @@
 #include "engine/checkpoint_offload.h"
 
+#include <memory>
+#include <string>
 #include <utility>
 
 #include "base/error.h"
@@ -33,6 +35,22 @@ CheckpointOffload::~CheckpointOffload() {
 
 void CheckpointOffload::synchronize() { stream_->synchronize(); }
 
+void CheckpointOffload::traced_copy(void* destination, const void* source, std::size_t bytes,
+                                    std::string name) {
+  if (!context_.trace) {
+    context_.device.copy(*stream_, destination, source, bytes);
+    return;
+  }
+  auto begin = std::make_shared<std::int64_t>(0);
+  stream_->enqueue([begin] { *begin = TraceRecorder::now_us(); });
+  context_.device.copy(*stream_, destination, source, bytes);
+  stream_->enqueue([begin, trace = context_.trace, rank = context_.rank, name = std::move(name),
+                    bytes] {
+    trace->add({rank, "checkpoints", name, *begin, TraceRecorder::now_us(),
+                static_cast<std::int64_t>(bytes)});
+  });
+}
+
 void CheckpointOffload::offload(std::size_t producer, Buffer output) {
   Buffer& host = host_.at(producer);
   if (host.bytes() != output.bytes()) {
@@ -42,7 +60,8 @@ void CheckpointOffload::offload(std::size_t producer, Buffer output) {
   }
   context_.compute.record(*read_[producer]);
   stream_->wait(*read_[producer]);
-  context_.device.copy(*stream_, host.data(), output.data(), output.bytes());
+  traced_copy(host.data(), output.data(), output.bytes(),
+              "offload input of unit " + std::to_string(producer + 1));
   release_after(context_.device, *stream_, std::move(output));
   std::unique_ptr<Event> copied;
   if (spare_events_.empty()) {
@@ -66,7 +85,8 @@ void CheckpointOffload::bound_copies() {
 Buffer CheckpointOffload::fetch(std::size_t producer) {
   const Buffer& host = host_.at(producer);
   Buffer output = context_.allocator().allocate(host.bytes(), Category::kActivations);
-  context_.device.copy(*stream_, output.data(), host.data(), host.bytes());
+  traced_copy(output.data(), host.data(), host.bytes(),
+              "fetch input of unit " + std::to_string(producer + 1));
   stream_->record(*fetched_[producer]);
   return output;
 }

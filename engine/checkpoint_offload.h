@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <deque>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "memory/allocator.h"
@@ -43,6 +44,9 @@ class CheckpointOffload {
   void synchronize();
 
  private:
+  // A copy on the copy stream, a slice on the timeline's "checkpoints" track when it records.
+  void traced_copy(void* destination, const void* source, std::size_t bytes, std::string name);
+
   RankContext& context_;
   std::vector<Buffer> host_;  // per unit: its output on the host
   std::vector<std::unique_ptr<Event>> read_;     // per unit: compute has read its output

@@ -101,6 +101,9 @@ std::vector<TraceRecorder::Overlap> TraceRecorder::overlap(int ranks) const {
   std::vector<std::vector<Interval>> compute(ranks), comm(ranks);
   for (const Slice& slice : slices()) {
     if (slice.rank < 0 || slice.rank >= ranks) continue;
+    // Checkpoint copies (activation_checkpointing.cpu_checkpointing) move no gradient or
+    // parameter: they are not communication.
+    if (slice.track == "checkpoints") continue;
     auto& list = slice.track == "compute" ? compute[slice.rank] : comm[slice.rank];
     list.push_back({slice.begin_us, slice.end_us});
   }
