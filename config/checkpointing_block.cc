@@ -20,7 +20,9 @@ namespace {
 void refuse_unless_default(Block& block, const std::string& key, const json& fallback,
                            const std::string& why) {
   const json& value = block.get_or(key, fallback);
-  if (value != fallback) config_error(block.path(key), "is not supported (got " + value.dump() + "): " + why);
+  if (value != fallback) {
+    config_error(block.path(key), "is not supported (got " + value.dump() + "): " + why);
+  }
 }
 
 }  // namespace

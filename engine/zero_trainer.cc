@@ -54,7 +54,8 @@ class ZeroTrainer::Context final : public UnitContext {
     // Note: the recomputed forward writes its output over the one it made in the first pass,
     // which the next unit's backward has read already and which stays until this unit's
     // backward: forward is deterministic, so the bytes are the same, and no memory is taken.
-    if (mine.output_view.shape != shape || mine.output_view.dtype != dtype || !mine.output_view.data) {
+    if (mine.output_view.shape != shape || mine.output_view.dtype != dtype ||
+        !mine.output_view.data) {
       refuse("its recomputed forward made an output of another shape than its first forward");
     }
     return mine.output_view;
@@ -157,7 +158,9 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
     }
     checkpoints_ = std::make_unique<CheckpointOffload>(context_, units_.size());
   }
-  for (std::size_t i = 0; i < kRecomputeLag; ++i) lag_events_.push_back(context_.device.create_event());
+  for (std::size_t i = 0; i < kRecomputeLag; ++i) {
+    lag_events_.push_back(context_.device.create_event());
+  }
   gatherer_ = std::make_unique<ParameterGatherer>(context_, options_, plan_, units_.size());
   if (options_.offload_optimizer.enabled()) {
     host_ = std::make_unique<HostOptimizer>(context_, options_, plan_, units_.size());
@@ -293,7 +296,13 @@ float* ZeroTrainer::gradient_view(FlatUnit& unit, CallViews& views) {
   return fp32_grads(reducer_->target(unit), unit.layout.flat_length(), views);
 }
 
-ZeroTrainer::CallViews ZeroTrainer::prepare_call(FlatUnit& unit, bool backward) {
+ZeroTrainer::CallViews ZeroTrainer::prepare_call(FlatUnit& unit, bool backward, bool recomputed) {
+  // Pinned first, so that at stage 3 the unit's gathers are enqueued before the host waits for
+  // a lagging recomputed call: they overlap that call's compute.
+  void* params = gatherer_->pin(unit);
+  std::vector<void*> borrowed_params;
+  for (int b : unit.borrowed) borrowed_params.push_back(gatherer_->pin(units_[b]));
+  if (recomputed) wait_for_lagging_call();
   CallViews views;
   views.backward = backward;
   // Note: a gradient that lives in its unit's gather slot is made when the unit first asks for
@@ -302,12 +311,12 @@ ZeroTrainer::CallViews ZeroTrainer::prepare_call(FlatUnit& unit, bool backward) 
   auto eager_gradient = [&](FlatUnit& owner) {
     return backward && !gatherer_->gradient_in_slot(owner) ? gradient_view(owner, views) : nullptr;
   };
-  views.params = fp32_params(gatherer_->pin(unit), unit.layout.flat_length(), views);
+  views.params = fp32_params(params, unit.layout.flat_length(), views);
   views.grads = eager_gradient(unit);
-  for (int b : unit.borrowed) {
-    FlatUnit& lender = units_[b];
+  for (std::size_t i = 0; i < unit.borrowed.size(); ++i) {
+    FlatUnit& lender = units_[unit.borrowed[i]];
     views.borrowed_params.push_back(
-        fp32_params(gatherer_->pin(lender), lender.layout.flat_length(), views));
+        fp32_params(borrowed_params[i], lender.layout.flat_length(), views));
     views.borrowed_grads.push_back(eager_gradient(lender));
   }
   return views;
@@ -415,8 +424,7 @@ void ZeroTrainer::recomputed_call_done() {
 void ZeroTrainer::run_forward(const Batch& batch) {
   for (FlatUnit& unit : units_) {
     const RecomputePolicy recompute = recompute_of(static_cast<std::size_t>(unit.index));
-    if (recompute != RecomputePolicy::kNone) wait_for_lagging_call();
-    CallViews views = prepare_call(unit, false);
+    CallViews views = prepare_call(unit, false, recompute != RecomputePolicy::kNone);
     Context context(*this, unit, batch, views,
                     recompute == RecomputePolicy::kFull ? Pass::kCheckpoint : Pass::kPlain);
     auto begin = trace_begin();
@@ -444,11 +452,10 @@ void ZeroTrainer::run_backward(const Batch& batch, bool last_micro_batch) {
       ahead.output = checkpoints_->fetch(static_cast<std::size_t>(u - 2));
       ahead.output_view.data = ahead.output.data();
     }
-    if (recompute != RecomputePolicy::kNone) wait_for_lagging_call();
-    if (input_offloaded_[u]) checkpoints_->wait_fetched(static_cast<std::size_t>(u - 1));
     // One pin for the recomputation and the backward: at stage 3 the ring's gather of the unit
     // serves both.
-    CallViews views = prepare_call(unit, true);
+    CallViews views = prepare_call(unit, true, recompute != RecomputePolicy::kNone);
+    if (input_offloaded_[u]) checkpoints_->wait_fetched(static_cast<std::size_t>(u - 1));
     if (recompute == RecomputePolicy::kFull) {
       Context again(*this, unit, batch, views, Pass::kRecompute);
       auto begin = trace_begin();

@@ -95,7 +95,9 @@ class ZeroTrainer final : public Trainer {
   float* fp32_grads(void* target, std::size_t count, CallViews& views);
   // The fp32 view of `unit`'s gradient target for this call (GradientReducer::target).
   float* gradient_view(FlatUnit& unit, CallViews& views);
-  CallViews prepare_call(FlatUnit& unit, bool backward);
+  // Pins the unit (and the units it borrows), then, for a recomputed unit, waits for the lagging
+  // call, then allocates the call's views.
+  CallViews prepare_call(FlatUnit& unit, bool backward, bool recomputed = false);
   void finish_call(FlatUnit& unit, CallViews& views);
   void run_forward(const Batch& batch);
   void run_backward(const Batch& batch, bool last_micro_batch);

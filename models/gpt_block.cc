@@ -269,7 +269,8 @@ void GptBlock::backward(UnitContext& context) {
   auto param = [&context](Param p) { return context.param(p).as<const float>(); };
   auto grad = [&context](Param p) { return context.grad(p).as<float>(); };
   if (selective_ && rebuilt_.empty()) {
-    throw Error(ErrorKind::kUsage, name_ + ": backward after a selective forward needs recompute()");
+    throw Error(ErrorKind::kUsage,
+                name_ + ": backward after a selective forward needs recompute()");
   }
   const Activations act =
       selective_ ? Activations::selective(saved_.as<float>(), rebuilt_.as<float>(), shape)

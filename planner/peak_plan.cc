@@ -224,10 +224,12 @@ void Replay::backward(bool reduce_now) {
       outputs_[u - 2] = ledger_.allocate(units_[u - 2].memory.output, Category::kActivations);
       fetched_[u - 2] = ledger_.record(Stream::kCopy);
     }
+    // ZeroTrainer::prepare_call: the wait comes after the pins (which allocate nothing) and
+    // before the call's views.
     if (recompute != RecomputePolicy::kNone) wait_for_lagging_call();
-    if (units_[u].input_offloaded) ledger_.wait(Stream::kCompute, Stream::kCopy, fetched_[u - 1]);
     std::vector<Handle> scratch;
     prepare(u, true, scratch);
+    if (units_[u].input_offloaded) ledger_.wait(Stream::kCompute, Stream::kCopy, fetched_[u - 1]);
     const UnitMemory& memory = units_[u].memory;
     if (recompute == RecomputePolicy::kFull) {
       // The forward again, in the same call: its output is written over the first one's.

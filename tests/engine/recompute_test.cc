@@ -263,7 +263,8 @@ TEST(RecomputeOptions, AUnitListThatNamesNoUnitIsRefusedByKey) {
   Gpt gpt(kGpt);  // 5 units: embedding, 3 blocks, head
   ActivationCheckpointing every = policy(RecomputePolicy::kFull);
   every.every = 5;  // unit 4 only: the head, never recomputed
-  EXPECT_THAT(shard_error(gpt, every), HasSubstr("activation_checkpointing.units: every 5th unit names no unit"));
+  EXPECT_THAT(shard_error(gpt, every),
+              HasSubstr("activation_checkpointing.units: every 5th unit names no unit"));
   Mlp one_layer(MlpConfig{{13, 7}});
   EXPECT_THAT(shard_error(one_layer, policy(RecomputePolicy::kFull)),
               HasSubstr("activation_checkpointing.units: every unit names no unit of the "

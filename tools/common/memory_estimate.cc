@@ -140,20 +140,24 @@ std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity
         },
         INT_MAX / 4 / gpt.n_head);
     if (heads) fit.n_embd = *heads * gpt.n_head;
+    // Each recomputation policy at the config's n_embd (the config's own is the search above).
+    const TrainConfig as_given = changed;
     for (RecomputePolicy policy :
          {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
-      if (policy == config.engine.activation_checkpointing.policy) {
+      ActivationCheckpointing& checkpointing = changed.engine.activation_checkpointing;
+      if (policy == checkpointing.policy) {
         fit.n_layer_by_policy.emplace_back(policy, fit.n_layer);
         continue;
       }
-      TrainConfig base = changed;
-      base.engine.activation_checkpointing.policy = policy;
-      if (policy == RecomputePolicy::kNone) base.engine.activation_checkpointing.cpu_checkpointing = false;
-      std::swap(changed, base);
+      checkpointing.policy = policy;
+      if (policy == RecomputePolicy::kNone) checkpointing.cpu_checkpointing = false;
       fit.n_layer_by_policy.emplace_back(
-          policy, largest([&](std::int64_t layers) { return try_gpt(static_cast<int>(layers), gpt.n_embd); },
-                          static_cast<std::int64_t>(kMaxModelUnits) - 2));
-      std::swap(changed, base);
+          policy, largest(
+                      [&](std::int64_t layers) {
+                        return try_gpt(static_cast<int>(layers), gpt.n_embd);
+                      },
+                      static_cast<std::int64_t>(kMaxModelUnits) - 2));
+      changed = as_given;
     }
     fits_by_stage.push_back(fit);
   }

@@ -64,7 +64,7 @@ void print_fit(const std::vector<StageFit>& fits, std::size_t capacity, int worl
       for (const auto& entry : fit.n_layer_by_policy) {
         row += fmt::format("{}{} {}", row.empty() ? "" : ", ", recompute_policy_name(entry.first),
                            shown(entry.second));
-        if (entry.second && (!best || !best->second || *entry.second > *best->second)) best = &entry;
+        if (entry.second && (!best || *entry.second > *best->second)) best = &entry;
       }
       std::cout << fmt::format("    n_layer by activation_checkpointing.policy: {}{}\n", row,
                                best ? fmt::format(" ({} fits the most)",
