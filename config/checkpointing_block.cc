@@ -77,7 +77,7 @@ void parse_activation_checkpointing(Block& root, TrainConfig& out) {
   // Which units, from the registry without declaring the model; an error names the key.
   const std::vector<std::string> names = unit_names(out.model);
   const std::vector<RecomputePolicy> plan =
-      plan_recompute(options, selective_recompute_units(out.model));
+      plan_recompute(options, recomputable_units(out.model));
   json recomputed = json::array();
   for (std::size_t u = 0; u < names.size(); ++u) {
     if (plan[u] != RecomputePolicy::kNone) recomputed.push_back(names[u]);

@@ -28,8 +28,8 @@ std::string ordinal(std::size_t n) {
 }  // namespace
 
 std::vector<RecomputePolicy> plan_recompute(const ActivationCheckpointing& options,
-                                            const std::vector<bool>& selective_capable) {
-  const std::size_t count = selective_capable.size();
+                                            const std::vector<Recomputable>& units) {
+  const std::size_t count = units.size();
   std::vector<RecomputePolicy> plan(count, RecomputePolicy::kNone);
   if (!options.enabled()) return plan;
   if (options.every < 1) {
@@ -38,14 +38,15 @@ std::vector<RecomputePolicy> plan_recompute(const ActivationCheckpointing& optio
   std::size_t named = 0;
   std::size_t recomputed = 0;
   for (std::size_t u = 0; u + 1 < count; ++u) {
-    if (!options.names(u)) continue;
+    if (!options.names(u) || !units[u].full) continue;
     ++named;
-    if (options.policy == RecomputePolicy::kSelective && !selective_capable[u]) continue;
+    if (options.policy == RecomputePolicy::kSelective && !units[u].selective) continue;
     plan[u] = options.policy;
     ++recomputed;
   }
   const std::string model = "the model's " + std::to_string(count) + " unit" +
-                            (count == 1 ? "" : "s") + " (the last is never recomputed)";
+                            (count == 1 ? "" : "s") +
+                            " that can be recomputed (the last and an embedding never are)";
   if (named == 0) {
     const std::string list =
         options.first > 0 && options.every > 1

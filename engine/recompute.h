@@ -35,13 +35,21 @@ struct ActivationCheckpointing {
   }
 };
 
+// What a unit allows. Note: a unit whose gradients may replace its parameters in the gather slot
+// (Unit::gradients_replace_parameters: the GPT's embedding) is never recomputed, since its
+// recomputed forward would run after a borrower's backward has made that slot its gradient; such
+// a unit keeps nothing from forward anyway.
+struct Recomputable {
+  bool full = true;        // !Unit::gradients_replace_parameters()
+  bool selective = false;  // Unit::supports_selective_recompute()
+};
+
 // Per unit, what the engine does: kNone, kSelective (forward keeps its selective part, the engine
-// calls recompute() before backward) or kFull. `selective_capable[u]` says whether unit u
-// supports selective recomputation. Throws a kConfig Error naming the key when the options name
-// no unit that the policy can recompute (a unit list beyond the model, a selective policy for a
-// model none of whose named units can recompute selectively).
+// calls recompute() before backward) or kFull. Throws a kConfig Error naming the key when the
+// options name no unit that the policy can recompute (a unit list beyond the model, a selective
+// policy for a model none of whose named units can recompute selectively).
 std::vector<RecomputePolicy> plan_recompute(const ActivationCheckpointing& options,
-                                            const std::vector<bool>& selective_capable);
+                                            const std::vector<Recomputable>& units);
 
 // On a device whose frees wait for the stream (the CPU device's arena), the host would charge
 // every unit's transient activations at once, since it enqueues a whole forward before the

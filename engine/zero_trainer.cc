@@ -141,9 +141,12 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
     layouts_.push_back(units_.back().layout);
   }
   activations_.resize(units_.size());
-  std::vector<bool> selective_capable;
-  for (Unit* unit : units) selective_capable.push_back(unit->supports_selective_recompute());
-  recompute_ = plan_recompute(options_.activation_checkpointing, selective_capable);
+  std::vector<Recomputable> recomputable;
+  for (Unit* unit : units) {
+    recomputable.push_back({!unit->gradients_replace_parameters(),
+                            unit->supports_selective_recompute()});
+  }
+  recompute_ = plan_recompute(options_.activation_checkpointing, recomputable);
   bound_recompute_lag_ = context_.device.kind() != DeviceKind::kCuda;
   input_offloaded_.assign(units_.size(), false);
   if (options_.activation_checkpointing.cpu_checkpointing) {

@@ -40,11 +40,12 @@ std::vector<std::string> unit_names(const ModelSpec& spec) {
   return names;
 }
 
-std::vector<bool> selective_recompute_units(const ModelSpec& spec) {
-  const std::vector<std::string> names = unit_names(spec);
-  std::vector<bool> capable;
-  for (const std::string& name : names) capable.push_back(name.starts_with("block"));
-  return capable;
+std::vector<Recomputable> recomputable_units(const ModelSpec& spec) {
+  std::vector<Recomputable> units;
+  for (const std::string& name : unit_names(spec)) {
+    units.push_back({name != "embedding", name.starts_with("block")});
+  }
+  return units;
 }
 
 std::vector<std::int64_t> micro_batch_shape(const ModelSpec& spec, std::int64_t micro_batch) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/module.h"
+#include "engine/recompute.h"
 #include "models/gpt.h"
 #include "models/mlp.h"
 
@@ -30,9 +31,9 @@ std::unique_ptr<Module> make_model(const ModelSpec& spec);
 // declaring the model (a GPT of many layers costs time per unit); the same errors as make_model.
 std::vector<std::string> unit_names(const ModelSpec& spec);
 
-// Per unit of unit_names(spec): whether it can recompute selectively
-// (Unit::supports_selective_recompute: the GPT's blocks), without declaring the model.
-std::vector<bool> selective_recompute_units(const ModelSpec& spec);
+// Per unit of unit_names(spec): what recomputation it allows (engine/recompute.h: the GPT's
+// embedding none, its blocks selective too), without declaring the model.
+std::vector<Recomputable> recomputable_units(const ModelSpec& spec);
 
 // The shape of one rank's micro-batch inputs for `spec`: [micro, sizes[0]] features for the MLP,
 // [micro, seq_len] tokens for the GPT (Module::unit_memory's argument).

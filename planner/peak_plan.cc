@@ -86,15 +86,17 @@ Replay::Replay(const PeakPlanInput& input)
     const ShardLayout layout =
         ShardLayout::build(shapes.name, shapes.params, input.world_size, input.model.alignment);
     PlannedUnit unit{layout.flat_length(), layout.shard_length(), shapes.borrowed, {},
-                     shapes.gradients_replace_parameters, false, RecomputePolicy::kNone};
+                     shapes.gradients_replace_parameters, false, RecomputePolicy::kNone, false};
     if (u < input.units.size()) unit.memory = input.units[u];
     units_.push_back(std::move(unit));
   }
   if (!input.units.empty()) {
-    std::vector<bool> selective_capable;
-    for (const PlannedUnit& unit : units_) selective_capable.push_back(unit.memory.selective);
+    std::vector<Recomputable> recomputable;
+    for (const PlannedUnit& unit : units_) {
+      recomputable.push_back({!unit.replaces_parameters, unit.memory.selective});
+    }
     const std::vector<RecomputePolicy> recompute =
-        plan_recompute(options_.activation_checkpointing, selective_capable);
+        plan_recompute(options_.activation_checkpointing, recomputable);
     for (std::size_t u = 0; u < units_.size(); ++u) units_[u].recompute = recompute[u];
     if (options_.activation_checkpointing.cpu_checkpointing) {
       for (std::size_t u = 1; u < units_.size(); ++u) {

@@ -555,9 +555,9 @@ TEST(TrainConfigActivationCheckpointing, ResolvesThePolicyAndNamesTheRecomputedU
   again["activation_checkpointing"]["recomputed"] = nlohmann::json::array({"head"});
   EXPECT_EQ(parse_train_config(again).json, parsed.json);
 
-  config["activation_checkpointing"] = {{"policy", "full"}, {"units", {{"first", 2}}}};
+  config["activation_checkpointing"] = {{"policy", "full"}, {"units", {{"first", 3}}}};
   EXPECT_EQ(parse_train_config(config).json["activation_checkpointing"]["recomputed"],
-            nlohmann::json::parse(R"(["embedding", "block0"])"));
+            nlohmann::json::parse(R"(["block0", "block1"])"));
   config.erase("activation_checkpointing");
   EXPECT_EQ(parse_train_config(config).engine.activation_checkpointing.policy,
             RecomputePolicy::kNone);

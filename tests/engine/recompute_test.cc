@@ -37,6 +37,9 @@ struct Job {
   int accumulation = 1;
   ActivationCheckpointing checkpointing;
   bool offload_optimizer = false;
+  // A vocabulary whose embedding outgrows a block puts it in a gather-ring size class of its
+  // own, where stage 3 keeps its gradient in its gather slot (Unit::gradients_replace_parameters).
+  int vocab_size = kGpt.vocab_size;
 };
 
 ActivationCheckpointing policy(RecomputePolicy kind, bool cpu = false) {
@@ -59,7 +62,9 @@ Training run_gpt(const Job& job) {
   world_options.ranks = job.world;
   world_options.timeout = std::chrono::seconds(60);
   World(world_options).run([&](RankContext& context) {
-    Gpt model(kGpt);
+    GptConfig config = kGpt;
+    config.vocab_size = job.vocab_size;
+    Gpt model(config);
     EngineOptions options;
     options.stage = job.stage;
     options.compute_dtype = job.dtype;
@@ -75,11 +80,11 @@ Training run_gpt(const Job& job) {
     const std::int64_t seq = kGpt.seq_len;
     for (int step = 0; step < kSteps; ++step) {
       std::mt19937 rng(500 + step);
-      std::uniform_int_distribution<std::int32_t> token(0, kGpt.vocab_size - 1);
+      std::uniform_int_distribution<std::int32_t> token(0, job.vocab_size - 1);
       std::vector<std::int32_t> inputs(kGlobalSequences * seq), targets(inputs.size());
       for (std::size_t i = 0; i < inputs.size(); ++i) {
         inputs[i] = token(rng);
-        targets[i] = (3 * inputs[i] + 1) % kGpt.vocab_size;
+        targets[i] = (3 * inputs[i] + 1) % job.vocab_size;
       }
       for (int micro = 0; micro < job.accumulation; ++micro) {
         const std::size_t first =
@@ -145,7 +150,8 @@ std::string describe(const Job& job) {
 std::vector<Job> jobs() {
   return {{0, 1, DType::kFloat32, 1, {}, false}, {1, 2, DType::kBFloat16, 2, {}, false},
           {2, 4, DType::kFloat32, 2, {}, false}, {3, 3, DType::kBFloat16, 1, {}, false},
-          {3, 4, DType::kFloat32, 2, {}, false}, {2, 2, DType::kBFloat16, 1, {}, true}};
+          {3, 4, DType::kFloat32, 2, {}, false}, {2, 2, DType::kBFloat16, 1, {}, true},
+          {3, 2, DType::kBFloat16, 2, {}, false, 1024}, {3, 1, DType::kFloat32, 1, {}, true, 1024}};
 }
 
 class Recompute : public ::testing::TestWithParam<RecomputePolicy> {};
@@ -265,10 +271,14 @@ TEST(RecomputeOptions, AUnitListThatNamesNoUnitIsRefusedByKey) {
   every.every = 5;  // unit 4 only: the head, never recomputed
   EXPECT_THAT(shard_error(gpt, every),
               HasSubstr("activation_checkpointing.units: every 5th unit names no unit"));
+  ActivationCheckpointing first = policy(RecomputePolicy::kFull);
+  first.first = 1;  // the embedding only: its gradient may replace its parameters
+  EXPECT_THAT(shard_error(gpt, first),
+              HasSubstr("activation_checkpointing.units: the first 1 names no unit"));
   Mlp one_layer(MlpConfig{{13, 7}});
   EXPECT_THAT(shard_error(one_layer, policy(RecomputePolicy::kFull)),
               HasSubstr("activation_checkpointing.units: every unit names no unit of the "
-                        "model's 1 unit"));
+                        "model's 1 unit that can be recomputed"));
 }
 
 TEST(RecomputeOptions, CheckpointOffloadWithoutAHostArenaIsRefusedByKey) {
@@ -309,7 +319,7 @@ TEST(RecomputeMemory, OffloadedCheckpointsLeaveTheDevice) {
   const auto [device_kept, host_none] = peaks(false);
   const auto [device_offloaded, host_kept] = peaks(true);
   EXPECT_EQ(host_none, 0u);
-  // Blocks 0-5 and the embedding recomputed: the inputs of units 1-6, [4, 16, 32] floats each.
+  // Blocks 0-5 recomputed: the inputs of units 1-6, [4, 16, 32] floats each.
   EXPECT_EQ(host_kept, 6u * 4 * 16 * 32 * sizeof(float));
   EXPECT_LT(device_offloaded, device_kept);
 }
