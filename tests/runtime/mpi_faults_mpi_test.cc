@@ -9,65 +9,27 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
-#include <array>
 #include <chrono>
 #include <csignal>
-#include <cstdio>
-#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
 #include "base/error.h"
 #include "runtime/world.h"
+#include "tests/support/mpi_scenario.h"
 
 namespace zest {
 namespace {
 
 using ::testing::HasSubstr;
-using Clock = std::chrono::steady_clock;
+using testing::kScenarioJobBound;
+using JobResult = testing::ScenarioResult;
 
-// The scenarios' collective timeout: far longer than a test may take, so that a job that ends in
-// time was ended by the failure, not by peers timing out.
-constexpr std::chrono::seconds kCollectiveTimeout(120);
-// What a test allows the whole job, start-up included, on a loaded two-core machine.
-constexpr std::chrono::seconds kJobBound(40);
-
-struct JobResult {
-  int status = -1;  // the launcher's exit status; 124 where `timeout` had to end it
-  std::string output;
-  Clock::duration elapsed{};
-};
-
-// Runs `scenario` (a DISABLED_ test of this suite) under mpirun with `processes` processes.
 JobResult run_job(const std::string& scenario, int processes) {
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::string command =
-      "timeout -k 5 " + std::to_string(kJobBound.count() + 20) + " " ZEST_MPIEXEC " " +
-      ZEST_MPIEXEC_FLAGS + " -np " + std::to_string(processes) + " '" + self +
-      "' --gtest_also_run_disabled_tests --gtest_filter='MpiFaultScenario.DISABLED_" + scenario +
-      "' 2>&1";
-  JobResult result;
-  const auto start = Clock::now();
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) throw std::runtime_error("popen failed: " + command);
-  std::array<char, 4096> chunk;
-  while (std::fgets(chunk.data(), chunk.size(), pipe) != nullptr) result.output += chunk.data();
-  const int wait_status = pclose(pipe);
-  result.elapsed = Clock::now() - start;
-  result.status = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
-  return result;
+  return testing::run_mpi_scenario("MpiFaultScenario", scenario, processes);
 }
-
-WorldOptions scenario_options() {
-  WorldOptions options;
-  options.backend = "mpi";
-  options.timeout = kCollectiveTimeout;
-  options.program = "fault-scenario";
-  return options;
-}
+WorldOptions scenario_options() { return testing::scenario_world_options(); }
 
 // ---- scenarios (run under mpirun by the tests below; disabled when ctest runs this suite) -----
 
@@ -124,7 +86,7 @@ TEST(MpiFaults, ARankThatThrowsEndsTheJobNamingItsRank) {
   for (int processes : {2, 4}) {
     SCOPED_TRACE(std::to_string(processes) + " processes");
     const JobResult job = run_job("RankThrows", processes);
-    EXPECT_LT(job.elapsed, kJobBound) << job.output;
+    EXPECT_LT(job.elapsed, kScenarioJobBound) << job.output;
     EXPECT_EQ(job.status, 1) << job.output;
     EXPECT_THAT(job.output,
                 HasSubstr("fault-scenario: error: rank 1: injected failure in the step"));
@@ -133,7 +95,7 @@ TEST(MpiFaults, ARankThatThrowsEndsTheJobNamingItsRank) {
 
 TEST(MpiFaults, ARankThatFailsOnInputEndsTheJobWithStatus2) {
   const JobResult job = run_job("RankFailsOnInput", 2);
-  EXPECT_LT(job.elapsed, kJobBound) << job.output;
+  EXPECT_LT(job.elapsed, kScenarioJobBound) << job.output;
   EXPECT_EQ(job.status, 2) << job.output;
   EXPECT_THAT(job.output,
               HasSubstr("fault-scenario: error: rank 1: tokens.bin: truncated at byte 4096"));
@@ -152,7 +114,7 @@ TEST(MpiFaults, AStalledRankEndsTheJobWithinItsTimeoutNamingTheCollectiveAndStep
 
 TEST(MpiFaults, AKilledRankEndsTheJobThroughTheLauncher) {
   const JobResult job = run_job("RankIsKilled", 2);
-  EXPECT_LT(job.elapsed, kJobBound) << job.output;
+  EXPECT_LT(job.elapsed, kScenarioJobBound) << job.output;
   EXPECT_NE(job.status, 0) << job.output;
   EXPECT_NE(job.status, 124) << "the job had to be ended by `timeout`:\n" << job.output;
   EXPECT_THAT(job.output, HasSubstr("signal 9")) << "Open MPI names the signal";
