@@ -1,11 +1,10 @@
 #include "kernels/gelu.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
-#include <cstdint>
 
 #include "kernels/dispatch.h"
+#include "kernels/exp_body.h"
 #include "kernels/gelu_body.h"
 #include "kernels/kernel_threads.h"
 
@@ -23,25 +22,8 @@ namespace {
 // exp does not lose digits), and exp is taken of -|2u| only: w = exp(-|2u|) is in [0, 1], so
 // s = 1 / (1 + w) for u >= 0 and s = w / (1 + w) for u < 0 never overflow, and
 // s (1 - s) = w / (1 + w)^2 either way. One exp (Cephes' range reduction and polynomial, no
-// libm call) and three divisions an element, which the SIMD bodies repeat lane by lane exactly.
-//
-// exp(z) for z in [-kExpLimit, 0] (or NaN, which stays NaN); below about -87.7 it gives +0.
-inline float exp_clamped(float z) {
-  const float n = std::floor(z * kLog2e + 0.5f);
-  float r = z - n * kLn2High;
-  r = r - n * kLn2Low;
-  float p = kExpP0;
-  p = p * r + kExpP1;
-  p = p * r + kExpP2;
-  p = p * r + kExpP3;
-  p = p * r + kExpP4;
-  p = p * r + kExpP5;
-  p = p * (r * r) + r + 1.0f;
-  // 2^n from the exponent field; n = -127 gives +0, as the true value underflows anyway.
-  const auto biased = std::bit_cast<std::uint32_t>((n + 127.0f) + kRoundMagic);
-  return p * std::bit_cast<float>(biased << 23);
-}
-
+// libm call: kernels/exp_body.h) and three divisions an element, which the SIMD bodies repeat
+// lane by lane exactly.
 struct Logistic {
   float s;   // 1 / (1 + exp(-2u))
   float w;   // exp(-|2u|)

@@ -5,6 +5,7 @@
 // elements go through the portable body.
 #include <immintrin.h>
 
+#include "kernels/exp_body.h"
 #include "kernels/gelu_body.h"
 
 namespace zest::cpu {
@@ -15,21 +16,6 @@ constexpr std::size_t kLanes = 8;
 inline __m256 add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
 inline __m256 mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
 inline __m256 all(float c) { return _mm256_set1_ps(c); }
-
-inline __m256 exp_clamped(__m256 z) {
-  const __m256 n = _mm256_floor_ps(add(mul(z, all(kLog2e)), all(0.5f)));
-  __m256 r = _mm256_sub_ps(z, mul(n, all(kLn2High)));
-  r = _mm256_sub_ps(r, mul(n, all(kLn2Low)));
-  __m256 p = all(kExpP0);
-  p = add(mul(p, r), all(kExpP1));
-  p = add(mul(p, r), all(kExpP2));
-  p = add(mul(p, r), all(kExpP3));
-  p = add(mul(p, r), all(kExpP4));
-  p = add(mul(p, r), all(kExpP5));
-  p = add(add(mul(p, mul(r, r)), r), all(1.0f));
-  const __m256i biased = _mm256_castps_si256(add(add(n, all(127.0f)), all(kRoundMagic)));
-  return mul(p, _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23)));
-}
 
 struct Logistic {
   __m256 s, w, d;

@@ -11,6 +11,7 @@
 
 #include <immintrin.h>
 
+#include "kernels/exp_body.h"
 #include "kernels/gelu_body.h"
 
 namespace zest::cpu {
@@ -21,22 +22,6 @@ constexpr std::size_t kLanes = 16;
 inline __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
 inline __m512 mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
 inline __m512 all(float c) { return _mm512_set1_ps(c); }
-
-inline __m512 exp_clamped(__m512 z) {
-  const __m512 n = _mm512_roundscale_ps(add(mul(z, all(kLog2e)), all(0.5f)),
-                                        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_sub_ps(z, mul(n, all(kLn2High)));
-  r = _mm512_sub_ps(r, mul(n, all(kLn2Low)));
-  __m512 p = all(kExpP0);
-  p = add(mul(p, r), all(kExpP1));
-  p = add(mul(p, r), all(kExpP2));
-  p = add(mul(p, r), all(kExpP3));
-  p = add(mul(p, r), all(kExpP4));
-  p = add(mul(p, r), all(kExpP5));
-  p = add(add(mul(p, mul(r, r)), r), all(1.0f));
-  const __m512i biased = _mm512_castps_si512(add(add(n, all(127.0f)), all(kRoundMagic)));
-  return mul(p, _mm512_castsi512_ps(_mm512_slli_epi32(biased, 23)));
-}
 
 inline __m512 bits_andnot(__m512 a, __m512 b) {
   return _mm512_castsi512_ps(_mm512_andnot_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)));
