@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "base/error.h"
+#include "kernels/cross_entropy_body.h"
 #include "kernels/dispatch.h"
+#include "kernels/exp_body.h"
 
 #if ZEST_HAVE_CUDA
 #include "kernels/cross_entropy_cuda.h"
@@ -33,51 +36,122 @@ std::int32_t checked_target(const std::int32_t* targets, std::int64_t row, std::
   return target;
 }
 
-float row_max(const float* row, std::int64_t classes) {
-  return *std::max_element(row, row + classes);
+}  // namespace
+
+namespace cpu {
+namespace {
+
+// max(z, -kExpLimit) that keeps a NaN, as the SIMD bodies' maxps does.
+inline float shifted(float x, float max) {
+  const float z = x - max;
+  return z < -kExpLimit ? -kExpLimit : z;
 }
 
-// sum_j exp(row[j] - max), accumulated in double: a row may have tens of thousands of classes.
-double row_exp_sum(const float* row, std::int64_t classes, float max) {
-  double sum = 0.0;
-  for (std::int64_t j = 0; j < classes; ++j) sum += std::exp(row[j] - max);
-  return sum;
+float row_max_portable(const float* row, std::int64_t classes) {
+  float lanes[kRowLanes];
+  for (float& lane : lanes) lane = -std::numeric_limits<float>::infinity();
+  return finish_row_max(lanes, row, 0, classes);
+}
+
+double row_exp_sum_portable(const float* row, std::int64_t classes, float max) {
+  double lanes[kRowLanes] = {};
+  return finish_row_exp_sum(lanes, row, 0, classes, max);
+}
+
+void row_softmax_portable(const float* row, std::int64_t classes, float max, float inv_sum,
+                          float scale, float* out) {
+  softmax_tail(row, 0, classes, max, inv_sum, scale, out);
+}
+
+RowBody row_body(CpuBody body) {
+  switch (body) {
+#if defined(ZEST_HAVE_X86_BODIES)
+    case CpuBody::kAvx512: return {row_max_avx512, row_exp_sum_avx512, row_softmax_avx512};
+    case CpuBody::kAvx2: return {row_max_avx2, row_exp_sum_avx2, row_softmax_avx2};
+#else
+    case CpuBody::kAvx512:
+    case CpuBody::kAvx2:
+#endif
+    case CpuBody::kPortable: break;
+  }
+  return {row_max_portable, row_exp_sum_portable, row_softmax_portable};
 }
 
 }  // namespace
 
-namespace cpu {
+// Note: lane l runs (lane > x ? lane : x) over its elements, which is maxps(lane, x); then the
+// lanes are folded in index order, the same in every body.
+float finish_row_max(float* lanes, const float* row, std::int64_t from, std::int64_t classes) {
+  for (std::int64_t j = from; j < classes; ++j) {
+    float& lane = lanes[j % kRowLanes];
+    lane = lane > row[j] ? lane : row[j];
+  }
+  float max = lanes[0];
+  for (std::int64_t l = 1; l < kRowLanes; ++l) max = max > lanes[l] ? max : lanes[l];
+  return max;
+}
 
-void cross_entropy_forward(const float* logits, const std::int32_t* targets, std::int64_t rows,
-                           std::int64_t classes, float* loss) {
+// The sums are double: a row may have tens of thousands of classes, and the exps are exact in
+// double, so only the additions round, in a fixed order: per lane, then the lanes pairwise.
+double finish_row_exp_sum(double* lanes, const float* row, std::int64_t from,
+                          std::int64_t classes, float max) {
+  for (std::int64_t j = from; j < classes; ++j) {
+    lanes[j % kRowLanes] += static_cast<double>(exp_clamped(shifted(row[j], max)));
+  }
+  for (std::int64_t width = kRowLanes / 2; width >= 1; width /= 2) {
+    for (std::int64_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  }
+  return lanes[0];
+}
+
+void softmax_tail(const float* row, std::int64_t from, std::int64_t classes, float max,
+                  float inv_sum, float scale, float* out) {
+  for (std::int64_t j = from; j < classes; ++j) {
+    out[j] = exp_clamped(shifted(row[j], max)) * inv_sum * scale;
+  }
+}
+
+void cross_entropy_forward(CpuBody body, const float* logits, const std::int32_t* targets,
+                           std::int64_t rows, std::int64_t classes, float* loss) {
   check_shape("cross_entropy_forward", rows, classes);
+  const RowBody run = row_body(body);
   double total = 0.0;
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* row = logits + r * classes;
     const std::int32_t target = checked_target(targets, r, classes);
-    const float max = row_max(row, classes);
+    const float max = run.max(row, classes);
     // -log softmax[target] = log(sum exp(x - max)) - (x[target] - max)
-    total += std::log(row_exp_sum(row, classes, max)) - static_cast<double>(row[target] - max);
+    total += std::log(run.exp_sum(row, classes, max)) - static_cast<double>(row[target] - max);
   }
   *loss = static_cast<float>(total / static_cast<double>(rows));
 }
 
-void cross_entropy_backward(const float* logits, const std::int32_t* targets, std::int64_t rows,
-                            std::int64_t classes, float scale, float* dlogits) {
+void cross_entropy_backward(CpuBody body, const float* logits, const std::int32_t* targets,
+                            std::int64_t rows, std::int64_t classes, float scale,
+                            float* dlogits) {
   check_shape("cross_entropy_backward", rows, classes);
+  const RowBody run = row_body(body);
   const float row_scale = scale / static_cast<float>(rows);
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* row = logits + r * classes;
     float* drow = dlogits + r * classes;
     const std::int32_t target = checked_target(targets, r, classes);
-    const float max = row_max(row, classes);
-    const float inv_sum = static_cast<float>(1.0 / row_exp_sum(row, classes, max));
+    const float max = run.max(row, classes);
+    const float inv_sum = static_cast<float>(1.0 / run.exp_sum(row, classes, max));
     // Each element is read before it is written, so drow may be row (in place).
-    for (std::int64_t j = 0; j < classes; ++j) {
-      drow[j] = std::exp(row[j] - max) * inv_sum * row_scale;
-    }
+    run.softmax(row, classes, max, inv_sum, row_scale, drow);
     drow[target] -= row_scale;
   }
+}
+
+void cross_entropy_forward(const float* logits, const std::int32_t* targets, std::int64_t rows,
+                           std::int64_t classes, float* loss) {
+  cross_entropy_forward(selected_cpu_body(), logits, targets, rows, classes, loss);
+}
+
+void cross_entropy_backward(const float* logits, const std::int32_t* targets, std::int64_t rows,
+                            std::int64_t classes, float scale, float* dlogits) {
+  cross_entropy_backward(selected_cpu_body(), logits, targets, rows, classes, scale, dlogits);
 }
 
 }  // namespace cpu
