@@ -7,7 +7,7 @@
 //
 // Shapes: rows = 512 (4 sequences of 128, one rank of the 4 x 256 GPT), GELU over [512, 1024],
 // LayerNorm over [512, 256], softmax + cross-entropy over [512, 256] and [512, 50257], AdamW
-// over the 4 x 256 GPT's 3.26M parameters. GeluLibmTanh is the scalar libm-tanh form the GELU
+// and the gradient statistics over the 4 x 256 GPT's 3.26M parameters. GeluLibmTanh is the scalar libm-tanh form the GELU
 // bodies replaced, for reference.
 #include <benchmark/benchmark.h>
 
@@ -20,6 +20,7 @@
 #include "kernels/adamw.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/gelu.h"
+#include "kernels/gradient_statistics.h"
 #include "kernels/layernorm.h"
 
 namespace zest {
@@ -153,6 +154,18 @@ void BM_AdamW(benchmark::State& state) {
   set_bytes(state, 7.0 * n * sizeof(float));  // read p, g, m, v; write p, m, v
 }
 BENCHMARK(BM_AdamW);
+
+void BM_GradientStatistics(benchmark::State& state) {
+  const std::size_t n = 3257856;
+  const std::vector<float> g = random_vector(n, 13, 0.01f);
+  for (auto _ : state) {
+    GradientStatistics statistics;
+    cpu::add_gradient_statistics(g.data(), DType::kFloat32, n, &statistics);
+    benchmark::DoNotOptimize(statistics);
+  }
+  set_bytes(state, 1.0 * n * sizeof(float));
+}
+BENCHMARK(BM_GradientStatistics);
 
 }  // namespace
 }  // namespace zest

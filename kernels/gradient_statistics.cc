@@ -25,14 +25,33 @@ inline float to_float(float value) { return value; }
 inline float to_float(BFloat16 value) { return static_cast<float>(value); }
 inline float to_float(Float16 value) { return static_cast<float>(value); }
 
+// Note: element i goes to lane i % kLanes, and the lanes are folded pairwise at the end: the
+// additions are independent across lanes, so the loop runs as vector code, and their order is
+// still fixed (squares of floats are exact in double; only the additions round). The count of
+// non-finite elements needs a second pass only when the sum is not finite: the square of a
+// finite float never overflows a double, nor does any sum of them.
 template <typename T>
 void add_statistics(const T* values, std::size_t count, GradientStatistics* statistics) {
-  double sum = 0.0;
+  constexpr std::size_t kLanes = 8;
+  double lanes[kLanes] = {};
+  std::size_t i = 0;
+  for (; i + kLanes <= count; i += kLanes) {
+    for (std::size_t l = 0; l < kLanes; ++l) {
+      const double value = to_float(values[i + l]);
+      lanes[l] += value * value;
+    }
+  }
+  for (; i < count; ++i) {
+    const double value = to_float(values[i]);
+    lanes[i % kLanes] += value * value;
+  }
+  for (std::size_t width = kLanes / 2; width >= 1; width /= 2) {
+    for (std::size_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  }
+  const double sum = lanes[0];
   std::uint64_t non_finite = 0;
-  for (std::size_t i = 0; i < count; ++i) {
-    const float value = to_float(values[i]);
-    sum += static_cast<double>(value) * static_cast<double>(value);  // exact in double
-    non_finite += std::isfinite(value) ? 0 : 1;
+  if (!std::isfinite(sum)) {
+    for (std::size_t k = 0; k < count; ++k) non_finite += std::isfinite(to_float(values[k])) ? 0 : 1;
   }
   // Summed apart and added once, as the CUDA body adds its reduction's result.
   statistics->sum_of_squares += sum;

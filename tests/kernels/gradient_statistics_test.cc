@@ -126,6 +126,29 @@ TEST(GradientStatistics, CountsInfAndNaNForEveryType) {
   }
 }
 
+// The sum runs in lanes with a tail, and counts non-finite elements only when the sum is not
+// finite: every length and position must still be seen, and the largest finite floats must not
+// pass for non-finite (their squares fit a double).
+TEST(GradientStatistics, EveryLengthAndPositionIsCountedAndLargeFiniteValuesAreFinite) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (std::size_t n = 1; n <= 35; ++n) {
+    for (std::size_t at : {std::size_t{0}, n / 2, n - 1}) {
+      std::vector<float> values(n, std::numeric_limits<float>::max());
+      values[at] = inf;
+      GradientStatistics got;
+      cpu::add_gradient_statistics(values.data(), DType::kFloat32, n, &got);
+      ASSERT_EQ(got.non_finite, 1u) << "n " << n << " at " << at;
+      values[at] = -std::numeric_limits<float>::max();
+      GradientStatistics finite;
+      cpu::add_gradient_statistics(values.data(), DType::kFloat32, n, &finite);
+      ASSERT_EQ(finite.non_finite, 0u) << "n " << n;
+      const double square = static_cast<double>(values[0]) * static_cast<double>(values[0]);
+      ASSERT_NEAR(finite.sum_of_squares, square * static_cast<double>(n),
+                  tolerance(n, square * static_cast<double>(n)));
+    }
+  }
+}
+
 TEST(GradientStatistics, CallsAccumulateIntoWhatIsThere) {
   for (DType type : kTypes) {
     SCOPED_TRACE(dtype_name(type));
