@@ -4,6 +4,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "kernels/blocked_loop.h"
 #include "kernels/dispatch.h"
 
 #if ZEST_HAVE_CUDA
@@ -24,6 +25,49 @@ void check_shape(const char* kernel, std::int64_t rows, std::int64_t cols) {
 }  // namespace
 
 namespace cpu {
+namespace {
+
+// Note: every row reduction keeps kLanes partial sums (element j in lane j % kLanes) folded
+// pairwise at the end: independent additions that run as vector code, in an order that is still
+// fixed, so results are the same run to run. The elementwise loops go through for_each_block
+// for the same reason (kernels/blocked_loop.h).
+constexpr std::int64_t kLanes = 8;
+
+template <typename T>
+T fold(T* lanes) {
+  for (std::int64_t width = kLanes / 2; width >= 1; width /= 2) {
+    for (std::int64_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  }
+  return lanes[0];
+}
+
+double row_sum(const float* row, std::int64_t cols) {
+  double lanes[kLanes] = {};
+  std::int64_t j = 0;
+  for (; j + kLanes <= cols; j += kLanes) {
+    for (std::int64_t l = 0; l < kLanes; ++l) lanes[l] += row[j + l];
+  }
+  for (; j < cols; ++j) lanes[j % kLanes] += row[j];
+  return fold(lanes);
+}
+
+double row_centered_square_sum(const float* row, std::int64_t cols, double m) {
+  double lanes[kLanes] = {};
+  std::int64_t j = 0;
+  for (; j + kLanes <= cols; j += kLanes) {
+    for (std::int64_t l = 0; l < kLanes; ++l) {
+      const double centered = row[j + l] - m;
+      lanes[l] += centered * centered;
+    }
+  }
+  for (; j < cols; ++j) {
+    const double centered = row[j] - m;
+    lanes[j % kLanes] += centered * centered;
+  }
+  return fold(lanes);
+}
+
+}  // namespace
 
 void layernorm_forward(const float* x, const float* weight, const float* bias, std::int64_t rows,
                        std::int64_t cols, float eps, float* y, float* mean, float* rstd) {
@@ -31,20 +75,16 @@ void layernorm_forward(const float* x, const float* weight, const float* bias, s
     const float* __restrict row = x + r * cols;
     float* __restrict out = y + r * cols;
     // Two passes in double: the variance of a row far from zero mean loses nothing.
-    double sum = 0.0;
-    for (std::int64_t j = 0; j < cols; ++j) sum += row[j];
-    const double m = sum / static_cast<double>(cols);
-    double square_sum = 0.0;
-    for (std::int64_t j = 0; j < cols; ++j) {
-      const double centered = row[j] - m;
-      square_sum += centered * centered;
-    }
+    const double m = row_sum(row, cols) / static_cast<double>(cols);
+    const double square_sum = row_centered_square_sum(row, cols, m);
     const double s = 1.0 / std::sqrt(square_sum / static_cast<double>(cols) + eps);
     // Normalized in double too: a row far from zero mean (or of tiny spread, large rstd) would
     // otherwise lose the rounding of the fp32 mean times rstd.
-    for (std::int64_t j = 0; j < cols; ++j) {
-      out[j] = static_cast<float>((row[j] - m) * s) * weight[j] + bias[j];
-    }
+    for_each_block(static_cast<std::size_t>(cols), [&](std::size_t i, std::size_t n) {
+      for (std::size_t j = i; j < i + n; ++j) {
+        out[j] = static_cast<float>((row[j] - m) * s) * weight[j] + bias[j];
+      }
+    });
     mean[r] = static_cast<float>(m);
     rstd[r] = static_cast<float>(s);
   }
@@ -61,23 +101,30 @@ void layernorm_backward(const float* dy, const float* x, const float* weight, co
     const float m = mean[r];
     const float s = rstd[r];
     // dx = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dy * weight.
-    float dnorm_mean = 0.0f;
-    float dnorm_xhat_mean = 0.0f;
-    for (std::int64_t j = 0; j < cols; ++j) {
+    float dnorm_lanes[kLanes] = {};
+    float dnorm_xhat_lanes[kLanes] = {};
+    const auto add = [&](std::int64_t j, std::int64_t l) {
       const float xhat = (row[j] - m) * s;
       const float dnorm = drow[j] * weight[j];
-      dnorm_mean += dnorm;
-      dnorm_xhat_mean += dnorm * xhat;
+      dnorm_lanes[l] += dnorm;
+      dnorm_xhat_lanes[l] += dnorm * xhat;
+    };
+    std::int64_t j = 0;
+    for (; j + kLanes <= cols; j += kLanes) {
+      for (std::int64_t l = 0; l < kLanes; ++l) add(j + l, l);
     }
-    dnorm_mean *= inv_cols;
-    dnorm_xhat_mean *= inv_cols;
-    for (std::int64_t j = 0; j < cols; ++j) {
-      const float xhat = (row[j] - m) * s;
-      const float dnorm = drow[j] * weight[j];
-      dbias[j] += drow[j];
-      dweight[j] += xhat * drow[j];
-      dxrow[j] += s * (dnorm - dnorm_mean - xhat * dnorm_xhat_mean);
-    }
+    for (; j < cols; ++j) add(j, j % kLanes);
+    const float dnorm_mean = fold(dnorm_lanes) * inv_cols;
+    const float dnorm_xhat_mean = fold(dnorm_xhat_lanes) * inv_cols;
+    for_each_block(static_cast<std::size_t>(cols), [&](std::size_t i, std::size_t n) {
+      for (std::size_t k = i; k < i + n; ++k) {
+        const float xhat = (row[k] - m) * s;
+        const float dnorm = drow[k] * weight[k];
+        dbias[k] += drow[k];
+        dweight[k] += xhat * drow[k];
+        dxrow[k] += s * (dnorm - dnorm_mean - xhat * dnorm_xhat_mean);
+      }
+    });
   }
 }
 

@@ -77,6 +77,43 @@ TEST(LayerNorm, ForwardMatchesFloat64) {
   }
 }
 
+// Rows as wide as the GPT's (and one past a multiple of the reductions' lanes), one far from zero
+// mean: the forward against float64, and the backward the same bits on every call.
+TEST(LayerNorm, WideRowsMatchFloat64AndBackwardRepeatsBitForBit) {
+  constexpr std::int64_t rows = 3, cols = 257;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x, weight, bias, dy;
+  for (std::int64_t i = 0; i < rows * cols; ++i) x.push_back((i < cols ? 1000.0f : 0.0f) + normal(rng));
+  for (std::int64_t c = 0; c < cols; ++c) {
+    weight.push_back(1.0f + 0.3f * normal(rng));
+    bias.push_back(0.2f * normal(rng));
+  }
+  for (std::int64_t i = 0; i < rows * cols; ++i) dy.push_back(normal(rng));
+  std::vector<float> y(x.size()), mean(rows), rstd(rows);
+  cpu::layernorm_forward(x.data(), weight.data(), bias.data(), rows, cols, kLayerNormEps, y.data(),
+                         mean.data(), rstd.data());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double m = 0.0, v = 0.0;
+    for (std::int64_t c = 0; c < cols; ++c) m += static_cast<double>(x[r * cols + c]) / cols;
+    for (std::int64_t c = 0; c < cols; ++c) v += std::pow(x[r * cols + c] - m, 2) / cols;
+    const double s = 1.0 / std::sqrt(v + 1e-5);
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const double want = (x[r * cols + c] - m) * s * weight[c] + bias[c];
+      // As ForwardMatchesFloat64: only the last fp32 multiply-add rounds.
+      ASSERT_NEAR(y[r * cols + c], want, 2e-6) << r << ", " << c;
+    }
+  }
+  std::vector<float> dx1(x.size()), dw1(cols), db1(cols), dx2(x.size()), dw2(cols), db2(cols);
+  cpu::layernorm_backward(dy.data(), x.data(), weight.data(), mean.data(), rstd.data(), rows, cols,
+                          dx1.data(), dw1.data(), db1.data());
+  cpu::layernorm_backward(dy.data(), x.data(), weight.data(), mean.data(), rstd.data(), rows, cols,
+                          dx2.data(), dw2.data(), db2.data());
+  EXPECT_EQ(dx1, dx2);
+  EXPECT_EQ(dw1, dw2);
+  EXPECT_EQ(db1, db2);
+}
+
 TEST(LayerNorm, BackwardMatchesCentralDifferencesAndAccumulates) {
   const Data d = make_data();
   std::vector<float> y(d.x.size()), mean(kRows), rstd(kRows);
