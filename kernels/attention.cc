@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "kernels/dispatch.h"
 #include "kernels/matmul.h"
+#include "kernels/softmax_row.h"
 
 #if ZEST_HAVE_CUDA
 #include "kernels/attention_cuda.h"
@@ -66,16 +67,10 @@ void merge_heads(const AttentionShape& s, int parts, const float* heads, float* 
 
 // Row i of scores [seq, seq] becomes softmax over columns j <= i; columns j > i become 0.
 void causal_softmax(float* scores, std::int64_t seq) {
+  const CpuBody body = selected_cpu_body();
   for (std::int64_t i = 0; i < seq; ++i) {
     float* row = scores + i * seq;
-    const float max = *std::max_element(row, row + i + 1);
-    float sum = 0.0f;
-    for (std::int64_t j = 0; j <= i; ++j) {
-      row[j] = std::exp(row[j] - max);
-      sum += row[j];
-    }
-    const float inv = 1.0f / sum;
-    for (std::int64_t j = 0; j <= i; ++j) row[j] *= inv;
+    cpu::softmax_row(body, row, i + 1, row);
     std::fill(row + i + 1, row + seq, 0.0f);
   }
 }

@@ -9,6 +9,7 @@
 #include "kernels/cross_entropy_body.h"
 #include "kernels/dispatch.h"
 #include "kernels/exp_body.h"
+#include "kernels/softmax_row.h"
 
 #if ZEST_HAVE_CUDA
 #include "kernels/cross_entropy_cuda.h"
@@ -109,6 +110,13 @@ void softmax_tail(const float* row, std::int64_t from, std::int64_t classes, flo
   for (std::int64_t j = from; j < classes; ++j) {
     out[j] = exp_clamped(shifted(row[j], max)) * inv_sum * scale;
   }
+}
+
+void softmax_row(CpuBody body, const float* row, std::int64_t n, float* out) {
+  const RowBody run = row_body(body);
+  const float max = run.max(row, n);
+  const float inv_sum = static_cast<float>(1.0 / run.exp_sum(row, n, max));
+  run.softmax(row, n, max, inv_sum, 1.0f, out);
 }
 
 void cross_entropy_forward(CpuBody body, const float* logits, const std::int32_t* targets,
