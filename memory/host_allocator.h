@@ -13,9 +13,9 @@ namespace zest {
 
 class HostAllocator final : public Allocator {
  public:
+  // The first one made sets glibc to keep freed memory for the process (host_allocator.cc).
   explicit HostAllocator(std::string device_name, std::size_t capacity = kUnlimitedCapacity,
-                         std::string advice = "")
-      : Allocator(std::move(device_name), capacity, std::move(advice)) {}
+                         std::string advice = "");
 
  protected:
   void* raw_allocate(std::size_t bytes) override;

@@ -22,6 +22,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "kernels/blas_core.h"
 #include "runtime/world_detection.h"
 #include "tools/common/tool_main.h"
 #include "config/train_config.h"
@@ -111,5 +112,8 @@ void install_stop_signals(int, char**, char**) { zest::StopSignals::install(); }
 
 int main(int argc, char** argv) {
   zest::StopSignals::install();  // done already where .preinit_array exists; then a no-op
+  // Before any matrix product or thread: OpenBLAS's AVX-512 kernels on a processor newer than
+  // the library (kernels/blas_core.h); an OPENBLAS_CORETYPE the user set is kept.
+  zest::select_openblas_core();
   return zest::run_tool(kProgram, [&] { return run(argc, argv); });
 }
