@@ -213,6 +213,10 @@ TEST_F(ZestReport, EstimateDrawsThePlanAndEveryStage) {
     EXPECT_THAT(page, HasSubstr(stage));
   }
   EXPECT_THAT(page, HasSubstr("\"device capacity\""));
+  // The largest model that fits, also under each activation_checkpointing policy.
+  for (const char* policy : {"none", "selective", "full"}) {
+    EXPECT_THAT(page, HasSubstr(std::string("n_layer with recomputation &quot;") + policy));
+  }
 
   result = run(kEstimate, {"--params", "1000000", "--world", "4", "--stage", "1",
                            "--device-memory", "64MiB", "--fit", "--html", path("params.html")});

@@ -4,6 +4,7 @@
 
 #include "base/byte_size.h"
 #include "base/error.h"
+#include "engine/recompute.h"
 #include "memory/allocator.h"
 
 namespace zest {
@@ -12,6 +13,10 @@ namespace {
 using ordered_json = nlohmann::ordered_json;
 
 constexpr double kMiB = 1024.0 * 1024.0;
+
+// --fit's n_layer search is repeated under each activation_checkpointing policy, in this order.
+constexpr RecomputePolicy kFitPolicies[] = {RecomputePolicy::kNone, RecomputePolicy::kSelective,
+                                            RecomputePolicy::kFull};
 
 // The device's categories: `offload` is host memory, shown in the table instead.
 std::vector<Category> device_categories() {
@@ -182,15 +187,31 @@ HtmlPage estimate_page(const EstimateJob& job, const PeakPrediction& prediction,
     } else {
       row.push_back(fit ? shown(fit->n_layer) : "-");
       row.push_back(fit ? shown(fit->n_embd) : "-");
+      // The same n_layer search under each activation_checkpointing policy, in the order
+      // zest-estimate's text names them (none, selective, full).
+      for (const RecomputePolicy policy : kFitPolicies) {
+        std::string cell = "-";
+        if (fit) {
+          for (const auto& [tried, layers] : fit->n_layer_by_policy) {
+            if (tried == policy) cell = shown(layers);
+          }
+        }
+        row.push_back(cell);
+      }
     }
     fit_rows.push_back(std::move(row));
   }
   if (parameter_mode) {
     page.table({"stage", "this job", "largest parameter count that fits"}, fit_rows);
   } else {
-    page.table({"stage", "this job", "largest n_layer that fits (at its n_embd)",
-                "largest n_embd that fits (at its n_layer)"},
-               fit_rows);
+    std::vector<std::string> header = {"stage", "this job",
+                                       "largest n_layer that fits (at its n_embd)",
+                                       "largest n_embd that fits (at its n_layer)"};
+    for (const RecomputePolicy policy : kFitPolicies) {
+      header.push_back(fmt::format("n_layer with recomputation \"{}\"",
+                                   recompute_policy_name(policy)));
+    }
+    page.table(header, fit_rows);
   }
   return page;
 }
