@@ -16,6 +16,7 @@
 #include "base/error.h"
 #include "models/gpt.h"
 #include "tests/engine/engine_test_support.h"
+#include "tests/engine/recompute_test_support.h"
 
 namespace zest {
 namespace {
@@ -24,85 +25,14 @@ using ::testing::HasSubstr;
 using testing::RunResult;
 using testing::RunSpec;
 using testing::run_mlp;
-
-const GptConfig kGpt{/*n_layer=*/3, /*n_head=*/2, /*n_embd=*/16, /*vocab_size=*/37,
-                     /*seq_len=*/8};
-constexpr int kGlobalSequences = 8;  // divides by 1, 2 and 4 ranks times 2 micro-batches
-constexpr int kSteps = 4;
-
-struct Job {
-  int stage = 0;
-  int world = 1;
-  DType dtype = DType::kFloat32;
-  int accumulation = 1;
-  ActivationCheckpointing checkpointing;
-  bool offload_optimizer = false;
-  // A vocabulary whose embedding outgrows a block puts it in a gather-ring size class of its
-  // own, where stage 3 keeps its gradient in its gather slot (Unit::gradients_replace_parameters).
-  int vocab_size = kGpt.vocab_size;
-};
-
-ActivationCheckpointing policy(RecomputePolicy kind, bool cpu = false) {
-  ActivationCheckpointing options;
-  options.policy = kind;
-  options.cpu_checkpointing = cpu;
-  return options;
-}
-
-struct Training {
-  std::vector<float> losses;
-  std::map<std::string, std::vector<float>> params;
-};
-
-// The GPT on a fixed token task; sequences dealt rank-major within each micro-batch.
-Training run_gpt(const Job& job) {
-  Training result;
-  result.losses.resize(kSteps);
-  WorldOptions world_options;
-  world_options.ranks = job.world;
-  world_options.timeout = std::chrono::seconds(60);
-  World(world_options).run([&](RankContext& context) {
-    GptConfig config = kGpt;
-    config.vocab_size = job.vocab_size;
-    Gpt model(config);
-    EngineOptions options;
-    options.stage = job.stage;
-    options.compute_dtype = job.dtype;
-    options.communication_dtype = job.dtype;
-    options.gradient_accumulation_steps = job.accumulation;
-    options.activation_checkpointing = job.checkpointing;
-    if (job.offload_optimizer) options.offload_optimizer.device = OffloadDevice::kCpu;
-    Engine engine(context, options);
-    OptimizerOptions optimizer;
-    optimizer.lr = 3e-3f;
-    auto trainer = engine.shard(model, make_optimizer(optimizer));
-    const std::int64_t rows = kGlobalSequences / job.world / job.accumulation;
-    const std::int64_t seq = kGpt.seq_len;
-    for (int step = 0; step < kSteps; ++step) {
-      std::mt19937 rng(500 + step);
-      std::uniform_int_distribution<std::int32_t> token(0, job.vocab_size - 1);
-      std::vector<std::int32_t> inputs(kGlobalSequences * seq), targets(inputs.size());
-      for (std::size_t i = 0; i < inputs.size(); ++i) {
-        inputs[i] = token(rng);
-        targets[i] = (3 * inputs[i] + 1) % job.vocab_size;
-      }
-      for (int micro = 0; micro < job.accumulation; ++micro) {
-        const std::size_t first =
-            static_cast<std::size_t>((micro * job.world + context.rank) * rows * seq);
-        Batch batch{Tensor{inputs.data() + first, {rows, seq}, DType::kInt32},
-                    Tensor{targets.data() + first, {rows, seq}, DType::kInt32}};
-        trainer->forward_backward(batch);
-      }
-      const StepStats stats = trainer->step();
-      if (context.rank == 0) result.losses[step] = stats.loss;
-    }
-    for (const std::string& name : trainer->parameter_names()) {
-      std::vector<float> value = trainer->full_parameter(name);
-      if (context.rank == 0) result.params[name] = std::move(value);
-    }
-  });
-  return result;
-}
+using testing::Job;
+using testing::Training;
+using testing::describe;
+using testing::expect_bit_identical;
+using testing::policy;
+using testing::run_gpt;
+using testing::kGpt;
+using testing::kSteps;
 
 Training run_mlp_job(const Job& job) {
   RunSpec spec;
@@ -120,29 +50,6 @@ Training run_mlp_job(const Job& job) {
   };
   RunResult run = run_mlp(spec);
   return {run.losses, run.params};
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-void expect_bit_identical(const Training& expected, const Training& run) {
-  EXPECT_TRUE(same_bits(expected.losses, run.losses))
-      << "first loss " << expected.losses.front() << " vs " << run.losses.front() << ", last "
-      << expected.losses.back() << " vs " << run.losses.back();
-  ASSERT_EQ(expected.params.size(), run.params.size());
-  for (const auto& [name, values] : expected.params) {
-    EXPECT_TRUE(same_bits(values, run.params.at(name))) << name;
-  }
-  // Training must have moved for the comparison to mean anything.
-  EXPECT_NE(expected.losses.front(), expected.losses.back());
-}
-
-std::string describe(const Job& job) {
-  return "stage " + std::to_string(job.stage) + ", " + std::to_string(job.world) + " ranks, " +
-         dtype_name(job.dtype) + ", " + std::to_string(job.accumulation) + " micro-batches, " +
-         recompute_policy_name(job.checkpointing.policy) +
-         (job.checkpointing.cpu_checkpointing ? " offloaded" : "");
 }
 
 // The jobs each policy is checked on: every stage, the worlds 1-4 among them, both dtypes,
