@@ -155,12 +155,13 @@ void keep_largest(const std::vector<MemoryUsage>& more, std::vector<MemoryUsage>
 // A host that falls behind its streams can only measure less, so measured <= predicted holds
 // exactly, every run. On a loaded machine a descheduled host now and then lets its streams
 // catch up and measures up to a unit's scratch less, so the check takes the largest peaks of up
-// to three runs, which must come within 5% (the tolerance) of the prediction.
+// to six runs (a sanitizer's slower host falls behind more often), which must come within 5%
+// (the tolerance) of the prediction.
 TEST_P(PeakPlan, EveryCategoryWithinFivePercentOfTheMeasuredPeak) {
   const PeakCase& job = GetParam();
   const PeakPrediction predicted = plan(job);
   std::vector<MemoryUsage> measured = train(job);
-  for (int run = 1; run < 3 && !all_within(measured, predicted); ++run) {
+  for (int run = 1; run < 6 && !all_within(measured, predicted); ++run) {
     keep_largest(train(job), measured);
   }
   for (int rank = 0; rank < job.world; ++rank) {
