@@ -55,8 +55,11 @@ build: configure
 	cmake --build $(BUILD_DIR) -j$(NPROC)
 
 # Note: the whole suite includes the pages opened in headless chromium, so `make test` installs it
-# (a large package, once); `make train` does not need it.
-test: deps-browser build
+# (a large package, once); `make train` does not need it. A machine that cannot install it still
+# runs the rest: the browser-labelled tests then skip, saying why.
+test: build
+	@tools/setup/install-deps.sh browser || \
+	  echo "make test: chromium could not be installed; the browser-labelled tests will skip"
 	$(CTEST) --test-dir $(BUILD_DIR) -j$(NPROC) --no-tests=error -LE gpu $(CTEST_ARGS)
 
 test-gpu: build
