@@ -27,7 +27,8 @@ void GradientChecks::check_before_reduction(const FlatUnit& unit, const void* lo
                           slot(static_cast<std::size_t>(unit.index)));
 }
 
-void GradientChecks::inspect(const std::vector<FlatUnit>& units, const StagePlan& plan) {
+void GradientChecks::inspect(const std::vector<FlatUnit>& units, const StagePlan& plan,
+                             const std::vector<bool>& counted) {
   // The reduced gradients were last written on the comm stream; the per-unit checks ran on
   // compute before each reduction, which comm waited for. So, on comm: the norm's slot is
   // zeroed and summed over this rank's update ranges, then every slot is read back at once.
@@ -36,6 +37,7 @@ void GradientChecks::inspect(const std::vector<FlatUnit>& units, const StagePlan
   const std::size_t element = dtype_size(dtype_);
   context_.device.fill_zero(comm, norm, sizeof(GradientStatistics));
   for (const FlatUnit& unit : units) {
+    if (!counted.empty() && !counted[static_cast<std::size_t>(unit.index)]) continue;
     const std::size_t base = plan.grads_first(unit.layout.shard_range(context_.rank).begin);
     for (const FlatUnit::UpdateRange& range : unit.update_ranges) {
       const void* grads = byte_offset(unit.grads.data(), (range.flat_offset - base) * element);

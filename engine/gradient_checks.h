@@ -27,8 +27,10 @@ class GradientChecks {
   // Compute stream: `unit`'s local gradient, `count` elements at `local` in device memory.
   void check_before_reduction(const FlatUnit& unit, const void* local, std::size_t count);
   // Comm stream, after the step's last reduction: the local norm over `units`' update ranges,
-  // then every slot read back to the host (waits for comm).
-  void inspect(const std::vector<FlatUnit>& units, const StagePlan& plan);
+  // then every slot read back to the host (waits for comm). `counted`, when not empty, says per
+  // unit whether it adds to the norm (a pipeline stage's lent copy does not: its owner counts it).
+  void inspect(const std::vector<FlatUnit>& units, const StagePlan& plan,
+               const std::vector<bool>& counted = {});
   // What inspect() read.
   bool any_non_finite() const;
   double local_sum_of_squares() const { return read_.back().sum_of_squares; }

@@ -138,6 +138,17 @@ class Module {
     (void)input_shape;
     return {};
   }
+  // The index unit `unit` draws its initial values under (engine/parameter_init.h): its place in
+  // the whole model. A part of a model (engine/sub_module.h: a pipeline stage's units) keeps the
+  // whole model's indices, so that its initial values equal the single-rank run's.
+  virtual int initialization_index(std::size_t unit) const { return static_cast<int>(unit); }
+  // Whether unit `unit` is a copy of a unit another pipeline stage trains, held here only to lend
+  // its parameters to later units (the tied embedding on the last stage): the engine runs no
+  // forward or backward of it and leaves it out of the gradient norm, but reduces and updates it.
+  virtual bool holds_copy(std::size_t unit) const {
+    (void)unit;
+    return false;
+  }
 };
 
 }  // namespace zest

@@ -45,7 +45,7 @@ class ZeroTrainer::Context final : public UnitContext {
   }
 
   Tensor input() override {
-    if (unit_.index == 0) return batch_.inputs;
+    if (static_cast<std::size_t>(unit_.index) == trainer_.first_computing_) return batch_.inputs;
     return trainer_.activations_[unit_.index - 1].output_view;
   }
   Tensor make_output(const std::vector<std::int64_t>& shape, DType dtype) override {
@@ -68,7 +68,10 @@ class ZeroTrainer::Context final : public UnitContext {
   }
 
   Tensor grad_output() override {
-    if (unit_.index + 1 == static_cast<int>(trainer_.units_.size())) return {};
+    // A pipeline stage's last unit gets the gradient received from the next stage.
+    if (unit_.index + 1 == static_cast<int>(trainer_.units_.size())) {
+      return trainer_.stage_grad_output_;
+    }
     return trainer_.activations_[unit_.index + 1].grad_input_view;
   }
   Tensor make_grad_input(const std::vector<std::int64_t>& shape, DType dtype) override {
@@ -141,6 +144,11 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
     layouts_.push_back(units_.back().layout);
   }
   activations_.resize(units_.size());
+  for (std::size_t u = 0; u < units_.size(); ++u) counted_.push_back(!module.holds_copy(u));
+  while (first_computing_ < units_.size() && !counted_[first_computing_]) ++first_computing_;
+  if (first_computing_ == units_.size()) {
+    throw Error(ErrorKind::kUsage, "the module holds only lent copies: no unit to run");
+  }
   std::vector<Recomputable> recomputable;
   for (Unit* unit : units) {
     recomputable.push_back({!unit->gradients_replace_parameters(),
@@ -254,7 +262,9 @@ void ZeroTrainer::initialize_parameters() {
       const std::size_t begin = std::max(slot.offset, first);
       const std::size_t end = std::min(slot.offset + slot.numel, first + length);
       if (begin >= end) continue;
-      fill_initial_values(unit.specs[p].init, options_.seed, unit.index, p, begin - slot.offset,
+      fill_initial_values(unit.specs[p].init, options_.seed,
+                          module_.initialization_index(static_cast<std::size_t>(unit.index)), p,
+                          begin - slot.offset,
                           end - begin, values.data() + (begin - first));
     }
     // Drawn on the host, written in compute-stream order (a copy to the device on CUDA).
@@ -426,6 +436,7 @@ void ZeroTrainer::recomputed_call_done() {
 
 void ZeroTrainer::run_forward(const Batch& batch) {
   for (FlatUnit& unit : units_) {
+    if (!counted_[static_cast<std::size_t>(unit.index)]) continue;  // a lent copy runs nothing
     const RecomputePolicy recompute = recompute_of(static_cast<std::size_t>(unit.index));
     CallViews views = prepare_call(unit, false, recompute != RecomputePolicy::kNone);
     Context context(*this, unit, batch, views,
@@ -448,6 +459,10 @@ void ZeroTrainer::run_backward(const Batch& batch, bool last_micro_batch) {
   reducer_->backward_begins(last_micro_batch);
   for (int u = static_cast<int>(units_.size()) - 1; u >= 0; --u) {
     FlatUnit& unit = units_[u];
+    if (!counted_[static_cast<std::size_t>(u)]) {  // a lent copy: only its gradient is reduced
+      reducer_->unit_done(unit);
+      continue;
+    }
     const RecomputePolicy recompute = recompute_[u];
     // An offloaded input comes back one unit ahead of the unit that reads it.
     if (u >= 2 && input_offloaded_[u - 1]) {
@@ -484,7 +499,9 @@ void ZeroTrainer::run_backward(const Batch& batch, bool last_micro_batch) {
     if (recompute != RecomputePolicy::kNone) recomputed_call_done();
     reducer_->unit_done(unit);
   }
-  release_on(context_.compute, std::move(activations_[0].grad_input));
+  if (!keep_grad_input_) {
+    release_on(context_.compute, std::move(activations_[first_computing_].grad_input));
+  }
 }
 
 std::vector<std::string> ZeroTrainer::parameter_names() const {

@@ -55,6 +55,44 @@ class ZeroTrainer final : public Trainer {
   // For tests: how many units the gather ring holds now (stage 3; 0 otherwise).
   std::size_t gathered_units() const { return gatherer_->gathered_units(); }
 
+  // ---- a pipeline stage (zero_trainer_pipeline.cc; pipeline/pipeline_trainer.h drives it) ----
+  // Built on the stage's units (engine/sub_module.h) in the stage's data-parallel group, with
+  // gradient_accumulation_steps = the step's micro-batches. Several micro-batches are in flight
+  // at once: each keeps its units' outputs here until its backward, and runs on its own Unit
+  // objects (use_units), since units keep what their backward reads in themselves.
+  //
+  // The Unit objects the next calls run: a replica of the module's units, same names and
+  // parameters, in the same order.
+  void use_units(const std::vector<Unit*>& units);
+  // Forward of micro-batch `micro_batch` (0-based in the step): the stage's first unit reads
+  // `batch.inputs` (received activations, or the tokens on the first stage); the loss unit reads
+  // `batch.targets`. Returns the stage's output, valid until this micro-batch's backward has been
+  // enqueued (empty when the stage ends in the loss, which is kept for step_totals()). `batch`
+  // must stay valid until the backward.
+  Tensor forward_micro_batch(int micro_batch, const Batch& batch);
+  // Backward of `micro_batch` from `grad_output`, the gradient of the stage's output (empty on
+  // the loss stage). Returns the gradient of the stage's input and the buffer that owns it
+  // (empty on the first stage, whose input is tokens): free it in stream order after its send.
+  // The step's last backward reduces as the stage plan says.
+  Tensor backward_micro_batch(int micro_batch, const Batch& batch, const Tensor& grad_output,
+                              Buffer& grad_input_owner);
+  // What this rank adds to the step's all-reduce (zero_trainer_step.cc): the loss over the
+  // world's ranks (the pipeline's loss stage only), the squared gradient norm (lent copies left
+  // out), the overflow flag. Waits for the reductions.
+  struct StepTotals {
+    float values[3] = {0.0f, 0.0f, 0.0f};
+  };
+  StepTotals step_totals(int loss_ranks);
+  // The step, once every rank's totals are summed (what step() does after its all-reduce).
+  StepStats finish_step(float lr, const StepTotals& summed);
+  // After the step's last backward, before step_totals(): sums unit `unit`'s reduced gradient —
+  // what this rank's optimizer reads: the whole buffer at stage 0, this rank's shard at stages
+  // 1-3 — over `group`, on the comm stream after the reductions. For a unit tied across two
+  // pipeline stages: both hold it in data-parallel groups of one size with one layout, so shard
+  // d on one stage is shard d on the other, and the sum of the reduced shards is the reduction
+  // of the summed gradients.
+  void sum_reduced_gradient(std::size_t unit, Communicator& group, const std::string& label);
+
  private:
   class Context;
   // Which forward a Context runs: a plain one, the first of a fully recomputed unit (it keeps
@@ -146,6 +184,16 @@ class ZeroTrainer final : public Trainer {
   std::unique_ptr<ParameterGatherer> gatherer_;
   std::unique_ptr<GradientReducer> reducer_;
   bool evaluating_ = false;  // inside evaluate(): units keep nothing for a backward
+  // A pipeline stage's part (zero_trainer_pipeline.cc): the first unit that computes (lent
+  // copies come first), the gradient its last unit receives, whether backward hands the first
+  // unit's input gradient out instead of freeing it, the outputs of micro-batches in flight.
+  std::size_t first_computing_ = 0;
+  std::vector<bool> counted_;  // per unit: adds to the gradient norm (not a lent copy)
+  Tensor stage_grad_output_;
+  bool keep_grad_input_ = false;
+  std::vector<std::pair<int, std::vector<Activations>>> in_flight_;
+  bool losses_in_slots_ = false;           // the loss stage's losses of this step wait there
+  Buffer micro_batch_loss_slots_;          // device: one float per micro-batch of the step
   int micro_batches_ = 0;  // since the last step
   double loss_sum_ = 0.0;  // this rank's micro-batch losses since the last step
   std::int64_t steps_taken_ = 0;      // step() calls, skipped ones included

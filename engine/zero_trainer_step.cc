@@ -3,6 +3,7 @@
 // optimizer is offloaded); then the parameter gatherer makes the parameters full again.
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "base/error.h"
 #include "kernels/convert.h"
@@ -24,20 +25,38 @@ StepStats ZeroTrainer::step(float lr) {
                                        " micro-batches; gradient_accumulation_steps is " +
                                        std::to_string(options_.gradient_accumulation_steps));
   }
+  // One all-reduce carries the loss, the squared gradient norm and the overflow flag.
+  StepTotals totals = step_totals(context_.world_size);
+  context_.communicator.label_next("step loss, norm, overflow");
+  all_reduce_host(context_, totals.values, totals.values, 3, DType::kFloat32, Reduction::kSum);
+  return finish_step(lr, totals);
+}
+
+ZeroTrainer::StepTotals ZeroTrainer::step_totals(int loss_ranks) {
   context_.comm.synchronize();
-  // One all-reduce carries the loss, the squared gradient norm and the overflow flag. At stage 0
-  // every rank holds the same full gradients, so each contributes a world-th of the norm.
+  if (losses_in_slots_) {  // a pipeline's loss stage (zero_trainer_pipeline.cc)
+    std::vector<float> losses(static_cast<std::size_t>(options_.gradient_accumulation_steps));
+    read_to_host(context_.device, context_.compute, losses.data(), micro_batch_loss_slots_.data(),
+                 losses.size() * sizeof(float));
+    loss_sum_ = 0.0;
+    for (float loss : losses) loss_sum_ += loss;
+    losses_in_slots_ = false;
+  }
+  // At stage 0 every rank holds the same full gradients, so each contributes a world-th of the
+  // norm.
   const int world = context_.world_size;
-  checks_->inspect(units_, plan_);
+  checks_->inspect(units_, plan_, counted_);
   const bool non_finite = checks_->any_non_finite();
   const double square_sum = checks_->local_sum_of_squares();
-  float totals[3] = {
-      static_cast<float>(loss_sum_ / options_.gradient_accumulation_steps / world),
-      static_cast<float>(plan_.optimizer_sharded ? square_sum : square_sum / world),
-      non_finite ? 1.0f : 0.0f};
-  context_.communicator.label_next("step loss, norm, overflow");
-  all_reduce_host(context_, totals, totals, 3, DType::kFloat32, Reduction::kSum);
+  StepTotals totals;
+  totals.values[0] = static_cast<float>(loss_sum_ / options_.gradient_accumulation_steps / loss_ranks);
+  totals.values[1] = static_cast<float>(plan_.optimizer_sharded ? square_sum : square_sum / world);
+  totals.values[2] = non_finite ? 1.0f : 0.0f;
+  return totals;
+}
 
+StepStats ZeroTrainer::finish_step(float lr, const StepTotals& summed) {
+  const float* totals = summed.values;
   StepStats stats;
   stats.loss_scale = scaler_.scale();
   stats.loss = totals[0];  // units report the unscaled loss

@@ -1,0 +1,119 @@
+// The ZeRO trainer as one pipeline stage: forward and backward of one micro-batch at a time, in
+// the order a schedule gives (pipeline/schedule.h), with several micro-batches in flight.
+// Note: what a micro-batch keeps from its forward to its backward is of two kinds. The units'
+// outputs are the engine's (activations_): each micro-batch in flight keeps its own set here
+// and swaps it in for its backward. What a unit keeps inside itself (a layer's pre-activation)
+// is the unit's: one Unit object holds one micro-batch's, so the pipeline runs each micro-batch
+// on a replica of the units (use_units), made from the same model description.
+#include <algorithm>
+#include <string>
+
+#include "base/error.h"
+#include "engine/zero_trainer.h"
+#include "runtime/host_copies.h"
+
+namespace zest {
+
+void ZeroTrainer::use_units(const std::vector<Unit*>& units) {
+  if (units.size() != units_.size()) {
+    throw Error(ErrorKind::kUsage, "use_units: " + std::to_string(units.size()) +
+                                       " units for a trainer of " +
+                                       std::to_string(units_.size()));
+  }
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    if (units[u]->name() != units_[u].layout.unit_name()) {
+      throw Error(ErrorKind::kUsage, "use_units: unit " + std::to_string(u) + " is '" +
+                                         units[u]->name() + "', the trainer's is '" +
+                                         units_[u].layout.unit_name() + "'");
+    }
+    units_[u].unit = units[u];
+  }
+}
+
+Tensor ZeroTrainer::forward_micro_batch(int micro_batch, const Batch& batch) {
+  const int count = options_.gradient_accumulation_steps;
+  if (micro_batch < 0 || micro_batch >= count) {
+    throw Error(ErrorKind::kUsage, "forward of micro-batch " + std::to_string(micro_batch) +
+                                       " in a step of " + std::to_string(count));
+  }
+  for (const auto& held : in_flight_) {
+    if (held.first == micro_batch) {
+      throw Error(ErrorKind::kUsage, "forward of micro-batch " + std::to_string(micro_batch) +
+                                         " again before its backward");
+    }
+  }
+  if (micro_batches_ == 0 && in_flight_.empty()) {
+    // The step's first forward: later collectives' errors say which step they belong to.
+    context_.communicator.begin_step(steps_taken_ + 1);
+  }
+  if (micro_batch_loss_slots_.empty()) {
+    micro_batch_loss_slots_ = context_.allocator().allocate(
+        static_cast<std::size_t>(count) * sizeof(float), Category::kWorkspace);
+    context_.device.fill_zero(context_.compute, micro_batch_loss_slots_.data(),
+                              micro_batch_loss_slots_.bytes());
+  }
+  recomputed_calls_ = 0;
+  activations_ = std::vector<Activations>(units_.size());
+  run_forward(batch);
+  const Tensor output = activations_.back().output_view;
+  if (!output.data) {
+    // The loss stage: the loss unit wrote this micro-batch's loss; keep it past the next one.
+    context_.device.copy(context_.compute, micro_batch_loss_slots_.as<float>() + micro_batch,
+                         loss_buffer_.data(), sizeof(float));
+    losses_in_slots_ = true;
+  }
+  in_flight_.emplace_back(micro_batch, std::move(activations_));
+  activations_ = std::vector<Activations>(units_.size());
+  return output;
+}
+
+Tensor ZeroTrainer::backward_micro_batch(int micro_batch, const Batch& batch,
+                                         const Tensor& grad_output, Buffer& grad_input_owner) {
+  const auto held = std::find_if(in_flight_.begin(), in_flight_.end(),
+                                 [&](const auto& entry) { return entry.first == micro_batch; });
+  if (held == in_flight_.end()) {
+    throw Error(ErrorKind::kUsage,
+                "backward of micro-batch " + std::to_string(micro_batch) + " without its forward");
+  }
+  activations_ = std::move(held->second);
+  in_flight_.erase(held);
+  ++micro_batches_;
+  const bool last = micro_batches_ == options_.gradient_accumulation_steps;
+  stage_grad_output_ = grad_output;
+  keep_grad_input_ = true;
+  recomputed_calls_ = 0;
+  try {
+    run_backward(batch, last);
+  } catch (...) {
+    stage_grad_output_ = {};
+    keep_grad_input_ = false;
+    throw;
+  }
+  stage_grad_output_ = {};
+  keep_grad_input_ = false;
+  Activations& first = activations_[first_computing_];
+  grad_input_owner = std::move(first.grad_input);
+  const Tensor grad_input = grad_input_owner.empty() ? Tensor{} : first.grad_input_view;
+  activations_ = std::vector<Activations>(units_.size());
+  return grad_input;
+}
+
+void ZeroTrainer::sum_reduced_gradient(std::size_t unit, Communicator& group,
+                                       const std::string& label) {
+  FlatUnit& flat = units_.at(unit);
+  if (offloaded()) {
+    // Note: the offloaded optimizer took its gradient shard to the host at the last reduction.
+    throw Error(ErrorKind::kConfig,
+                "zero_optimization.offload_optimizer: not with units tied across pipeline "
+                "stages yet (unit '" + flat.layout.unit_name() + "')");
+  }
+  const std::size_t shard_begin = flat.layout.shard_range(context_.rank).begin;
+  const std::size_t offset = plan_.optimizer_first(shard_begin) - plan_.grads_first(shard_begin);
+  const std::size_t count =
+      plan_.optimizer_length(flat.layout.flat_length(), flat.layout.shard_length());
+  void* reduced = static_cast<char*>(flat.grads.data()) + offset * element_size();
+  group.label_next(label.c_str());
+  group.all_reduce(context_.comm, reduced, reduced, count, options_.compute_dtype, Reduction::kSum);
+}
+
+}  // namespace zest

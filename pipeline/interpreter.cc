@@ -1,0 +1,326 @@
+// The pipeline interpreter proper: one step of PipelineTrainer (pipeline_trainer.h) is its
+// rank's action list of the schedule, run in order. How each action is issued, and why:
+// - forward / backward: the chunk's ZeroTrainer on the micro-batch's own Unit objects; the
+//   host returns at once, the work runs on compute.
+// - send: on a stream of its own (one for activations, one for gradients) after an event on
+//   compute. A send waits for its receive (rendezvous), so on compute it would hold up the rank,
+//   which the simulator's check assumes never happens. Compute waits for an activation send
+//   before the backward that frees the sent output; a sent gradient is freed in its send
+//   stream's order.
+// - receive: on compute, where the forward or backward that reads it follows. The first
+//   activations a chunk receives in a step come after a header with their shape (the receiver
+//   cannot know a unit's output shape); the rest of the step's micro-batches have the same one.
+//   A gradient's shape is that of the output it belongs to.
+// - backward-weight: nothing — no unit splits its backward yet, so the whole backward ran at
+//   backward-input (the schedule stays valid: W only fills time B left).
+// - reduce: nothing more — the chunk trainer reduced in its data-parallel group during the step's
+//   last backward (stages 0-1 once per step, 2-3 per micro-batch as their plan says). After the
+//   list, the tied units' reduced gradients are summed across their two stages (sum_tied).
+//   step: PipelineTrainer::step().
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "base/error.h"
+#include "engine/device_batch.h"
+#include "pipeline/pipeline_trainer.h"
+#include "runtime/host_collectives.h"
+#include "runtime/host_copies.h"
+#include "runtime/release_after.h"
+
+namespace zest {
+
+namespace {
+
+constexpr std::size_t kHeader = 8;  // rank, up to 6 dimensions, dtype
+// Transfers move bytes: int64 values travel as an 8-byte type.
+constexpr DType kHeaderType = DType::kFloat64;
+
+// Rows [first, first + count) of a tensor whose first dimension is rows.
+Tensor rows_of(const Tensor& tensor, std::int64_t first, std::int64_t count) {
+  if (tensor.empty()) return {};
+  Tensor part = tensor;
+  const std::size_t row_bytes = tensor.bytes() / static_cast<std::size_t>(tensor.dim(0));
+  part.data = static_cast<char*>(tensor.data) + static_cast<std::size_t>(first) * row_bytes;
+  part.shape[0] = count;
+  return part;
+}
+
+}  // namespace
+
+struct PipelineTrainer::Step {
+  struct Slot {  // one micro-batch on one chunk
+    std::unique_ptr<DeviceBatch> staged;  // the first and last virtual stage's rows
+    Batch batch;                          // what the chunk's forward and backward read
+    Buffer received;                      // activations from the previous stage
+    Tensor output;                        // the forward's output
+    std::unique_ptr<Event> sent;          // the output's send has run
+    Buffer received_gradient;             // the gradient of the output, from the next stage
+    Tensor grad_input;
+    Buffer grad_input_owner;
+  };
+  Batch host;
+  std::int64_t rows = 0;                 // per micro-batch
+  std::vector<std::vector<Slot>> slots;  // [chunk][micro-batch]
+  std::vector<bool> header_sent;         // per chunk
+  std::vector<std::vector<std::int64_t>> received_shape;  // per chunk, from the header
+  std::vector<DType> received_dtype;
+  std::vector<Buffer> headers;           // freed after the streams that read them
+  std::vector<std::unique_ptr<Event>> events;  // waited on by the send streams
+};
+
+float PipelineTrainer::forward_backward(const Batch& batch) {
+  if (step_pending_) {
+    throw Error(ErrorKind::kUsage, "forward_backward() twice without step(); a pipeline runs "
+                                   "the whole step's micro-batches in one call");
+  }
+  const int m = pipeline_.micro_batches;
+  const Tensor& shaped = batch.inputs.empty() ? batch.targets : batch.inputs;
+  if (shaped.rank() == 0 || shaped.dim(0) % m != 0) {
+    throw Error(ErrorKind::kUsage, "forward_backward: the step's rows (" +
+                                       (shaped.rank() ? std::to_string(shaped.dim(0)) : "none") +
+                                       ") are not a multiple of pipeline.micro_batches (" +
+                                       std::to_string(m) + ")");
+  }
+  const std::int64_t step_number = chunks_.front().trainer->steps_taken() + 1;
+  for (Communicator* group : {&context_.communicator, data_parallel_.get(), activations_.get(),
+                              gradients_.get(), tied_.get()}) {
+    if (group) group->begin_step(step_number);
+  }
+  Step step;
+  step.host = batch;
+  step.rows = shaped.dim(0) / m;
+  step.slots.resize(chunks_.size());
+  for (auto& chunk : step.slots) chunk.resize(static_cast<std::size_t>(m));
+  step.header_sent.assign(chunks_.size(), false);
+  step.received_shape.resize(chunks_.size());
+  step.received_dtype.assign(chunks_.size(), DType::kFloat32);
+  const std::vector<Action>& actions = schedule_.actions[static_cast<std::size_t>(at_.pipeline_stage)];
+  // The step's buffers and events go with `step`: every stream that uses them must be past them
+  // first, also when an action failed (a peer's failure ends the transfers waiting for it).
+  const auto drain = [&] {
+    send_activations_->synchronize();
+    send_gradients_->synchronize();
+    context_.synchronize();
+  };
+  try {
+    for (std::size_t i = 0; i < actions.size(); ++i) {
+      inject_fault(i, actions.size());
+      run_action(step, actions[i]);
+    }
+    drain();
+  } catch (...) {
+    try {
+      drain();
+    } catch (...) {
+      // The first failure is the one rethrown.
+    }
+    throw;
+  }
+  sum_tied();
+  ZeroTrainer::StepTotals totals;
+  for (Chunk& chunk : chunks_) {
+    const ZeroTrainer::StepTotals part =
+        chunk.trainer->step_totals(mesh_.data_parallel_size());
+    for (int k = 0; k < 3; ++k) totals.values[k] += part.values[k];
+  }
+  // The loss lives on the last stage, the norm's parts on every stage: one all-reduce over the
+  // world gives every rank both (lent copies left out of the norm: their owners count them).
+  context_.communicator.label_next("pipeline step loss, norm, overflow");
+  all_reduce_host(context_, totals.values, totals.values, 3, DType::kFloat32, Reduction::kSum);
+  context_.synchronize();
+  totals_ = totals;
+  step_pending_ = true;
+  return totals.values[0];
+}
+
+void PipelineTrainer::run_action(Step& step, const Action& action) {
+  const int s = at_.pipeline_stage;
+  const auto c = static_cast<std::size_t>(action.chunk);
+  const int v = schedule_.virtual_stage(s, action.chunk);
+  const int last = schedule_.virtual_stages() - 1;
+  const std::string label = describe_action(action, schedule_.chunks);
+  Chunk& chunk = chunks_.at(c);
+  const auto slot_at = [&](std::size_t chunk_index) -> Step::Slot& {
+    return step.slots.at(chunk_index).at(static_cast<std::size_t>(action.micro_batch));
+  };
+  // Trace: the compute (or send) work enqueued between the two calls is one slice.
+  const auto traced = [&](Stream& stream, const char* track, const std::function<void()>& work) {
+    if (!context_.trace) return work();
+    auto begin = std::make_shared<std::int64_t>(0);
+    stream.enqueue([begin] { *begin = TraceRecorder::now_us(); });
+    work();
+    stream.enqueue([begin, trace = context_.trace, rank = context_.rank, track, label] {
+      trace->add({rank, track, label, *begin, TraceRecorder::now_us(), -1});
+    });
+  };
+  const auto after_compute = [&](Stream& stream) {
+    std::unique_ptr<Event> made = context_.device.create_event();
+    context_.compute.record(*made);
+    stream.wait(*made);
+    return made;  // kept alive by the caller until the stream is past it
+  };
+  switch (action.kind) {
+    case ActionKind::kForward: {
+      Step::Slot& slot = slot_at(c);
+      if (v == 0 || v == last) {
+        Batch rows;
+        rows.inputs = rows_of(step.host.inputs, action.micro_batch * step.rows, step.rows);
+        rows.targets = rows_of(step.host.targets, action.micro_batch * step.rows, step.rows);
+        slot.staged = std::make_unique<DeviceBatch>(context_.device, context_.compute, rows);
+        slot.batch = slot.staged->batch();
+      }
+      if (v > 0) {
+        const int previous = v - 1;
+        slot.batch.inputs = schedule_.stage_of(previous) == s
+                                ? slot_at(static_cast<std::size_t>(schedule_.chunk_of(previous))).output
+                                : Tensor{slot.received.data(), step.received_shape[c],
+                                         step.received_dtype[c]};
+      }
+      chunk.trainer->use_units(chunk.replicas.at(static_cast<std::size_t>(action.micro_batch))->units());
+      traced(context_.compute, "compute", [&] {
+        slot.output = chunk.trainer->forward_micro_batch(action.micro_batch, slot.batch);
+      });
+      break;
+    }
+    case ActionKind::kBackward:
+    case ActionKind::kBackwardInput: {
+      Step::Slot& slot = slot_at(c);
+      Tensor grad_output;
+      Buffer* local_owner = nullptr;
+      if (v < last) {
+        const int next = v + 1;
+        if (schedule_.stage_of(next) == s) {
+          Step::Slot& after = slot_at(static_cast<std::size_t>(schedule_.chunk_of(next)));
+          grad_output = after.grad_input;
+          local_owner = &after.grad_input_owner;
+        } else {
+          grad_output = Tensor{slot.received_gradient.data(), slot.output.shape, slot.output.dtype};
+        }
+      }
+      // The backward frees the output that a send may still be reading.
+      if (slot.sent) context_.compute.wait(*slot.sent);
+      chunk.trainer->use_units(chunk.replicas.at(static_cast<std::size_t>(action.micro_batch))->units());
+      traced(context_.compute, "compute", [&] {
+        slot.grad_input = chunk.trainer->backward_micro_batch(action.micro_batch, slot.batch,
+                                                              grad_output, slot.grad_input_owner);
+      });
+      release_after(context_.device, context_.compute, std::move(slot.received_gradient));
+      release_after(context_.device, context_.compute, std::move(slot.received));
+      if (local_owner) release_after(context_.device, context_.compute, std::move(*local_owner));
+      slot.staged.reset();  // frees the staged copies in compute order
+      break;
+    }
+    case ActionKind::kBackwardWeight:
+      break;
+    case ActionKind::kSendActivations: {
+      Step::Slot& slot = slot_at(c);
+      std::unique_ptr<Event> ready = after_compute(*send_activations_);
+      if (!step.header_sent[c]) {
+        std::int64_t header[kHeader] = {};
+        header[0] = static_cast<std::int64_t>(slot.output.rank());
+        if (slot.output.rank() > kHeader - 2) {
+          throw Error(ErrorKind::kUsage, "activations of rank " + std::to_string(slot.output.rank()) +
+                                             " between pipeline stages; at most 6 dimensions");
+        }
+        for (std::size_t d = 0; d < slot.output.rank(); ++d) header[1 + d] = slot.output.dim(d);
+        header[kHeader - 1] = static_cast<std::int64_t>(slot.output.dtype);
+        Buffer buffer = context_.allocator().allocate(sizeof header, Category::kWorkspace);
+        write_from_host(context_.device, *send_activations_, buffer.data(), header, sizeof header);
+        activations_->label_next(("shape of the " + label).c_str());
+        activations_->send(*send_activations_, buffer.data(), kHeader, kHeaderType, action.peer);
+        step.headers.push_back(std::move(buffer));
+        step.header_sent[c] = true;
+      }
+      activations_->label_next(label.c_str());
+      traced(*send_activations_, "send", [&] {
+        activations_->send(*send_activations_, slot.output.data, slot.output.numel(),
+                           slot.output.dtype, action.peer);
+      });
+      slot.sent = context_.device.create_event();
+      send_activations_->record(*slot.sent);
+      step.events.push_back(std::move(ready));
+      break;
+    }
+    case ActionKind::kReceiveActivations: {
+      Step::Slot& slot = slot_at(c);
+      if (step.received_shape[c].empty()) {
+        Buffer buffer = context_.allocator().allocate(kHeader * sizeof(std::int64_t),
+                                                      Category::kWorkspace);
+        activations_->label_next(("shape of the " + label).c_str());
+        activations_->receive(context_.compute, buffer.data(), kHeader, kHeaderType, action.peer);
+        std::int64_t header[kHeader] = {};
+        read_to_host(context_.device, context_.compute, header, buffer.data(), sizeof header);
+        step.received_shape[c].assign(header + 1, header + 1 + header[0]);
+        step.received_dtype[c] = static_cast<DType>(header[kHeader - 1]);
+        release_after(context_.device, context_.compute, std::move(buffer));
+      }
+      const Tensor shape{nullptr, step.received_shape[c], step.received_dtype[c]};
+      slot.received = context_.allocator().allocate(shape.bytes(), Category::kActivations);
+      activations_->label_next(label.c_str());
+      activations_->receive(context_.compute, slot.received.data(), shape.numel(), shape.dtype,
+                            action.peer);
+      break;
+    }
+    case ActionKind::kSendGradients: {
+      Step::Slot& slot = slot_at(c);
+      std::unique_ptr<Event> ready = after_compute(*send_gradients_);
+      gradients_->label_next(label.c_str());
+      traced(*send_gradients_, "send", [&] {
+        gradients_->send(*send_gradients_, slot.grad_input.data, slot.grad_input.numel(),
+                         slot.grad_input.dtype, action.peer);
+      });
+      release_after(context_.device, *send_gradients_, std::move(slot.grad_input_owner));
+      step.events.push_back(std::move(ready));
+      break;
+    }
+    case ActionKind::kReceiveGradients: {
+      Step::Slot& slot = slot_at(c);
+      slot.received_gradient = context_.allocator().allocate(slot.output.bytes(),
+                                                             Category::kActivations);
+      gradients_->label_next(label.c_str());
+      gradients_->receive(context_.compute, slot.received_gradient.data(), slot.output.numel(),
+                          slot.output.dtype, action.peer);
+      break;
+    }
+    case ActionKind::kReduce:
+    case ActionKind::kStep:
+      break;
+  }
+}
+
+void PipelineTrainer::inject_fault(std::size_t action_index, std::size_t actions) {
+  const FaultInjection& fault = engine_.fault;
+  const std::int64_t step = chunks_.front().trainer->steps_taken() + 1;
+  // Note: mid-schedule, where a failing rank leaves its peers inside sends and receives — the
+  // case the pipeline must end without a hang.
+  if (action_index != actions / 2 || !fault.hits(context_.rank, step)) return;
+  if (fault.kind == FaultInjection::Kind::kThrow) {
+    throw Error(ErrorKind::kInternal, "injected failure (debug.fault \"throw\") at step " +
+                                          std::to_string(step) + ", mid-schedule");
+  }
+  if (fault.kind == FaultInjection::Kind::kStall) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(fault.stall_seconds));
+  }
+}
+
+// Note: the sum runs once per step, after the data-parallel reductions, on what each rank's
+// optimizer reads (its shard from stage 1). Before the reductions it would have to run per
+// micro-batch at stages 2-3, a collective between the first and last stage in the middle of
+// the schedule: its comm stream then holds the last stage's gradient buffers, whose release its
+// host waits for, while the first stage waits for that host's next backward — a deadlock the
+// schedule's check cannot see (interleaved 1F1B at stage 3 hit it). Summing reduced shards is
+// the same sum (the reduction is linear, and shard d is the same range on both stages), moves
+// 1/D of the bytes, and can never mix a full local gradient with a reduced shard, which is the
+// users' wrong-order bug.
+void PipelineTrainer::sum_tied() {
+  if (!tied_ || skip_tied_sum_) return;
+  // Both stages walk the tied units in the whole model's order: the collectives pair up.
+  for (const auto& [whole, chunk, unit] : tied_units_) {
+    (void)whole;
+    chunks_[chunk].trainer->sum_reduced_gradient(
+        unit, *tied_, "tied gradient of " + chunks_[chunk].replicas.front()->units()[unit]->name());
+  }
+}
+
+}  // namespace zest

@@ -1,0 +1,236 @@
+#include "pipeline/pipeline_trainer.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "base/error.h"
+#include "pipeline/schedule_generators.h"
+#include "pipeline/schedule_simulator.h"
+#include "runtime/host_collectives.h"
+
+namespace zest {
+
+namespace {
+
+// The virtual stage of each unit of the whole model under `partition`.
+std::vector<int> virtual_stage_of_units(const std::vector<std::size_t>& partition) {
+  std::vector<int> owner;
+  for (std::size_t v = 0; v < partition.size(); ++v) {
+    owner.insert(owner.end(), partition[v], static_cast<int>(v));
+  }
+  return owner;
+}
+
+}  // namespace
+
+PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engine,
+                                 const PipelineOptions& pipeline, const ModuleFactory& make_module,
+                                 const OptimizerOptions& optimizer)
+    : context_(context), engine_(engine), pipeline_(pipeline),
+      mesh_(context.world_size, pipeline.stages), at_(mesh_.coordinate(context.rank)) {
+  if (engine_.gradient_accumulation_steps != 1) {
+    throw Error(ErrorKind::kConfig,
+                "gradient_accumulation_steps: a pipeline accumulates over pipeline.micro_batches; "
+                "set it to 1 (got " + std::to_string(engine_.gradient_accumulation_steps) + ")");
+  }
+  if (engine_.activation_checkpointing.cpu_checkpointing) {
+    throw Error(ErrorKind::kConfig,
+                "activation_checkpointing.cpu_checkpointing: not with pipeline stages yet (it "
+                "keeps one micro-batch's checkpoints; a pipeline holds several)");
+  }
+  const int m = pipeline_.micro_batches;
+  for (int i = 0; i < std::max(m, 1); ++i) {
+    models_.push_back(make_module());
+    if (!models_.back()) throw Error(ErrorKind::kUsage, "the module factory returned nothing");
+  }
+  std::vector<Unit*> whole = models_.front()->units();
+  const std::vector<std::size_t> partition = pipeline_.partition(whole.size());
+  // Checked before the first step: a schedule that would hang or compute wrongly never runs.
+  schedule_ = make_schedule(pipeline_.schedule, pipeline_.stages, m, pipeline_.virtual_chunks);
+  try {
+    (void)simulate_schedule(schedule_);
+  } catch (const Error& error) {
+    throw Error(ErrorKind::kConfig, std::string("pipeline.schedule: ") + error.what());
+  }
+
+  // Units lent across virtual stages (GPT's embedding, read by its head): which two pipeline
+  // stages hold them. Note: one pair of stages is what the one tied group serves; a model that
+  // ties units across other pairs, or across chunks of one stage, is refused.
+  const std::vector<int> owner = virtual_stage_of_units(partition);
+  std::set<std::pair<int, int>> pairs;
+  std::set<int> lent_units;
+  for (std::size_t w = 0; w < whole.size(); ++w) {
+    for (int b : whole[w]->borrowed_units()) {
+      if (b < 0 || b >= static_cast<int>(whole.size()) || owner[b] == owner[w]) continue;
+      const int a = schedule_.stage_of(owner[b]);
+      const int c = schedule_.stage_of(owner[w]);
+      if (a == c) {
+        throw Error(ErrorKind::kConfig,
+                    "pipeline.partition: unit '" + whole[w]->name() + "' reads unit '" +
+                        whole[b]->name() + "' of another chunk of the same pipeline stage; tied "
+                        "units must be in one chunk or on two stages");
+      }
+      pairs.insert({std::min(a, c), std::max(a, c)});
+      lent_units.insert(b);
+    }
+  }
+  if (pairs.size() > 1) {
+    throw Error(ErrorKind::kConfig, "pipeline.partition: the model's tied units span more than "
+                                    "two pipeline stages; one pair of stages is supported");
+  }
+  const bool tied_here =
+      !pairs.empty() && (pairs.begin()->first == at_.pipeline_stage ||
+                         pairs.begin()->second == at_.pipeline_stage);
+  build_groups(pairs.empty() ? std::pair<int, int>{-1, -1} : *pairs.begin());
+  if (!tied_here) tied_.reset();
+
+  send_activations_ = context_.device.create_stream("send activations");
+  send_gradients_ = context_.device.create_stream("send gradients");
+
+  std::vector<std::size_t> first(partition.size(), 0);
+  for (std::size_t v = 1; v < partition.size(); ++v) first[v] = first[v - 1] + partition[v - 1];
+  for (std::size_t w = 0; w < whole.size(); ++w) {
+    for (const ParamSpec& spec : whole[w]->parameters()) {
+      parameter_names_.push_back(whole[w]->name() + "." + spec.name);
+      std::size_t numel = 1;
+      for (std::int64_t d : spec.shape) numel *= static_cast<std::size_t>(d);
+      parameter_sizes_.push_back(numel);
+      parameter_stage_.push_back(schedule_.stage_of(owner[w]));
+    }
+  }
+
+  for (int c = 0; c < pipeline_.virtual_chunks; ++c) {
+    Chunk chunk;
+    chunk.virtual_stage = schedule_.virtual_stage(at_.pipeline_stage, c);
+    const auto v = static_cast<std::size_t>(chunk.virtual_stage);
+    chunk.first_unit = first[v];
+    for (auto& model : models_) {
+      chunk.replicas.push_back(
+          std::make_unique<SubModule>(*model, first[v], first[v] + partition[v]));
+    }
+    const SubModule& part = *chunk.replicas.front();
+    for (std::size_t u = 0; u < part.whole_indices().size(); ++u) {
+      const int w = part.whole_indices()[u];
+      chunk.lent.push_back(lent_units.count(w) > 0);
+      if (chunk.lent.back() && tied_) tied_units_.emplace_back(w, chunks_.size(), u);
+    }
+    chunk.context = std::make_unique<RankContext>(RankContext{
+        at_.data_parallel_index, mesh_.data_parallel_size(), context_.device, context_.compute,
+        context_.comm, context_.prefetch, *data_parallel_, context_.trace});
+    EngineOptions options = engine_;
+    options.gradient_accumulation_steps = m;
+    options.fault = {};  // the pipeline injects faults itself, by world rank (inject_fault)
+    if (engine_.stage == 3 && !pipeline_.reshard_after_forward) {
+      // A slot per unit: a unit once gathered stays until the step changes its shards.
+      options.gather_slots = std::max(options.gather_slots, part.whole_indices().size());
+    }
+    chunk.trainer = std::make_unique<ZeroTrainer>(*chunk.context, options, *chunk.replicas.front(),
+                                                  make_optimizer(optimizer));
+    for (const ShardLayout& layout : chunk.trainer->layouts()) layouts_.push_back(layout);
+    chunks_.push_back(std::move(chunk));
+  }
+  std::sort(tied_units_.begin(), tied_units_.end());
+}
+
+PipelineTrainer::~PipelineTrainer() {
+  try {
+    context_.synchronize();
+    send_activations_->synchronize();
+    send_gradients_->synchronize();
+  } catch (...) {
+    // Whoever synchronizes next reports the failure; a destructor must not throw.
+  }
+  chunks_.clear();  // the trainers before the groups they use
+}
+
+void PipelineTrainer::build_groups(std::pair<int, int> tied) {
+  // Every rank splits the same groups in the same order (split is collective over the world).
+  const int s = at_.pipeline_stage;
+  const int d = at_.data_parallel_index;
+  Communicator& world = context_.communicator;
+  data_parallel_ = world.split(s, d, mesh_.data_parallel_group_name(s));
+  const std::string pipeline_group = mesh_.pipeline_group_name(d);
+  activations_ = world.split(d, s, "activations of the " + pipeline_group);
+  gradients_ = world.split(d, s, "gradients of the " + pipeline_group);
+  if (tied.first >= 0) {
+    const bool member = s == tied.first || s == tied.second;
+    tied_ = world.split(member ? d : -1, s,
+                        "tied parameters of pipeline stages " + std::to_string(tied.first) +
+                            " and " + std::to_string(tied.second) + " (data-parallel index " +
+                            std::to_string(d) + ")");
+  }
+}
+
+StepStats PipelineTrainer::step(float lr) {
+  if (!step_pending_) {
+    throw Error(ErrorKind::kUsage, "step() without forward_backward(); call it once per step");
+  }
+  step_pending_ = false;
+  StepStats stats;
+  for (Chunk& chunk : chunks_) stats = chunk.trainer->finish_step(lr, totals_);
+  return stats;
+}
+
+float PipelineTrainer::evaluate(const Batch& batch) {
+  (void)batch;
+  throw Error(ErrorKind::kUsage, "evaluate() with pipeline stages: not built yet");
+}
+
+std::vector<float> PipelineTrainer::full_parameter(const std::string& name) {
+  const auto at = std::find(parameter_names_.begin(), parameter_names_.end(), name);
+  if (at == parameter_names_.end()) throw Error(ErrorKind::kUsage, "no parameter named '" + name + "'");
+  const auto index = static_cast<std::size_t>(at - parameter_names_.begin());
+  const int owner = parameter_stage_[index];
+  std::vector<float> value(parameter_sizes_[index], 0.0f);
+  if (owner == at_.pipeline_stage) {
+    for (Chunk& chunk : chunks_) {
+      const std::vector<std::string> names = chunk.trainer->parameter_names();
+      if (std::find(names.begin(), names.end(), name) == names.end()) continue;
+      // A lent copy holds the same values, but the owner's chunk answers (every data-parallel
+      // rank of the stage asks the same chunk, since its gather is a collective).
+      const SubModule& part = *chunk.replicas.front();
+      bool owned = false;
+      for (std::size_t u = part.copies(); u < part.whole_indices().size(); ++u) {
+        const std::string unit = models_.front()->units()[part.whole_indices()[u]]->name();
+        if (name.compare(0, unit.size() + 1, unit + ".") == 0) owned = true;
+      }
+      if (!owned) continue;
+      value = chunk.trainer->full_parameter(name);
+      break;
+    }
+  }
+  context_.communicator.label_next(("parameter " + name).c_str());
+  broadcast_host(context_, value.data(), value.size(), DType::kFloat32,
+                 mesh_.rank_of({owner, 0}));
+  return value;
+}
+
+std::vector<std::string> PipelineTrainer::parameter_names() const { return parameter_names_; }
+
+MemoryPrediction PipelineTrainer::predicted_memory() const {
+  MemoryPrediction total;
+  for (const Chunk& chunk : chunks_) {
+    const MemoryPrediction part = chunk.trainer->predicted_memory();
+    total.params += part.params;
+    total.grads += part.grads;
+    total.optimizer += part.optimizer;
+    total.offload += part.offload;
+  }
+  return total;
+}
+
+std::vector<StateShard> PipelineTrainer::state_shards(std::size_t unit) {
+  (void)unit;
+  throw Error(ErrorKind::kUsage, "checkpoints of pipeline stages: not built yet");
+}
+
+void PipelineTrainer::state_loaded() {
+  throw Error(ErrorKind::kUsage, "checkpoints of pipeline stages: not built yet");
+}
+
+void PipelineTrainer::set_counters(const TrainerCounters& counters) {
+  for (Chunk& chunk : chunks_) chunk.trainer->set_counters(counters);
+}
+
+}  // namespace zest

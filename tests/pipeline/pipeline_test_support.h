@@ -1,0 +1,208 @@
+// Shared by the pipeline's tests: train the MLP or a small GPT for a few steps on a fixed
+// synthetic global batch, once on one rank with the ZeRO trainer (the reference) and once as
+// pipeline stages × data-parallel ranks with the PipelineTrainer, and collect per-step losses
+// and final parameters.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "models/gpt.h"
+#include "models/mlp.h"
+#include "pipeline/pipeline_trainer.h"
+#include "runtime/world.h"
+
+namespace zest::testing {
+
+enum class TestModel { kMlp, kGpt };
+
+// 5 MLP layers (so 2, 3 and 4 stages split them unevenly) and a GPT of 4 blocks (6 units).
+inline const std::vector<std::int64_t> kMlpSizes = {12, 20, 18, 16, 14, 6};
+inline const GptConfig kGptConfig{/*n_layer=*/4, /*n_head=*/2, /*n_embd=*/16, /*vocab_size=*/37,
+                                  /*seq_len=*/8};
+
+inline ModuleFactory model_factory(TestModel model) {
+  if (model == TestModel::kMlp) {
+    return [] { return std::make_unique<Mlp>(MlpConfig{kMlpSizes}); };
+  }
+  return [] { return std::make_unique<Gpt>(kGptConfig); };
+}
+
+// The global batch of `step`: `rows` rows of inputs and targets, in host memory.
+struct GlobalBatch {
+  std::vector<float> features;
+  std::vector<std::int32_t> tokens;
+  std::vector<std::int32_t> targets;
+  TestModel model = TestModel::kMlp;
+  std::int64_t rows = 0;
+
+  // Rows [first, first + count) as a Batch.
+  Batch rows_of(std::int64_t first, std::int64_t count) {
+    Batch batch;
+    if (model == TestModel::kMlp) {
+      const std::int64_t f = kMlpSizes.front();
+      batch.inputs = Tensor{features.data() + first * f, {count, f}, DType::kFloat32};
+      batch.targets = Tensor{targets.data() + first, {count}, DType::kInt32};
+    } else {
+      const std::int64_t t = kGptConfig.seq_len;
+      batch.inputs = Tensor{tokens.data() + first * t, {count, t}, DType::kInt32};
+      batch.targets = Tensor{targets.data() + first * t, {count, t}, DType::kInt32};
+    }
+    return batch;
+  }
+};
+
+inline GlobalBatch make_batch(TestModel model, int step, std::int64_t rows) {
+  GlobalBatch batch;
+  batch.model = model;
+  batch.rows = rows;
+  std::mt19937 rng(500 + step);
+  if (model == TestModel::kMlp) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    batch.features.resize(static_cast<std::size_t>(rows * kMlpSizes.front()));
+    for (float& x : batch.features) x = normal(rng);
+    std::uniform_int_distribution<int> cls(0, static_cast<int>(kMlpSizes.back()) - 1);
+    batch.targets.resize(static_cast<std::size_t>(rows));
+    for (auto& y : batch.targets) y = cls(rng);
+  } else {
+    std::uniform_int_distribution<int> token(0, kGptConfig.vocab_size - 1);
+    const auto n = static_cast<std::size_t>(rows * kGptConfig.seq_len);
+    batch.tokens.resize(n);
+    batch.targets.resize(n);
+    for (auto& x : batch.tokens) x = token(rng);
+    for (auto& y : batch.targets) y = token(rng);
+  }
+  return batch;
+}
+
+struct TrainResult {
+  std::vector<float> losses;                            // rank 0's, per step
+  std::vector<std::vector<float>> losses_by_rank;       // forward_backward's return, per rank
+  std::map<std::string, std::vector<float>> params;     // rank 0's full parameters at the end
+};
+
+// AdamW for the MLP. SGD with momentum for the GPT: AdamW divides by the root of the squared
+// gradient, so elements whose gradient is nearly zero turn fp32 summation-order differences
+// (1e-7 relative) into 1e-4 relative parameter differences within 3 steps — between two
+// single-rank runs too (1 against 4 accumulated micro-batches: 11 times the tolerance on this
+// GPT). SGD keeps them at the order of the rounding, where the test can see a real error.
+inline OptimizerOptions test_optimizer(TestModel model) {
+  OptimizerOptions optimizer;
+  optimizer.type = model == TestModel::kMlp ? "AdamW" : "SGD";
+  optimizer.lr = model == TestModel::kMlp ? 3e-3f : 0.05f;
+  optimizer.weight_decay = 0.01f;
+  optimizer.momentum = 0.9f;
+  return optimizer;
+}
+
+// One rank, the whole global batch per step in `accumulation` micro-batches: the reference.
+inline TrainResult train_single(TestModel model, int steps, std::int64_t rows,
+                                int accumulation = 1) {
+  TrainResult result;
+  WorldOptions world;
+  world.ranks = 1;
+  World(world).run([&](RankContext& context) {
+    std::unique_ptr<Module> module = model_factory(model)();
+    EngineOptions options;
+    options.gradient_accumulation_steps = accumulation;
+    Engine engine(context, options);
+    auto trainer = engine.shard(*module, make_optimizer(test_optimizer(model)));
+    for (int s = 0; s < steps; ++s) {
+      GlobalBatch batch = make_batch(model, s, rows);
+      const std::int64_t part = rows / accumulation;
+      for (int a = 0; a < accumulation; ++a) trainer->forward_backward(batch.rows_of(a * part, part));
+      result.losses.push_back(trainer->step().loss);
+    }
+    for (const std::string& name : trainer->parameter_names()) {
+      result.params[name] = trainer->full_parameter(name);
+    }
+  });
+  return result;
+}
+
+struct PipelineSpec {
+  TestModel model = TestModel::kMlp;
+  int stages = 2;
+  int data_parallel = 1;
+  int zero_stage = 0;
+  PipelineOptions pipeline;  // stages and the rest; stages is overwritten from `stages`
+  int steps = 3;
+  std::int64_t rows = 48;    // global batch
+  std::function<void(EngineOptions&)> configure_engine;
+  std::function<void(WorldOptions&)> configure_world;
+};
+
+inline TrainResult train_pipeline(const PipelineSpec& spec) {
+  TrainResult result;
+  const int ranks = spec.stages * spec.data_parallel;
+  result.losses_by_rank.resize(static_cast<std::size_t>(ranks));
+  WorldOptions world;
+  world.ranks = ranks;
+  world.timeout = std::chrono::seconds(30);
+  if (spec.configure_world) spec.configure_world(world);
+  World(world).run([&](RankContext& context) {
+    EngineOptions options;
+    options.stage = spec.zero_stage;
+    if (spec.configure_engine) spec.configure_engine(options);
+    PipelineOptions pipeline = spec.pipeline;
+    pipeline.stages = spec.stages;
+    PipelineTrainer trainer(context, options, pipeline, model_factory(spec.model),
+                            test_optimizer(spec.model));
+    const std::int64_t local = spec.rows / spec.data_parallel;
+    const std::int64_t first = trainer.mesh().coordinate(context.rank).data_parallel_index * local;
+    for (int s = 0; s < spec.steps; ++s) {
+      GlobalBatch batch = make_batch(spec.model, s, spec.rows);
+      const float loss = trainer.forward_backward(batch.rows_of(first, local));
+      result.losses_by_rank[static_cast<std::size_t>(context.rank)].push_back(loss);
+      const StepStats stats = trainer.step();
+      if (context.rank == 0) result.losses.push_back(stats.loss);
+    }
+    for (const std::string& name : trainer.parameter_names()) {
+      std::vector<float> value = trainer.full_parameter(name);
+      if (context.rank == 0) result.params[name] = std::move(value);
+    }
+  });
+  return result;
+}
+
+// The tolerance of the engine's parity tests: 1e-6 relative, plus 1e-7 absolute for values
+// near zero (the runs differ only in the order fp32 sums are taken).
+constexpr double kRelative = 1e-6;
+constexpr double kAbsolute = 1e-7;
+
+// The largest |a - b| / (1e-6 |a| + 1e-7) over losses and parameters: <= 1 is parity.
+inline double worst_relative_difference(const TrainResult& a, const TrainResult& b,
+                                        std::string* where = nullptr) {
+  double worst = 0.0;
+  const auto compare = [&](float x, float y, const std::string& what) {
+    const double ratio =
+        std::abs(double{x} - double{y}) / (kRelative * std::abs(double{x}) + kAbsolute);
+    if (!(ratio <= worst)) {
+      worst = std::isnan(ratio) ? 1e30 : ratio;
+      if (where) *where = what + ": " + std::to_string(x) + " vs " + std::to_string(y);
+    }
+  };
+  if (a.losses.size() != b.losses.size() || a.params.size() != b.params.size()) return 1e30;
+  for (std::size_t i = 0; i < a.losses.size(); ++i) {
+    compare(a.losses[i], b.losses[i], "loss of step " + std::to_string(i + 1));
+  }
+  for (const auto& [name, value] : a.params) {
+    const auto other = b.params.find(name);
+    if (other == b.params.end() || other->second.size() != value.size()) return 1e30;
+    for (std::size_t i = 0; i < value.size(); ++i) {
+      compare(value[i], other->second[i], name + "[" + std::to_string(i) + "]");
+    }
+  }
+  return worst;
+}
+
+}  // namespace zest::testing
