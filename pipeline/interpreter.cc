@@ -98,22 +98,24 @@ float PipelineTrainer::forward_backward(const Batch& batch) {
   const std::vector<Action>& actions = schedule_.actions[static_cast<std::size_t>(at_.pipeline_stage)];
   // The step's buffers and events go with `step`: every stream that uses them must be past them
   // first, also when an action failed (a peer's failure ends the transfers waiting for it).
-  const auto drain = [&] {
-    send_activations_->synchronize();
-    send_gradients_->synchronize();
-    context_.synchronize();
-  };
   try {
     for (std::size_t i = 0; i < actions.size(); ++i) {
       inject_fault(i, actions.size());
       run_action(step, actions[i]);
     }
-    drain();
+    send_activations_->synchronize();
+    send_gradients_->synchronize();
+    context_.synchronize();
   } catch (...) {
-    try {
-      drain();
-    } catch (...) {
-      // The first failure is the one rethrown.
+    // Note: each stream on its own — a stream that failed must not keep the others from being
+    // waited for, or `step`'s events would die under a stream still waiting on them.
+    for (Stream* stream : {send_activations_.get(), send_gradients_.get(), &context_.compute,
+                           &context_.comm, &context_.prefetch}) {
+      try {
+        stream->synchronize();
+      } catch (...) {
+        // The first failure is the one rethrown.
+      }
     }
     throw;
   }

@@ -134,12 +134,13 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
 }
 
 PipelineTrainer::~PipelineTrainer() {
-  try {
-    context_.synchronize();
-    send_activations_->synchronize();
-    send_gradients_->synchronize();
-  } catch (...) {
-    // Whoever synchronizes next reports the failure; a destructor must not throw.
+  for (Stream* stream : {send_activations_.get(), send_gradients_.get(), &context_.compute,
+                         &context_.comm, &context_.prefetch}) {
+    try {
+      if (stream) stream->synchronize();
+    } catch (...) {
+      // Whoever synchronizes next reports the failure; a destructor must not throw.
+    }
   }
   chunks_.clear();  // the trainers before the groups they use
 }

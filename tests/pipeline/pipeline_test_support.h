@@ -139,6 +139,11 @@ struct PipelineSpec {
   std::int64_t rows = 48;    // global batch
   std::function<void(EngineOptions&)> configure_engine;
   std::function<void(WorldOptions&)> configure_world;
+  // Called on every rank: once the trainer is built; after each forward_backward (before
+  // step()); after the last step (a collective may run in it).
+  std::function<void(int rank, PipelineTrainer&)> configure_trainer;
+  std::function<void(int rank, PipelineTrainer&)> after_forward_backward;
+  std::function<void(int rank, PipelineTrainer&)> after_training;
 };
 
 inline TrainResult train_pipeline(const PipelineSpec& spec) {
@@ -157,12 +162,14 @@ inline TrainResult train_pipeline(const PipelineSpec& spec) {
     pipeline.stages = spec.stages;
     PipelineTrainer trainer(context, options, pipeline, model_factory(spec.model),
                             test_optimizer(spec.model));
+    if (spec.configure_trainer) spec.configure_trainer(context.rank, trainer);
     const std::int64_t local = spec.rows / spec.data_parallel;
     const std::int64_t first = trainer.mesh().coordinate(context.rank).data_parallel_index * local;
     for (int s = 0; s < spec.steps; ++s) {
       GlobalBatch batch = make_batch(spec.model, s, spec.rows);
       const float loss = trainer.forward_backward(batch.rows_of(first, local));
       result.losses_by_rank[static_cast<std::size_t>(context.rank)].push_back(loss);
+      if (spec.after_forward_backward) spec.after_forward_backward(context.rank, trainer);
       const StepStats stats = trainer.step();
       if (context.rank == 0) result.losses.push_back(stats.loss);
     }
@@ -170,6 +177,7 @@ inline TrainResult train_pipeline(const PipelineSpec& spec) {
       std::vector<float> value = trainer.full_parameter(name);
       if (context.rank == 0) result.params[name] = std::move(value);
     }
+    if (spec.after_training) spec.after_training(context.rank, trainer);
   });
   return result;
 }
