@@ -124,6 +124,18 @@ class Unit {
   // UnitMemory::selective_* fields say the bytes. Full recomputation needs nothing from a unit.
   virtual bool supports_selective_recompute() const { return false; }
   virtual void recompute(UnitContext& context) { (void)context; }
+
+  // Split backward (zero-bubble pipeline schedules, pipeline/schedule.h): backward_input makes
+  // the input's gradient (make_grad_input) and may accumulate some parameter gradients;
+  // backward_weight, called later for the same micro-batch on the same Unit object — with other
+  // micro-batches' calls on other objects in between — accumulates the rest. Together they do
+  // what backward() does, bit for bit. Between the two, the engine keeps the unit's input and
+  // parameters' gradients target; grad_output() is valid only in backward_input, so a unit keeps
+  // what its weight gradient needs from it. A unit without it runs backward() where the input
+  // gradient is scheduled.
+  virtual bool supports_split_backward() const { return false; }
+  virtual void backward_input(UnitContext& context) { backward(context); }
+  virtual void backward_weight(UnitContext& context) { (void)context; }
 };
 
 class Module {

@@ -25,6 +25,9 @@ class SubModule::View final : public Unit {
     return unit_.supports_selective_recompute();
   }
   void recompute(UnitContext& context) override { unit_.recompute(context); }
+  bool supports_split_backward() const override { return unit_.supports_split_backward(); }
+  void backward_input(UnitContext& context) override { unit_.backward_input(context); }
+  void backward_weight(UnitContext& context) override { unit_.backward_weight(context); }
 
  private:
   Unit& unit_;

@@ -345,6 +345,14 @@ void ZeroTrainer::finish_call(FlatUnit& unit, CallViews& views) {
   gatherer_->unpin(unit);
 }
 
+void ZeroTrainer::call_unit(FlatUnit& unit, const Batch& batch, CallViews& views,
+                            void (Unit::*method)(UnitContext&), const std::string& slice) {
+  Context context(*this, unit, batch, views);
+  auto begin = trace_begin();
+  (unit.unit->*method)(context);
+  trace_end(begin, slice);
+}
+
 std::shared_ptr<std::int64_t> ZeroTrainer::trace_begin() {
   if (!context_.trace) return nullptr;
   auto begin = std::make_shared<std::int64_t>(0);

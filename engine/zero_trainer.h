@@ -76,6 +76,17 @@ class ZeroTrainer final : public Trainer {
   // The step's last backward reduces as the stage plan says.
   Tensor backward_micro_batch(int micro_batch, const Batch& batch, const Tensor& grad_output,
                               Buffer& grad_input_owner);
+  // Split backward (the zero-bubble schedules' B and W): whether every unit that computes offers
+  // it (Unit::supports_split_backward) and none recomputes; else the pipeline runs
+  // backward_micro_batch where B is scheduled and nothing at W. backward_input_micro_batch is
+  // backward_micro_batch's input-gradient half: no parameter gradient is touched, nothing is
+  // reduced, and the micro-batch's outputs stay for backward_weight_micro_batch, which adds the
+  // parameter gradients and counts as the micro-batch's backward (the step's last one reduces).
+  // `batch` stays valid until then.
+  bool splits_backward() const;
+  Tensor backward_input_micro_batch(int micro_batch, const Batch& batch, const Tensor& grad_output,
+                                    Buffer& grad_input_owner);
+  void backward_weight_micro_batch(int micro_batch, const Batch& batch);
   // What this rank adds to the step's all-reduce (zero_trainer_step.cc): the loss over the
   // world's ranks (the pipeline's loss stage only), the squared gradient norm (lent copies left
   // out), the overflow flag. Waits for the reductions.
@@ -137,6 +148,10 @@ class ZeroTrainer final : public Trainer {
   // call, then allocates the call's views.
   CallViews prepare_call(FlatUnit& unit, bool backward, bool recomputed = false);
   void finish_call(FlatUnit& unit, CallViews& views);
+  // Runs `method` of the unit with a plain Context over `views`, traced as `slice` (the split
+  // backward's calls, zero_trainer_pipeline.cc).
+  void call_unit(FlatUnit& unit, const Batch& batch, CallViews& views,
+                 void (Unit::*method)(UnitContext&), const std::string& slice);
   void run_forward(const Batch& batch);
   void run_backward(const Batch& batch, bool last_micro_batch);
   // Whether unit `u` recomputes in this pass (never while evaluating).
@@ -192,6 +207,7 @@ class ZeroTrainer final : public Trainer {
   Tensor stage_grad_output_;
   bool keep_grad_input_ = false;
   std::vector<std::pair<int, std::vector<Activations>>> in_flight_;
+  std::vector<std::pair<int, std::vector<Activations>>> awaiting_weight_;  // split backward
   bool losses_in_slots_ = false;           // the loss stage's losses of this step wait there
   Buffer micro_batch_loss_slots_;          // device: one float per micro-batch of the step
   int micro_batches_ = 0;  // since the last step

@@ -14,6 +14,24 @@
 
 namespace zest {
 
+namespace {
+
+// The outputs micro-batch `micro_batch` left in `held`, taken out of it.
+template <typename Held>
+auto take_in_flight(Held& held, int micro_batch, const char* what) {
+  const auto at = std::find_if(held.begin(), held.end(),
+                               [&](const auto& entry) { return entry.first == micro_batch; });
+  if (at == held.end()) {
+    throw Error(ErrorKind::kUsage, std::string(what) + " of micro-batch " +
+                                       std::to_string(micro_batch) + " out of order");
+  }
+  auto activations = std::move(at->second);
+  held.erase(at);
+  return activations;
+}
+
+}  // namespace
+
 void ZeroTrainer::use_units(const std::vector<Unit*>& units) {
   if (units.size() != units_.size()) {
     throw Error(ErrorKind::kUsage, "use_units: " + std::to_string(units.size()) +
@@ -69,14 +87,7 @@ Tensor ZeroTrainer::forward_micro_batch(int micro_batch, const Batch& batch) {
 
 Tensor ZeroTrainer::backward_micro_batch(int micro_batch, const Batch& batch,
                                          const Tensor& grad_output, Buffer& grad_input_owner) {
-  const auto held = std::find_if(in_flight_.begin(), in_flight_.end(),
-                                 [&](const auto& entry) { return entry.first == micro_batch; });
-  if (held == in_flight_.end()) {
-    throw Error(ErrorKind::kUsage,
-                "backward of micro-batch " + std::to_string(micro_batch) + " without its forward");
-  }
-  activations_ = std::move(held->second);
-  in_flight_.erase(held);
+  activations_ = take_in_flight(in_flight_, micro_batch, "backward");
   ++micro_batches_;
   const bool last = micro_batches_ == options_.gradient_accumulation_steps;
   stage_grad_output_ = grad_output;
@@ -114,6 +125,67 @@ void ZeroTrainer::sum_reduced_gradient(std::size_t unit, Communicator& group,
   void* reduced = static_cast<char*>(flat.grads.data()) + offset * element_size();
   group.label_next(label.c_str());
   group.all_reduce(context_.comm, reduced, reduced, count, options_.compute_dtype, Reduction::kSum);
+}
+
+bool ZeroTrainer::splits_backward() const {
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    if (!counted_[u]) continue;
+    if (!units_[u].unit->supports_split_backward() || recompute_[u] != RecomputePolicy::kNone) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Tensor ZeroTrainer::backward_input_micro_batch(int micro_batch, const Batch& batch,
+                                               const Tensor& grad_output,
+                                               Buffer& grad_input_owner) {
+  activations_ = take_in_flight(in_flight_, micro_batch, "backward-input");
+  stage_grad_output_ = grad_output;
+  try {
+    for (std::size_t u = units_.size(); u-- > first_computing_;) {
+      FlatUnit& unit = units_[u];
+      if (!counted_[u]) continue;
+      // Not a backward call for the engine: no gradient target is made (grad() refuses), so a
+      // later micro-batch's input gradient never meets this one's weight gradient in a bucket.
+      CallViews views = prepare_call(unit, false);
+      call_unit(unit, batch, views, &Unit::backward_input,
+                "backward-input " + unit.layout.unit_name());
+      finish_call(unit, views);
+      // The gradient this unit received: it kept what its weight gradient needs.
+      if (u + 1 < units_.size()) release_on(context_.compute, std::move(activations_[u + 1].grad_input));
+    }
+  } catch (...) {
+    stage_grad_output_ = {};
+    throw;
+  }
+  stage_grad_output_ = {};
+  Activations& first = activations_[first_computing_];
+  grad_input_owner = std::move(first.grad_input);
+  const Tensor grad_input = grad_input_owner.empty() ? Tensor{} : first.grad_input_view;
+  awaiting_weight_.emplace_back(micro_batch, std::move(activations_));
+  activations_ = std::vector<Activations>(units_.size());
+  return grad_input;
+}
+
+void ZeroTrainer::backward_weight_micro_batch(int micro_batch, const Batch& batch) {
+  activations_ = take_in_flight(awaiting_weight_, micro_batch, "backward-weight");
+  ++micro_batches_;
+  reducer_->backward_begins(micro_batches_ == options_.gradient_accumulation_steps);
+  for (std::size_t u = units_.size(); u-- > 0;) {
+    FlatUnit& unit = units_[u];
+    if (counted_[u]) {
+      CallViews views = prepare_call(unit, true);
+      call_unit(unit, batch, views, &Unit::backward_weight,
+                "backward-weight " + unit.layout.unit_name());
+      finish_call(unit, views);
+      inject_gradient_fault(unit);
+      // Its output was the next unit's input, whose weight gradient ran before this one.
+      release_on(context_.compute, std::move(activations_[u].output));
+    }
+    reducer_->unit_done(unit);
+  }
+  activations_ = std::vector<Activations>(units_.size());
 }
 
 }  // namespace zest

@@ -31,6 +31,10 @@ class LinearLayer final : public Unit {
   std::vector<ParamSpec> parameters() const override;
   void forward(UnitContext& context) override;
   void backward(UnitContext& context) override;
+  // Split backward: dz and dx first, dW and db later from the kept dz and the input.
+  bool supports_split_backward() const override { return true; }
+  void backward_input(UnitContext& context) override;
+  void backward_weight(UnitContext& context) override;
   // What forward and backward allocate for `rows` rows; forward allocates by it.
   UnitMemory memory(std::int64_t rows) const;
 
@@ -50,6 +54,7 @@ class LinearLayer final : public Unit {
   // activations); backward turns it into dz in place and hands it to release().
   Buffer saved_;
   std::int64_t saved_rows_ = 0;
+  bool holds_dz_ = false;  // backward_input ran: saved_ holds dz for backward_weight
 };
 
 std::vector<ParamSpec> LinearLayer::parameters() const {
@@ -106,6 +111,7 @@ void LinearLayer::forward(UnitContext& context) {
   Stream& stream = context.stream();
   // A forward whose backward never ran (evaluation, a failed step) may leave a buffer behind.
   if (!saved_.empty()) context.release(std::move(saved_));
+  holds_dz_ = false;
   // Note: everything is allocated before any work is enqueued, so an out-of-memory leaves no
   // work on the stream that writes into a buffer the unwinding frees.
   const std::size_t elements = static_cast<std::size_t>(rows * out_);
@@ -160,6 +166,35 @@ void LinearLayer::backward(UnitContext& context) {
     matmul(stream, false, false, rows, in_, out_, 1.0f, dz, context.param(0).as<const float>(),
            0.0f, dx);
   }
+  context.release(std::move(saved_));
+}
+
+void LinearLayer::backward_input(UnitContext& context) {
+  if (saved_.empty() || holds_dz_) {
+    throw Error(ErrorKind::kUsage, name_ + ": backward_input without a forward");
+  }
+  const std::int64_t rows = checked_rows(context.input());
+  float* dz = saved_.as<float>();
+  float* dx = makes_grad_input_ ? context.make_grad_input({rows, in_}, DType::kFloat32).as<float>()
+                                : nullptr;
+  enqueue_grad_of_z(context, rows, dz);
+  if (dx != nullptr) {
+    matmul(context.stream(), false, false, rows, in_, out_, 1.0f, dz,
+           context.param(0).as<const float>(), 0.0f, dx);
+  }
+  holds_dz_ = true;
+}
+
+void LinearLayer::backward_weight(UnitContext& context) {
+  if (!holds_dz_) throw Error(ErrorKind::kUsage, name_ + ": backward_weight before backward_input");
+  const Tensor input = context.input();
+  const std::int64_t rows = checked_rows(input);
+  const float* dz = saved_.as<const float>();
+  // The same kernels on the same operands as backward(): the same bits.
+  matmul(context.stream(), true, false, out_, in_, rows, 1.0f, dz, input.as<const float>(), 1.0f,
+         context.grad(0).as<float>());
+  bias_grad(context.stream(), dz, context.grad(1).as<float>(), rows, out_);
+  holds_dz_ = false;
   context.release(std::move(saved_));
 }
 

@@ -11,8 +11,9 @@
 //   activations a chunk receives in a step come after a header with their shape (the receiver
 //   cannot know a unit's output shape); the rest of the step's micro-batches have the same one.
 //   A gradient's shape is that of the output it belongs to.
-// - backward-weight: nothing — no unit splits its backward yet, so the whole backward ran at
-//   backward-input (the schedule stays valid: W only fills time B left).
+// - backward-input / backward-weight: a chunk whose units all split their backward (the MLP's
+//   layers) runs the input gradient at B and the weight gradients at W; any other chunk runs
+//   its whole backward at B and nothing at W (the schedule stays valid: W only fills time).
 // - reduce: nothing more — the chunk trainer reduced in its data-parallel group during the step's
 //   last backward (stages 0-1 once per step, 2-3 per micro-batch as their plan says). After the
 //   list, the tied units' reduced gradients are summed across their two stages (sum_tied).
@@ -203,18 +204,35 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
       // The backward frees the output that a send may still be reading.
       if (slot.sent) context_.compute.wait(*slot.sent);
       chunk.trainer->use_units(chunk.replicas.at(static_cast<std::size_t>(action.micro_batch))->units());
+      const bool split =
+          action.kind == ActionKind::kBackwardInput && chunk.trainer->splits_backward();
       traced(context_.compute, "compute", [&] {
-        slot.grad_input = chunk.trainer->backward_micro_batch(action.micro_batch, slot.batch,
-                                                              grad_output, slot.grad_input_owner);
+        slot.grad_input =
+            split ? chunk.trainer->backward_input_micro_batch(action.micro_batch, slot.batch,
+                                                              grad_output, slot.grad_input_owner)
+                  : chunk.trainer->backward_micro_batch(action.micro_batch, slot.batch,
+                                                        grad_output, slot.grad_input_owner);
       });
       release_after(context_.device, context_.compute, std::move(slot.received_gradient));
-      release_after(context_.device, context_.compute, std::move(slot.received));
       if (local_owner) release_after(context_.device, context_.compute, std::move(*local_owner));
-      slot.staged.reset();  // frees the staged copies in compute order
+      // The weight gradient reads the stage's input (and the loss stage its targets) later.
+      if (!split) {
+        release_after(context_.device, context_.compute, std::move(slot.received));
+        slot.staged.reset();  // frees the staged copies in compute order
+      }
       break;
     }
-    case ActionKind::kBackwardWeight:
+    case ActionKind::kBackwardWeight: {
+      if (!chunk.trainer->splits_backward()) break;  // the whole backward ran at B
+      Step::Slot& slot = slot_at(c);
+      chunk.trainer->use_units(chunk.replicas.at(static_cast<std::size_t>(action.micro_batch))->units());
+      traced(context_.compute, "compute", [&] {
+        chunk.trainer->backward_weight_micro_batch(action.micro_batch, slot.batch);
+      });
+      release_after(context_.device, context_.compute, std::move(slot.received));
+      slot.staged.reset();
       break;
+    }
     case ActionKind::kSendActivations: {
       Step::Slot& slot = slot_at(c);
       std::unique_ptr<Event> ready = after_compute(*send_activations_);
