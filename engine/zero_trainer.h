@@ -76,6 +76,11 @@ class ZeroTrainer final : public Trainer {
   // The step's last backward reduces as the stage plan says.
   Tensor backward_micro_batch(int micro_batch, const Batch& batch, const Tensor& grad_output,
                               Buffer& grad_input_owner);
+  // Forward only, between steps (a pipeline's evaluation): the stage's output and the buffer
+  // that owns it (empty on the loss stage); nothing is kept for a backward.
+  Tensor evaluate_micro_batch(const Batch& batch, Buffer& output_owner);
+  // The loss the last evaluate_micro_batch wrote on the loss stage (waits for compute).
+  float evaluation_loss();
   // Split backward (the zero-bubble schedules' B and W): whether every unit that computes offers
   // it (Unit::supports_split_backward) and none recomputes; else the pipeline runs
   // backward_micro_batch where B is scheduled and nothing at W. backward_input_micro_batch is

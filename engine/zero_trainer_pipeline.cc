@@ -188,4 +188,31 @@ void ZeroTrainer::backward_weight_micro_batch(int micro_batch, const Batch& batc
   activations_ = std::vector<Activations>(units_.size());
 }
 
+Tensor ZeroTrainer::evaluate_micro_batch(const Batch& batch, Buffer& output_owner) {
+  if (micro_batches_ != 0 || !in_flight_.empty() || !awaiting_weight_.empty()) {
+    throw Error(ErrorKind::kUsage, "evaluate() between micro-batches; evaluate between steps");
+  }
+  activations_ = std::vector<Activations>(units_.size());
+  evaluating_ = true;
+  try {
+    run_forward(batch);
+  } catch (...) {
+    evaluating_ = false;
+    throw;
+  }
+  evaluating_ = false;
+  Activations& last = activations_.back();
+  output_owner = std::move(last.output);
+  const Tensor output = output_owner.empty() ? Tensor{} : last.output_view;
+  for (Activations& unit : activations_) release_on(context_.compute, std::move(unit.output));
+  activations_ = std::vector<Activations>(units_.size());
+  return output;
+}
+
+float ZeroTrainer::evaluation_loss() {
+  float loss = 0.0f;
+  read_to_host(context_.device, context_.compute, &loss, loss_buffer_.data(), sizeof loss);
+  return loss;
+}
+
 }  // namespace zest

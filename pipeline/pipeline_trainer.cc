@@ -173,11 +173,6 @@ StepStats PipelineTrainer::step(float lr) {
   return stats;
 }
 
-float PipelineTrainer::evaluate(const Batch& batch) {
-  (void)batch;
-  throw Error(ErrorKind::kUsage, "evaluate() with pipeline stages: not built yet");
-}
-
 std::vector<float> PipelineTrainer::full_parameter(const std::string& name) {
   const auto at = std::find(parameter_names_.begin(), parameter_names_.end(), name);
   if (at == parameter_names_.end()) throw Error(ErrorKind::kUsage, "no parameter named '" + name + "'");

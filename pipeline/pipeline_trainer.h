@@ -63,7 +63,9 @@ class PipelineTrainer final : public Trainer {
   // it once, then step().
   float forward_backward(const Batch& batch) override;
   StepStats step(float lr = -1.0f) override;
-  // Not yet: a kUsage Error (the forward-only pass through the stages is left to do).
+  // Forward only, between steps (evaluation.cc): `batch` (this data-parallel index's rows) as one
+  // micro-batch through every virtual stage in order; the mean loss over every data-parallel
+  // index, on every rank. Nothing is kept for a backward and no gradient changes.
   float evaluate(const Batch& batch) override;
 
   // A collective over the world: the owning stage gathers it, then broadcasts it to every rank.

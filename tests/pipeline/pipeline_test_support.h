@@ -88,6 +88,7 @@ struct TrainResult {
   std::vector<float> losses;                            // rank 0's, per step
   std::vector<std::vector<float>> losses_by_rank;       // forward_backward's return, per rank
   std::map<std::string, std::vector<float>> params;     // rank 0's full parameters at the end
+  float evaluation = 0.0f;  // evaluate() of batch 1000 after training (rank 0's)
 };
 
 // AdamW for the MLP. SGD with momentum for the GPT: AdamW divides by the root of the squared
@@ -125,6 +126,8 @@ inline TrainResult train_single(TestModel model, int steps, std::int64_t rows,
     for (const std::string& name : trainer->parameter_names()) {
       result.params[name] = trainer->full_parameter(name);
     }
+    GlobalBatch held_out = make_batch(model, 1000, rows);
+    result.evaluation = trainer->evaluate(held_out.rows_of(0, rows));
   });
   return result;
 }
@@ -177,6 +180,9 @@ inline TrainResult train_pipeline(const PipelineSpec& spec) {
       std::vector<float> value = trainer.full_parameter(name);
       if (context.rank == 0) result.params[name] = std::move(value);
     }
+    GlobalBatch held_out = make_batch(spec.model, 1000, spec.rows);
+    const float evaluation = trainer.evaluate(held_out.rows_of(first, local));
+    if (context.rank == 0) result.evaluation = evaluation;
     if (spec.after_training) spec.after_training(context.rank, trainer);
   });
   return result;
@@ -203,6 +209,7 @@ inline double worst_relative_difference(const TrainResult& a, const TrainResult&
   for (std::size_t i = 0; i < a.losses.size(); ++i) {
     compare(a.losses[i], b.losses[i], "loss of step " + std::to_string(i + 1));
   }
+  compare(a.evaluation, b.evaluation, "evaluation loss");
   for (const auto& [name, value] : a.params) {
     const auto other = b.params.find(name);
     if (other == b.params.end() || other->second.size() != value.size()) return 1e30;
