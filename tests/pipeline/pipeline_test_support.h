@@ -23,16 +23,24 @@
 
 namespace zest::testing {
 
-enum class TestModel { kMlp, kGpt };
+// kWideMlp: layers large enough that compute, not the interpreter's overhead, fills a trace.
+enum class TestModel { kMlp, kGpt, kWideMlp };
 
 // 5 MLP layers (so 2, 3 and 4 stages split them unevenly) and a GPT of 4 blocks (6 units).
 inline const std::vector<std::int64_t> kMlpSizes = {12, 20, 18, 16, 14, 6};
 inline const GptConfig kGptConfig{/*n_layer=*/4, /*n_head=*/2, /*n_embd=*/16, /*vocab_size=*/37,
                                   /*seq_len=*/8};
 
+inline const std::vector<std::int64_t> kWideMlpSizes = {256, 512, 512, 512, 512, 10};
+
+inline bool is_mlp(TestModel model) { return model != TestModel::kGpt; }
+inline const std::vector<std::int64_t>& mlp_sizes(TestModel model) {
+  return model == TestModel::kWideMlp ? kWideMlpSizes : kMlpSizes;
+}
+
 inline ModuleFactory model_factory(TestModel model) {
-  if (model == TestModel::kMlp) {
-    return [] { return std::make_unique<Mlp>(MlpConfig{kMlpSizes}); };
+  if (is_mlp(model)) {
+    return [model] { return std::make_unique<Mlp>(MlpConfig{mlp_sizes(model)}); };
   }
   return [] { return std::make_unique<Gpt>(kGptConfig); };
 }
@@ -48,8 +56,8 @@ struct GlobalBatch {
   // Rows [first, first + count) as a Batch.
   Batch rows_of(std::int64_t first, std::int64_t count) {
     Batch batch;
-    if (model == TestModel::kMlp) {
-      const std::int64_t f = kMlpSizes.front();
+    if (is_mlp(model)) {
+      const std::int64_t f = mlp_sizes(model).front();
       batch.inputs = Tensor{features.data() + first * f, {count, f}, DType::kFloat32};
       batch.targets = Tensor{targets.data() + first, {count}, DType::kInt32};
     } else {
@@ -66,11 +74,11 @@ inline GlobalBatch make_batch(TestModel model, int step, std::int64_t rows) {
   batch.model = model;
   batch.rows = rows;
   std::mt19937 rng(500 + step);
-  if (model == TestModel::kMlp) {
+  if (is_mlp(model)) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    batch.features.resize(static_cast<std::size_t>(rows * kMlpSizes.front()));
+    batch.features.resize(static_cast<std::size_t>(rows * mlp_sizes(model).front()));
     for (float& x : batch.features) x = normal(rng);
-    std::uniform_int_distribution<int> cls(0, static_cast<int>(kMlpSizes.back()) - 1);
+    std::uniform_int_distribution<int> cls(0, static_cast<int>(mlp_sizes(model).back()) - 1);
     batch.targets.resize(static_cast<std::size_t>(rows));
     for (auto& y : batch.targets) y = cls(rng);
   } else {
@@ -98,8 +106,8 @@ struct TrainResult {
 // GPT). SGD keeps them at the order of the rounding, where the test can see a real error.
 inline OptimizerOptions test_optimizer(TestModel model) {
   OptimizerOptions optimizer;
-  optimizer.type = model == TestModel::kMlp ? "AdamW" : "SGD";
-  optimizer.lr = model == TestModel::kMlp ? 3e-3f : 0.05f;
+  optimizer.type = is_mlp(model) ? "AdamW" : "SGD";
+  optimizer.lr = is_mlp(model) ? 3e-3f : 0.05f;
   optimizer.weight_decay = 0.01f;
   optimizer.momentum = 0.9f;
   return optimizer;

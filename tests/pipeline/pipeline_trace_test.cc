@@ -18,15 +18,16 @@
 namespace zest::testing {
 namespace {
 
-std::shared_ptr<TraceRecorder> traced_run(ScheduleKind kind, int micro_batches, int steps) {
+std::shared_ptr<TraceRecorder> traced_run(ScheduleKind kind, int micro_batches, int steps,
+                                          TestModel model = TestModel::kMlp) {
   auto trace = std::make_shared<TraceRecorder>();
   PipelineSpec spec;
-  spec.model = TestModel::kMlp;
+  spec.model = model;
   spec.stages = 2;
   spec.pipeline.micro_batches = micro_batches;
   spec.pipeline.schedule = kind;
   spec.steps = steps;
-  spec.rows = 16 * micro_batches;
+  spec.rows = (model == TestModel::kWideMlp ? 64 : 16) * micro_batches;
   spec.configure_world = [&](WorldOptions& world) { world.trace = trace; };
   (void)train_pipeline(spec);
   return trace;
@@ -56,7 +57,7 @@ TEST(PipelineTrace, MeasuredIdleFractionBesideThePrediction) {
   for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kOneFOneB,
                             ScheduleKind::kZeroBubbleH1}) {
     for (int m : {4, 8}) {
-      const auto trace = traced_run(kind, m, 3);
+      const auto trace = traced_run(kind, m, 3, TestModel::kWideMlp);
       // The last step's actions: each rank's last 2m (3m with the MLP's split backward).
       const std::size_t per_step = static_cast<std::size_t>((kind == ScheduleKind::kZeroBubbleH1 ? 3 : 2) * m);
       std::map<int, std::vector<TraceRecorder::Slice>> by_rank;
