@@ -96,5 +96,42 @@ TEST(PipelineParity, StageThreeKeepsUnitsGatheredAcrossMicroBatches) {
   }
 }
 
+// Clipping needs the whole model's norm: every stage's share, the tied embedding once.
+TEST(PipelineParity, GradientClippingSeesTheWholeModelsNorm) {
+  for (TestModel model : {TestModel::kMlp, TestModel::kGpt}) {
+    const TrainResult single = train_single(model, 3, 48, 1, 0.05f);
+    ASSERT_GT(single.grad_norms.front(), 0.05f);  // the clip acts
+    for (int zero : {0, 3}) {
+      PipelineSpec spec = spec_of(model, 2, 2, zero, ScheduleKind::kOneFOneB, 4);
+      spec.configure_engine = [](EngineOptions& options) { options.gradient_clipping = 0.05f; };
+      const TrainResult run = train_pipeline(spec);
+      std::string where;
+      EXPECT_LE(worst_relative_difference(single, run, &where), 1.0)
+          << name_of(model, 2, 2, zero, ScheduleKind::kOneFOneB, 4) << ": " << where;
+    }
+  }
+}
+
+// reshard_after_forward false: a stage's units stay gathered through the step's micro-batches
+// (the wide MLP's three 512 × 512 layers share a size class of two ring slots otherwise).
+TEST(PipelineParity, ReshardAfterForwardFalseKeepsEveryUnitGathered) {
+  for (bool reshard : {true, false}) {
+    PipelineSpec spec = spec_of(TestModel::kWideMlp, 1, 2, 3, ScheduleKind::kOneFOneB, 2);
+    spec.steps = 1;
+    spec.rows = 8;
+    spec.pipeline.reshard_after_forward = reshard;
+    std::size_t gathered = 0;
+    spec.after_forward_backward = [&](int rank, PipelineTrainer& trainer) {
+      if (rank == 0) gathered = trainer.chunk_trainer(0).gathered_units();
+    };
+    (void)train_pipeline(spec);
+    if (reshard) {
+      EXPECT_LT(gathered, 5u);
+    } else {
+      EXPECT_EQ(gathered, 5u);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zest::testing

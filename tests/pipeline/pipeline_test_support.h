@@ -94,6 +94,7 @@ inline GlobalBatch make_batch(TestModel model, int step, std::int64_t rows) {
 
 struct TrainResult {
   std::vector<float> losses;                            // rank 0's, per step
+  std::vector<float> grad_norms;                        // rank 0's, per step
   std::vector<std::vector<float>> losses_by_rank;       // forward_backward's return, per rank
   std::map<std::string, std::vector<float>> params;     // rank 0's full parameters at the end
   float evaluation = 0.0f;  // evaluate() of batch 1000 after training (rank 0's)
@@ -115,7 +116,7 @@ inline OptimizerOptions test_optimizer(TestModel model) {
 
 // One rank, the whole global batch per step in `accumulation` micro-batches: the reference.
 inline TrainResult train_single(TestModel model, int steps, std::int64_t rows,
-                                int accumulation = 1) {
+                                int accumulation = 1, float clipping = 0.0f) {
   TrainResult result;
   WorldOptions world;
   world.ranks = 1;
@@ -123,13 +124,16 @@ inline TrainResult train_single(TestModel model, int steps, std::int64_t rows,
     std::unique_ptr<Module> module = model_factory(model)();
     EngineOptions options;
     options.gradient_accumulation_steps = accumulation;
+    options.gradient_clipping = clipping;
     Engine engine(context, options);
     auto trainer = engine.shard(*module, make_optimizer(test_optimizer(model)));
     for (int s = 0; s < steps; ++s) {
       GlobalBatch batch = make_batch(model, s, rows);
       const std::int64_t part = rows / accumulation;
       for (int a = 0; a < accumulation; ++a) trainer->forward_backward(batch.rows_of(a * part, part));
-      result.losses.push_back(trainer->step().loss);
+      const StepStats stats = trainer->step();
+      result.losses.push_back(stats.loss);
+      result.grad_norms.push_back(stats.grad_norm);
     }
     for (const std::string& name : trainer->parameter_names()) {
       result.params[name] = trainer->full_parameter(name);
@@ -183,6 +187,7 @@ inline TrainResult train_pipeline(const PipelineSpec& spec) {
       if (spec.after_forward_backward) spec.after_forward_backward(context.rank, trainer);
       const StepStats stats = trainer.step();
       if (context.rank == 0) result.losses.push_back(stats.loss);
+      if (context.rank == 0) result.grad_norms.push_back(stats.grad_norm);
     }
     for (const std::string& name : trainer.parameter_names()) {
       std::vector<float> value = trainer.full_parameter(name);
@@ -218,6 +223,9 @@ inline double worst_relative_difference(const TrainResult& a, const TrainResult&
     compare(a.losses[i], b.losses[i], "loss of step " + std::to_string(i + 1));
   }
   compare(a.evaluation, b.evaluation, "evaluation loss");
+  for (std::size_t i = 0; i < a.grad_norms.size() && i < b.grad_norms.size(); ++i) {
+    compare(a.grad_norms[i], b.grad_norms[i], "gradient norm of step " + std::to_string(i + 1));
+  }
   for (const auto& [name, value] : a.params) {
     const auto other = b.params.find(name);
     if (other == b.params.end() || other->second.size() != value.size()) return 1e30;
