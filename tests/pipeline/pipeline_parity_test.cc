@@ -133,5 +133,25 @@ TEST(PipelineParity, ReshardAfterForwardFalseKeepsEveryUnitGathered) {
   }
 }
 
+// Recomputation inside a pipeline stage (the common case): each micro-batch's units rebuild
+// their activations before their backward, on the micro-batch's own Unit objects.
+TEST(PipelineParity, RecomputationInsideStages) {
+  for (RecomputePolicy policy : {RecomputePolicy::kFull, RecomputePolicy::kSelective}) {
+    for (ScheduleKind kind : {ScheduleKind::kOneFOneB, ScheduleKind::kZeroBubbleH1}) {
+      for (TestModel model : {TestModel::kMlp, TestModel::kGpt}) {
+        // Only GPT blocks recompute selectively (the MLP refuses it as a config error).
+        if (policy == RecomputePolicy::kSelective && model == TestModel::kMlp) continue;
+        PipelineSpec spec = spec_of(model, 2, 2, 2, kind, 4);
+        spec.configure_engine = [policy](EngineOptions& options) {
+          options.activation_checkpointing.policy = policy;
+        };
+        expect_parity(spec, name_of(model, 2, 2, 2, kind, 4) +
+                                (policy == RecomputePolicy::kFull ? " full" : " selective") +
+                                " recomputation");
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zest::testing
