@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "kernels/attention.h"
+#include "kernels/convert.h"
 #include "kernels/bias.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
@@ -177,6 +178,8 @@ void GptBlock::forward(UnitContext& context) {
   // A forward whose backward never ran (evaluation, a failed step) may leave buffers behind.
   if (!saved_.empty()) context.release(std::move(saved_));
   if (!rebuilt_.empty()) context.release(std::move(rebuilt_));
+  if (!split_workspace_.empty()) context.release(std::move(split_workspace_));
+  if (!split_kept_.empty()) context.release(std::move(split_kept_));
   selective_ = context.backward_follows() && context.recompute_selectively();
   Buffer workspace;
   Activations act{};
@@ -315,6 +318,107 @@ void GptBlock::backward(UnitContext& context) {
                      grad(kLn1Weight), grad(kLn1Bias));
 
   context.release(std::move(workspace));
+  context.release(std::move(saved_));
+  if (!rebuilt_.empty()) context.release(std::move(rebuilt_));
+}
+
+// backward() in two calls: the same kernels on the same operands, but for the LayerNorms'
+// parameter gradients, which go to a zeroed buffer first and are added in backward_weight.
+void GptBlock::backward_input(UnitContext& context) {
+  if (saved_.empty() || !split_workspace_.empty()) {
+    throw Error(ErrorKind::kUsage, name_ + ": backward_input without a forward");
+  }
+  const std::int64_t B = saved_batch_;
+  const std::int64_t T = saved_seq_;
+  const std::int64_t C = config_.n_embd;
+  const std::int64_t N = B * T;
+  const Tensor grad_output = context.grad_output();
+  if (grad_output.dtype != DType::kFloat32 ||
+      grad_output.shape != std::vector<std::int64_t>{B, T, C} || grad_output.empty()) {
+    throw Error(ErrorKind::kUsage, name_ + ": grad_output must be float32 " +
+                                       shape_to_string({B, T, C}) + ", got " +
+                                       describe_tensor(grad_output));
+  }
+  if (selective_ && rebuilt_.empty()) {
+    throw Error(ErrorKind::kUsage, name_ + ": backward after a selective forward needs recompute()");
+  }
+  const AttentionShape shape{B, T, config_.n_head, C / config_.n_head};
+  Stream& stream = context.stream();
+  Device& device = context.device();
+  auto param = [&context](Param p) { return context.param(p).as<const float>(); };
+  const Activations act =
+      selective_ ? Activations::selective(saved_.as<float>(), rebuilt_.as<float>(), shape)
+                 : Activations::whole(saved_.as<float>(), nullptr, shape);
+  const float* x = context.input().as<const float>();
+  const float* dout = grad_output.as<const float>();
+  const std::size_t nc = static_cast<std::size_t>(N * C);
+  const auto c = static_cast<std::size_t>(C);
+  const bool attention_scratch = device.kind() != DeviceKind::kCuda;
+  Buffer workspace = context.allocate(
+      backward_workspace_elements(shape, attention_scratch) * sizeof(float), Category::kActivations);
+  Buffer kept = context.allocate((nc + 4 * c) * sizeof(float), Category::kActivations);
+  float* dx1 = workspace.as<float>();
+  float* dh = dx1 + nc;
+  float* dln = dh + 4 * nc;
+  float* dy = dln + nc;
+  float* dqkv = dy + nc;
+  float* scratch = attention_scratch ? dqkv + 3 * nc : nullptr;
+  float* dx = context.make_grad_input({B, T, C}, DType::kFloat32).as<float>();
+  float* ln_grads = kept.as<float>() + nc;  // ln_2 weight, bias, ln_1 weight, bias
+  device.copy(stream, kept.as<float>(), dout, nc * sizeof(float));
+  device.fill_zero(stream, ln_grads, 4 * c * sizeof(float));
+
+  device.copy(stream, dx1, dout, nc * sizeof(float));
+  matmul(stream, false, false, N, 4 * C, C, 1.0f, dout, param(kMlpProjWeight), 0.0f, dh);
+  gelu_backward(stream, act.h, dh, dh, 4 * nc);
+  matmul(stream, false, false, N, C, 4 * C, 1.0f, dh, param(kFcWeight), 0.0f, dln);
+  layernorm_backward(stream, dln, act.x1, param(kLn2Weight), act.mean2, act.rstd2, N, C, dx1,
+                     ln_grads, ln_grads + c);
+  matmul(stream, false, false, N, C, C, 1.0f, dx1, param(kAttnProjWeight), 0.0f, dy);
+  attention_backward(stream, shape, dy, act.split, act.probs, dqkv, scratch);
+  matmul(stream, false, false, N, C, 3 * C, 1.0f, dqkv, param(kAttnWeight), 0.0f, dln);
+  device.copy(stream, dx, dx1, nc * sizeof(float));
+  layernorm_backward(stream, dln, x, param(kLn1Weight), act.mean1, act.rstd1, N, C, dx,
+                     ln_grads + 2 * c, ln_grads + 3 * c);
+  split_workspace_ = std::move(workspace);
+  split_kept_ = std::move(kept);
+}
+
+void GptBlock::backward_weight(UnitContext& context) {
+  if (split_workspace_.empty()) {
+    throw Error(ErrorKind::kUsage, name_ + ": backward_weight before backward_input");
+  }
+  const std::int64_t B = saved_batch_;
+  const std::int64_t T = saved_seq_;
+  const std::int64_t C = config_.n_embd;
+  const std::int64_t N = B * T;
+  const AttentionShape shape{B, T, config_.n_head, C / config_.n_head};
+  Stream& stream = context.stream();
+  auto grad = [&context](Param p) { return context.grad(p).as<float>(); };
+  const Activations act =
+      selective_ ? Activations::selective(saved_.as<float>(), rebuilt_.as<float>(), shape)
+                 : Activations::whole(saved_.as<float>(), nullptr, shape);
+  const std::size_t nc = static_cast<std::size_t>(N * C);
+  const auto c = static_cast<std::size_t>(C);
+  const float* dx1 = split_workspace_.as<const float>();
+  const float* dh = dx1 + nc;
+  const float* dqkv = dh + 6 * nc;  // after dh [4nc], dln [nc], dy [nc]
+  const float* dout = split_kept_.as<const float>();
+  const float* ln_grads = dout + nc;
+  matmul(stream, true, false, C, 4 * C, N, 1.0f, dout, act.g, 1.0f, grad(kMlpProjWeight));
+  bias_grad(stream, dout, grad(kMlpProjBias), N, C);
+  matmul(stream, true, false, 4 * C, C, N, 1.0f, dh, act.ln2, 1.0f, grad(kFcWeight));
+  bias_grad(stream, dh, grad(kFcBias), N, 4 * C);
+  matmul(stream, true, false, C, C, N, 1.0f, dx1, act.y, 1.0f, grad(kAttnProjWeight));
+  bias_grad(stream, dx1, grad(kAttnProjBias), N, C);
+  matmul(stream, true, false, 3 * C, C, N, 1.0f, dqkv, act.ln1, 1.0f, grad(kAttnWeight));
+  bias_grad(stream, dqkv, grad(kAttnBias), N, 3 * C);
+  const Param ln[4] = {kLn2Weight, kLn2Bias, kLn1Weight, kLn1Bias};
+  for (std::size_t i = 0; i < 4; ++i) {
+    accumulate_into(stream, grad(ln[i]), DType::kFloat32, ln_grads + i * c, DType::kFloat32, c);
+  }
+  context.release(std::move(split_workspace_));
+  context.release(std::move(split_kept_));
   context.release(std::move(saved_));
   if (!rebuilt_.empty()) context.release(std::move(rebuilt_));
 }

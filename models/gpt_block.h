@@ -26,6 +26,12 @@ class GptBlock final : public Unit {
   void backward(UnitContext& context) override;
   bool supports_selective_recompute() const override { return true; }
   void recompute(UnitContext& context) override;
+  // Split backward (zero-bubble pipeline schedules): the input gradient first — it also makes
+  // the LayerNorms' parameter gradients, one kernel with it, kept here — then the matmuls'
+  // weight and bias gradients from the kept gradients of the block's intermediate values.
+  bool supports_split_backward() const override { return true; }
+  void backward_input(UnitContext& context) override;
+  void backward_weight(UnitContext& context) override;
   // What one block's forward and backward allocate for tokens [batch, seq].
   static UnitMemory memory(const GptConfig& config, std::int64_t batch, std::int64_t seq);
 
@@ -39,6 +45,10 @@ class GptBlock final : public Unit {
   bool selective_ = false;
   std::int64_t saved_batch_ = 0;
   std::int64_t saved_seq_ = 0;
+  // From backward_input to backward_weight (category activations): the backward's workspace
+  // (d of x1, h, qkv), and the output's gradient with the LayerNorms' parameter gradients.
+  Buffer split_workspace_;
+  Buffer split_kept_;
 };
 
 }  // namespace zest
