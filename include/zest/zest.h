@@ -33,7 +33,10 @@
 #include "engine/module.h"
 #include "engine/stage_plan.h"
 
-// pipeline/: schedules as data, the check before the first step and the predicted bubble.
+// pipeline/: schedules as data, the check before the first step and the predicted bubble, and
+// the interpreter that trains pipeline stages over the ZeRO engine.
+#include "pipeline/pipeline_options.h"
+#include "pipeline/pipeline_trainer.h"
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_generators.h"
 #include "pipeline/schedule_simulator.h"
