@@ -10,7 +10,8 @@
 // Where the code is: zero_trainer.cc (construction, forward, backward), zero_trainer_step.cc
 // (step(): the loss and norm, loss scaling, clipping, the optimizer), zero_trainer_state.cc
 // (checkpoint views and counters), zero_trainer_faults.cc (debug faults), zero_trainer_memory.cc
-// (out-of-memory advice). Built by Engine::shard(); see engine/engine.h for the contract.
+// (out-of-memory advice), zero_trainer_pipeline.cc (one pipeline stage's micro-batch calls).
+// Built by Engine::shard(); see engine/engine.h for the contract.
 #pragma once
 
 #include <memory>
