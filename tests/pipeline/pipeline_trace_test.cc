@@ -33,8 +33,11 @@ std::shared_ptr<TraceRecorder> traced_run(ScheduleKind kind, int micro_batches, 
   return trace;
 }
 
+// The interpreter's slices ("backward-input of micro-batch 2"), not the engine's per-unit ones
+// inside them ("backward-input layer1").
 bool is_action(const std::string& name) {
-  return name.rfind("forward of", 0) == 0 || name.rfind("backward", 0) == 0;
+  return name.find(" of micro-batch ") != std::string::npos &&
+         (name.rfind("forward", 0) == 0 || name.rfind("backward", 0) == 0);
 }
 
 TEST(PipelineTrace, EachRankShowsItsActionsAndSends) {
