@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "kernels/blocked_loop.h"
 #include "kernels/dispatch.h"
+#include "kernels/layernorm_body.h"
 
 #if ZEST_HAVE_CUDA
 #include "kernels/layernorm_cuda.h"
@@ -31,7 +32,7 @@ namespace {
 // pairwise at the end: independent additions that run as vector code, in an order that is still
 // fixed, so results are the same run to run. The elementwise loops go through for_each_block
 // for the same reason (kernels/blocked_loop.h).
-constexpr std::int64_t kLanes = 8;
+constexpr std::int64_t kLanes = kLayerNormLanes;
 
 template <typename T>
 T fold(T* lanes) {
@@ -69,8 +70,9 @@ double row_centered_square_sum(const float* row, std::int64_t cols, double m) {
 
 }  // namespace
 
-void layernorm_forward(const float* x, const float* weight, const float* bias, std::int64_t rows,
-                       std::int64_t cols, float eps, float* y, float* mean, float* rstd) {
+void layernorm_forward_portable(const float* x, const float* weight, const float* bias,
+                                std::int64_t rows, std::int64_t cols, float eps, float* y,
+                                float* mean, float* rstd) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* __restrict row = x + r * cols;
     float* __restrict out = y + r * cols;
@@ -90,9 +92,9 @@ void layernorm_forward(const float* x, const float* weight, const float* bias, s
   }
 }
 
-void layernorm_backward(const float* dy, const float* x, const float* weight, const float* mean,
-                        const float* rstd, std::int64_t rows, std::int64_t cols, float* dx,
-                        float* dweight, float* dbias) {
+void layernorm_backward_portable(const float* dy, const float* x, const float* weight,
+                                 const float* mean, const float* rstd, std::int64_t rows,
+                                 std::int64_t cols, float* dx, float* dweight, float* dbias) {
   const float inv_cols = 1.0f / static_cast<float>(cols);
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* __restrict drow = dy + r * cols;
@@ -128,6 +130,54 @@ void layernorm_backward(const float* dy, const float* x, const float* weight, co
   }
 }
 
+void layernorm_forward(CpuBody body, const float* x, const float* weight, const float* bias,
+                       std::int64_t rows, std::int64_t cols, float eps, float* y, float* mean,
+                       float* rstd) {
+  switch (body) {
+#if defined(ZEST_HAVE_X86_BODIES)
+    case CpuBody::kAvx512:
+      return layernorm_forward_avx512(x, weight, bias, rows, cols, eps, y, mean, rstd);
+    case CpuBody::kAvx2:
+      return layernorm_forward_avx2(x, weight, bias, rows, cols, eps, y, mean, rstd);
+#else
+    case CpuBody::kAvx512:
+    case CpuBody::kAvx2:
+#endif
+    case CpuBody::kPortable: break;
+  }
+  layernorm_forward_portable(x, weight, bias, rows, cols, eps, y, mean, rstd);
+}
+
+void layernorm_backward(CpuBody body, const float* dy, const float* x, const float* weight,
+                        const float* mean, const float* rstd, std::int64_t rows,
+                        std::int64_t cols, float* dx, float* dweight, float* dbias) {
+  switch (body) {
+#if defined(ZEST_HAVE_X86_BODIES)
+    case CpuBody::kAvx512:
+      return layernorm_backward_avx512(dy, x, weight, mean, rstd, rows, cols, dx, dweight, dbias);
+    case CpuBody::kAvx2:
+      return layernorm_backward_avx2(dy, x, weight, mean, rstd, rows, cols, dx, dweight, dbias);
+#else
+    case CpuBody::kAvx512:
+    case CpuBody::kAvx2:
+#endif
+    case CpuBody::kPortable: break;
+  }
+  layernorm_backward_portable(dy, x, weight, mean, rstd, rows, cols, dx, dweight, dbias);
+}
+
+void layernorm_forward(const float* x, const float* weight, const float* bias, std::int64_t rows,
+                       std::int64_t cols, float eps, float* y, float* mean, float* rstd) {
+  layernorm_forward(selected_cpu_body(), x, weight, bias, rows, cols, eps, y, mean, rstd);
+}
+
+void layernorm_backward(const float* dy, const float* x, const float* weight, const float* mean,
+                        const float* rstd, std::int64_t rows, std::int64_t cols, float* dx,
+                        float* dweight, float* dbias) {
+  layernorm_backward(selected_cpu_body(), dy, x, weight, mean, rstd, rows, cols, dx, dweight,
+                     dbias);
+}
+
 }  // namespace cpu
 
 void layernorm_forward(Stream& stream, const float* x, const float* weight, const float* bias,
@@ -142,8 +192,9 @@ void layernorm_forward(Stream& stream, const float* x, const float* weight, cons
     return;
   }
 #endif
+  const CpuBody body = selected_cpu_body();
   dispatch_kernel(stream, "layernorm_forward", [=] {
-    cpu::layernorm_forward(x, weight, bias, rows, cols, eps, y, mean, rstd);
+    cpu::layernorm_forward(body, x, weight, bias, rows, cols, eps, y, mean, rstd);
   });
 }
 
@@ -161,8 +212,9 @@ void layernorm_backward(Stream& stream, const float* dy, const float* x, const f
     return;
   }
 #endif
+  const CpuBody body = selected_cpu_body();
   dispatch_kernel(stream, "layernorm_backward", [=] {
-    cpu::layernorm_backward(dy, x, weight, mean, rstd, rows, cols, dx, dweight, dbias);
+    cpu::layernorm_backward(body, dy, x, weight, mean, rstd, rows, cols, dx, dweight, dbias);
   });
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu_body.h"
 #include "runtime/stream.h"
 
 namespace zest {
@@ -22,6 +23,14 @@ void layernorm_forward(const float* x, const float* weight, const float* bias, s
 void layernorm_backward(const float* dy, const float* x, const float* weight, const float* mean,
                         const float* rstd, std::int64_t rows, std::int64_t cols, float* dx,
                         float* dweight, float* dbias);
+// The same with a chosen body (kernels/cpu_body.h); the two above run selected_cpu_body(). Every
+// body gives the same bits.
+void layernorm_forward(CpuBody body, const float* x, const float* weight, const float* bias,
+                       std::int64_t rows, std::int64_t cols, float eps, float* y, float* mean,
+                       float* rstd);
+void layernorm_backward(CpuBody body, const float* dy, const float* x, const float* weight,
+                        const float* mean, const float* rstd, std::int64_t rows,
+                        std::int64_t cols, float* dx, float* dweight, float* dbias);
 
 }  // namespace cpu
 
