@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <climits>
 #include <string>
 
@@ -44,6 +45,13 @@ void scale_empty_product(cuda::CudaStream& stream, std::int64_t count, float bet
 }
 #endif
 
+// Note: OpenBLAS packs op(A)'s rows (its column-major "N") in panels of up to GEMM_R, which fills
+// each thread's 128 MiB buffer: a product with 50257 rows (the tied embedding's gradient) made
+// every OpenBLAS thread touch about 25 MiB of it for good. Products of more rows run as several
+// products of kMaxProductRows rows, which touch a few MiB and compute every element of C with
+// the same blocking of k, so the same bits.
+constexpr std::int64_t kMaxProductRows = 2048;
+
 }  // namespace
 
 namespace cpu {
@@ -55,10 +63,15 @@ void matmul(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int
   // Leading dimensions of the stored (untransposed) row-major matrices.
   const int lda = static_cast<int>(trans_a ? m : k);
   const int ldb = static_cast<int>(trans_b ? k : n);
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), alpha, a, lda > 0 ? lda : 1, b, ldb > 0 ? ldb : 1, beta, c,
-              static_cast<int>(n));
+  const std::int64_t rows = m > kMaxProductRows ? kMaxProductRows : m;
+  for (std::int64_t first = 0; first < m; first += rows) {
+    const std::int64_t count = std::min(rows, m - first);
+    const float* a_rows = trans_a ? a + first : a + first * k;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(count), static_cast<int>(n),
+                static_cast<int>(k), alpha, a_rows, lda > 0 ? lda : 1, b, ldb > 0 ? ldb : 1, beta,
+                c + first * n, static_cast<int>(n));
+  }
 }
 
 }  // namespace cpu

@@ -74,6 +74,18 @@ TEST(Matmul, EveryTransposeCombinationMatchesFloat64Reference) {
   }
 }
 
+// Products of more than 2048 rows run in pieces of rows (kernels/matmul.cc): every piece must
+// read its own rows of A (a column block when A is transposed) and write its own rows of C,
+// with alpha and beta, the last piece short.
+TEST(Matmul, ProductsOfManyRowsMatchFloat64Reference) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "trans_a=" << ta << " trans_b=" << tb);
+      expect_matches_reference({ta, tb, 2 * 2048 + 37, 5, 9, 0.5f, 0.25f});
+    }
+  }
+}
+
 TEST(Matmul, AlphaScalesAndBetaAccumulates) {
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
