@@ -2,8 +2,16 @@
 
 #include <cblas.h>
 
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
 #include <algorithm>
 #include <climits>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
 #include <string>
 
 #include "base/error.h"
@@ -45,6 +53,55 @@ void scale_empty_product(cuda::CudaStream& stream, std::int64_t count, float bet
 }
 #endif
 
+// Note: ranks that are threads of one process each run their products on their own thread, and
+// four ranks on two cores made the kernel time-slice four products at once: each is interrupted
+// every few milliseconds and finds its packed panels evicted from the cache by the others. At
+// most as many products as the process may use cores run at once (ZEST_CONCURRENT_PRODUCTS=n
+// sets another number, 0 none); a rank that would be one more waits, asleep, for a product to
+// finish. A product never waits for anything else while it runs, so this cannot deadlock.
+class ProductGate {
+ public:
+  ProductGate() : permits_(initial_permits()) {}
+
+  // Returns whether the caller holds a permit, to give back with leave().
+  bool enter() {
+    if (permits_ <= 0) return false;
+    std::unique_lock lock(mutex_);
+    free_.wait(lock, [&] { return running_ < permits_; });
+    ++running_;
+    return true;
+  }
+  void leave() {
+    {
+      std::lock_guard lock(mutex_);
+      --running_;
+    }
+    free_.notify_one();
+  }
+
+ private:
+  static int initial_permits() {
+    if (const char* value = std::getenv("ZEST_CONCURRENT_PRODUCTS"); value != nullptr) {
+      return std::atoi(value);
+    }
+#if defined(__linux__)
+    cpu_set_t cores;
+    if (sched_getaffinity(0, sizeof(cores), &cores) == 0) return std::max(1, CPU_COUNT(&cores));
+#endif
+    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+
+  const int permits_;
+  int running_ = 0;
+  std::mutex mutex_;
+  std::condition_variable free_;
+};
+
+ProductGate& product_gate() {
+  static ProductGate gate;
+  return gate;
+}
+
 // Note: OpenBLAS packs op(A)'s rows (its column-major "N") in panels of up to GEMM_R, which fills
 // each thread's 128 MiB buffer: a product with 50257 rows (the tied embedding's gradient) made
 // every OpenBLAS thread touch about 25 MiB of it for good. Products of more rows run as several
@@ -67,10 +124,12 @@ void matmul(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int
   for (std::int64_t first = 0; first < m; first += rows) {
     const std::int64_t count = std::min(rows, m - first);
     const float* a_rows = trans_a ? a + first : a + first * k;
+    const bool gated = product_gate().enter();
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(count), static_cast<int>(n),
                 static_cast<int>(k), alpha, a_rows, lda > 0 ? lda : 1, b, ldb > 0 ? ldb : 1, beta,
                 c + first * n, static_cast<int>(n));
+    if (gated) product_gate().leave();
   }
 }
 

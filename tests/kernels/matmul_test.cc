@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/error.h"
@@ -84,6 +85,28 @@ TEST(Matmul, ProductsOfManyRowsMatchFloat64Reference) {
       expect_matches_reference({ta, tb, 2 * 2048 + 37, 5, 9, 0.5f, 0.25f});
     }
   }
+}
+
+// More threads multiplying at once than the process has cores (ranks as threads): the products
+// past the limit wait their turn, none is lost or mixed up, and all return.
+TEST(Matmul, MoreConcurrentProductsThanCoresAllFinishCorrectly) {
+  constexpr int kThreads = 8, kProducts = 25, kSize = 24;
+  const std::vector<float> a = random_vector(kSize * kSize, 4), b = random_vector(kSize * kSize, 5);
+  std::vector<float> want(kSize * kSize);
+  cpu::matmul(false, false, kSize, kSize, kSize, 1.0f, a.data(), b.data(), 0.0f, want.data());
+  std::vector<int> wrong(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<float> c(kSize * kSize);
+      for (int i = 0; i < kProducts; ++i) {
+        cpu::matmul(false, false, kSize, kSize, kSize, 1.0f, a.data(), b.data(), 0.0f, c.data());
+        if (c != want) ++wrong[t];
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(wrong[t], 0) << "thread " << t;
 }
 
 TEST(Matmul, AlphaScalesAndBetaAccumulates) {
