@@ -4,7 +4,9 @@
 #include <string>
 
 #include "base/error.h"
+#include "kernels/cpu_body.h"
 #include "kernels/dispatch.h"
+#include "kernels/gradient_statistics_body.h"
 
 #if ZEST_HAVE_CUDA
 #include "kernels/gradient_statistics_cuda.h"
@@ -31,8 +33,8 @@ inline float to_float(Float16 value) { return static_cast<float>(value); }
 // non-finite elements needs a second pass only when the sum is not finite: the square of a
 // finite float never overflows a double, nor does any sum of them.
 template <typename T>
-void add_statistics(const T* values, std::size_t count, GradientStatistics* statistics) {
-  constexpr std::size_t kLanes = 8;
+double sum_of_squares(const T* values, std::size_t count) {
+  constexpr std::size_t kLanes = cpu::kStatisticsLanes;
   double lanes[kLanes] = {};
   std::size_t i = 0;
   for (; i + kLanes <= count; i += kLanes) {
@@ -48,7 +50,34 @@ void add_statistics(const T* values, std::size_t count, GradientStatistics* stat
   for (std::size_t width = kLanes / 2; width >= 1; width /= 2) {
     for (std::size_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
   }
-  const double sum = lanes[0];
+  return lanes[0];
+}
+
+double sum_of_squares(CpuBody body, const float* values, std::size_t count) {
+  switch (body) {
+#if defined(ZEST_HAVE_X86_BODIES)
+    case CpuBody::kAvx512: return cpu::sum_of_squares_avx512(values, count);
+    case CpuBody::kAvx2: return cpu::sum_of_squares_avx2(values, count);
+#else
+    case CpuBody::kAvx512:
+    case CpuBody::kAvx2:
+#endif
+    case CpuBody::kPortable: break;
+  }
+  return cpu::sum_of_squares_portable(values, count);
+}
+
+double sum_of_squares(CpuBody /*body*/, const BFloat16* values, std::size_t count) {
+  return sum_of_squares(values, count);
+}
+double sum_of_squares(CpuBody /*body*/, const Float16* values, std::size_t count) {
+  return sum_of_squares(values, count);
+}
+
+template <typename T>
+void add_statistics(CpuBody body, const T* values, std::size_t count,
+                    GradientStatistics* statistics) {
+  const double sum = sum_of_squares(body, values, count);
   std::uint64_t non_finite = 0;
   if (!std::isfinite(sum)) {
     for (std::size_t k = 0; k < count; ++k) non_finite += std::isfinite(to_float(values[k])) ? 0 : 1;
@@ -62,17 +91,26 @@ void add_statistics(const T* values, std::size_t count, GradientStatistics* stat
 
 namespace cpu {
 
-void add_gradient_statistics(const void* data, DType type, std::size_t count,
+double sum_of_squares_portable(const float* values, std::size_t count) {
+  return sum_of_squares(values, count);
+}
+
+void add_gradient_statistics(CpuBody body, const void* data, DType type, std::size_t count,
                              GradientStatistics* statistics) {
   check_type(type);
   switch (type) {
     case DType::kFloat32:
-      return add_statistics(static_cast<const float*>(data), count, statistics);
+      return add_statistics(body, static_cast<const float*>(data), count, statistics);
     case DType::kBFloat16:
-      return add_statistics(static_cast<const BFloat16*>(data), count, statistics);
+      return add_statistics(body, static_cast<const BFloat16*>(data), count, statistics);
     default:
-      return add_statistics(static_cast<const Float16*>(data), count, statistics);
+      return add_statistics(body, static_cast<const Float16*>(data), count, statistics);
   }
+}
+
+void add_gradient_statistics(const void* data, DType type, std::size_t count,
+                             GradientStatistics* statistics) {
+  add_gradient_statistics(selected_cpu_body(), data, type, count, statistics);
 }
 
 }  // namespace cpu
@@ -93,8 +131,9 @@ void add_gradient_statistics(Stream& stream, const void* data, DType type, std::
     return;
   }
 #endif
+  const CpuBody body = selected_cpu_body();
   dispatch_kernel(stream, "add_gradient_statistics",
-                  [=] { cpu::add_gradient_statistics(data, type, count, statistics); });
+                  [=] { cpu::add_gradient_statistics(body, data, type, count, statistics); });
 }
 
 }  // namespace zest

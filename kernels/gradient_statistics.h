@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "base/dtype.h"
+#include "kernels/cpu_body.h"
 #include "runtime/stream.h"
 
 namespace zest {
@@ -27,6 +28,10 @@ void add_gradient_statistics(Stream& stream, const void* data, DType type, std::
 
 namespace cpu {
 void add_gradient_statistics(const void* data, DType type, std::size_t count,
+                             GradientStatistics* statistics);
+// The same with a chosen body (kernels/cpu_body.h; the fp32 sum runs in it, bf16 and fp16 in
+// portable code); the one above runs selected_cpu_body(). Every body gives the same bits.
+void add_gradient_statistics(CpuBody body, const void* data, DType type, std::size_t count,
                              GradientStatistics* statistics);
 }  // namespace cpu
 
