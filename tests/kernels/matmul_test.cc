@@ -90,7 +90,7 @@ TEST(Matmul, ProductsOfManyRowsMatchFloat64Reference) {
 // More threads multiplying at once than the process has cores (ranks as threads): the products
 // past the limit wait their turn, none is lost or mixed up, and all return.
 TEST(Matmul, MoreConcurrentProductsThanCoresAllFinishCorrectly) {
-  constexpr int kThreads = 8, kProducts = 25, kSize = 24;
+  constexpr int kThreads = 8, kProducts = 10, kSize = 192;  // past the gate's smallest product
   const std::vector<float> a = random_vector(kSize * kSize, 4), b = random_vector(kSize * kSize, 5);
   std::vector<float> want(kSize * kSize);
   cpu::matmul(false, false, kSize, kSize, kSize, 1.0f, a.data(), b.data(), 0.0f, want.data());
