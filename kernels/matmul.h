@@ -2,8 +2,9 @@
 // op(A) is m x k, op(B) is k x n, C is m x n, all contiguous row-major. The CPU body is
 // OpenBLAS's cblas_sgemm; OpenBLAS's own thread count is a process-wide choice that belongs to
 // whoever owns the process (the world: openblas_set_num_threads(1) when ranks run as threads),
-// never to this kernel. The CPU body runs at most as many products at once, process-wide, as the
-// process may use cores (ZEST_CONCURRENT_PRODUCTS=n: n, 0: no limit); a caller past that waits.
+// never to this kernel. The CPU body runs at most as many products of 4M multiply-adds or more at
+// once, process-wide, as the process may use cores (ZEST_CONCURRENT_PRODUCTS=n: n, 0: no limit);
+// a caller past that waits.
 // Invariant: with beta == 0, C's old contents are not read.
 #pragma once
 

@@ -11,9 +11,10 @@ gradient clipping 1.0, at each shape and rank count:
 
 Threads: torch runs processes of --torch-threads threads each (1 by default: with more, its
 OpenMP threads spin-wait, which on a shared or oversubscribed machine costs it 5-10x); zest
-decides its own (one BLAS thread per rank when ranks > 1, every core for one rank). The runs are interleaved (shape, ranks, then each system in an order
-rotated every repeat) and repeated, since the machine may be shared; the table gives medians
-over repeats and the load average seen around the runs.
+decides its own (one BLAS thread per rank when ranks > 1, every core for one rank). The runs are
+interleaved (shape, ranks, then each system in an order rotated every repeat and reversed every
+other one, so that no system always follows another) and repeated, since the machine may be
+shared; the table gives medians over repeats and the load average seen around the runs.
 
   step_ms       median over the timed steps (after --warmup) of rank 0's step: zero_grad +
                 forward + backward (+ all-reduce) + clip + optimizer step (zest: its metrics'
@@ -216,8 +217,12 @@ def main():
     for repeat in range(args.repeats):
         for shape in shapes:
             for ranks in rank_counts:
+                # Rotated, and reversed every other repeat: rotation alone keeps the cyclic order,
+                # so the same system always ran right after torch's processes, which on a
+                # shared 2-core machine cost it up to 2x (zest-s3 vs base-s3 of one binary).
                 turn = repeat % len(systems)
-                for system in systems[turn:] + systems[:turn]:
+                order = systems[turn:] + systems[:turn]
+                for system in (order if repeat % 2 == 0 else order[::-1]):
                     runner = run_torch if system in ("ddp", "zero") else run_zest
                     step_ms, rss, loss = runner(system, shape, ranks, args)
                     loads.append(os.getloadavg()[0])
