@@ -73,8 +73,8 @@ void layernorm_forward_avx2(const float* x, const float* weight, const float* bi
       const __m128 a = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_sub_pd(widen(row + j), mv), sv));
       const __m128 b = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_sub_pd(widen(row + j + 4), mv), sv));
       const __m256 normalized = _mm256_set_m128(b, a);
-      _mm256_storeu_ps(out + j, _mm256_add_ps(_mm256_mul_ps(normalized, _mm256_loadu_ps(weight + j)),
-                                              _mm256_loadu_ps(bias + j)));
+      const __m256 scaled = _mm256_mul_ps(normalized, _mm256_loadu_ps(weight + j));
+      _mm256_storeu_ps(out + j, _mm256_add_ps(scaled, _mm256_loadu_ps(bias + j)));
     }
     for (; j < cols; ++j) out[j] = static_cast<float>((row[j] - m) * s) * weight[j] + bias[j];
     mean[r] = static_cast<float>(m);
@@ -122,7 +122,8 @@ void layernorm_backward_avx2(const float* dy, const float* x, const float* weigh
                        _mm256_add_ps(_mm256_loadu_ps(dweight + j), _mm256_mul_ps(xhat, d)));
       const __m256 inner =
           _mm256_sub_ps(_mm256_sub_ps(dnorm, dmv), _mm256_mul_ps(xhat, dxmv));
-      _mm256_storeu_ps(dxrow + j, _mm256_add_ps(_mm256_loadu_ps(dxrow + j), _mm256_mul_ps(sv, inner)));
+      _mm256_storeu_ps(dxrow + j,
+                       _mm256_add_ps(_mm256_loadu_ps(dxrow + j), _mm256_mul_ps(sv, inner)));
     }
     for (; j < cols; ++j) {
       const float xhat = (row[j] - m) * s;

@@ -86,9 +86,10 @@ void forward_rows(const float* x, const float* weight, const float* bias, std::i
     const __m512d mv = _mm512_set1_pd(m[r]), sv = _mm512_set1_pd(s[r]);
     std::int64_t j = 0;
     for (; j + kLanes <= cols; j += kLanes) {
-      const __m256 normalized = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_sub_pd(widen(row + j), mv), sv));
-      _mm256_storeu_ps(out + j, _mm256_add_ps(_mm256_mul_ps(normalized, _mm256_loadu_ps(weight + j)),
-                                              _mm256_loadu_ps(bias + j)));
+      const __m256 normalized =
+          _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_sub_pd(widen(row + j), mv), sv));
+      const __m256 scaled = _mm256_mul_ps(normalized, _mm256_loadu_ps(weight + j));
+      _mm256_storeu_ps(out + j, _mm256_add_ps(scaled, _mm256_loadu_ps(bias + j)));
     }
     for (; j < cols; ++j) {
       out[j] = static_cast<float>((row[j] - m[r]) * s[r]) * weight[j] + bias[j];
@@ -154,7 +155,8 @@ void layernorm_backward_avx512(const float* dy, const float* x, const float* wei
                        _mm512_add_ps(_mm512_loadu_ps(dweight + j), _mm512_mul_ps(xhat, d)));
       const __m512 inner =
           _mm512_sub_ps(_mm512_sub_ps(dnorm, dmv), _mm512_mul_ps(xhat, dxmv));
-      _mm512_storeu_ps(dxrow + j, _mm512_add_ps(_mm512_loadu_ps(dxrow + j), _mm512_mul_ps(ws, inner)));
+      _mm512_storeu_ps(dxrow + j,
+                       _mm512_add_ps(_mm512_loadu_ps(dxrow + j), _mm512_mul_ps(ws, inner)));
     }
     for (; j < cols; ++j) {
       const float xhat = (row[j] - m) * s;
