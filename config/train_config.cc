@@ -26,7 +26,8 @@ using namespace config_reading;
 
 void parse_world(Block& root, TrainConfig& out) {
   Block block(root.object_or_empty("world"), "world",
-              {"backend", "ranks", "device", "device_memory", "host_memory", "timeout_s"});
+              {"backend", "ranks", "ranks_per_node", "device", "device_memory", "host_memory",
+               "timeout_s"});
 
   // The default backend is the device's: local (threads) for cpu, nccl for cuda.
   const bool cuda = block.find("device") != nullptr && block.find("device")->is_string() &&
@@ -45,6 +46,24 @@ void parse_world(Block& root, TrainConfig& out) {
                                           std::to_string(ranks));
   }
   out.world.ranks = static_cast<int>(ranks);
+
+  // "auto": the launcher's count where it says (Open MPI, Slurm), else every rank on one node.
+  const json& per_node = block.get_or("ranks_per_node", "auto");
+  if (!(per_node.is_string() && per_node == "auto")) {
+    const bool integral = per_node.is_number() && !per_node.is_boolean();
+    const std::int64_t value = integral ? read_integer(per_node, block.path("ranks_per_node")) : 0;
+    if (value < 1 || value > 65536) {
+      config_error(block.path("ranks_per_node"),
+                   "must be \"auto\" or an integer from 1 to 65536, got " + per_node.dump());
+    }
+    // With processes world.ranks may be left at 1: the World checks against the launcher's count.
+    if (ranks > 1 && ranks % value != 0) {
+      config_error(block.path("ranks_per_node"),
+                   std::to_string(value) + " does not divide world.ranks " +
+                       std::to_string(ranks) + "; every node runs the same number of ranks");
+    }
+    out.world.ranks_per_node = static_cast<int>(value);
+  }
 
   const std::string device = read_string(block.get_or("device", "cpu"), block.path("device"));
   if (device == "cpu") {

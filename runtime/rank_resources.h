@@ -23,7 +23,9 @@ class RankResources {
         context_{rank,       world_size, device,
                  *compute_,  *comm_,     *prefetch_,
                  maybe_checked(communicator, options.check_collectives, &device, checked_),
-                 options.trace.get()} {}
+                 options.trace.get(),
+                 Topology(world_size, options.ranks_per_node > 0 ? options.ranks_per_node
+                                                                  : world_size)} {}
   RankResources(const RankResources&) = delete;
   RankResources& operator=(const RankResources&) = delete;
 

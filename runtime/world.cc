@@ -121,6 +121,11 @@ World::World(WorldOptions options) : options_(std::move(options)) {
 #endif
   }
   options_.ranks = detected_.size;
+  // Note: the config wins over the launcher, so a one-machine run can model several nodes.
+  const int ranks_per_node = options_.ranks_per_node > 0 ? options_.ranks_per_node
+                             : detected_.ranks_per_node > 0 ? detected_.ranks_per_node
+                                                            : detected_.size;
+  options_.ranks_per_node = Topology(detected_.size, ranks_per_node).ranks_per_node();
 #if ZEST_HAVE_CUDA
   if (nccl) {
     // Each rank its own GPU (NCCL forbids two ranks on one): threads take GPUs 0..n-1, a process

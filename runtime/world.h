@@ -22,6 +22,7 @@
 #include "memory/allocator.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
+#include "runtime/topology.h"
 #include "runtime/trace.h"
 #include "runtime/world_detection.h"
 
@@ -29,6 +30,10 @@ namespace zest {
 
 struct WorldOptions {
   int ranks = 1;                  // threads; with processes, 1 (unset) or the launcher's count
+  // Consecutive ranks per node (runtime/topology.h). 0: the launcher's count where it says
+  // (world_detection.h), else every rank on one node (always so for threads unless set). World
+  // resolves it: options() holds the number in use.
+  int ranks_per_node = 0;
   std::string backend = "local";  // "local", "mpi" or "auto" (world_detection.h)
   DeviceKind device = DeviceKind::kCpu;
   std::size_t device_memory = kUnlimitedCapacity;  // per rank, bytes
@@ -76,6 +81,9 @@ struct RankContext {
   Stream& prefetch;
   Communicator& communicator;
   TraceRecorder* trace = nullptr;  // null unless WorldOptions::trace is set
+  Topology topology;               // which node each world rank runs on
+  // This rank's node (topology.node_of of its world rank).
+  int node() const { return topology.node_of(rank); }
 
   Allocator& allocator() const { return device.allocator(); }
   // Waits for all of this rank's streams; throws a stream's own error before a peer failure

@@ -1,5 +1,6 @@
 #include "runtime/world_detection.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <optional>
@@ -18,7 +19,28 @@ struct Launch {
   int rank = 0;
   int size = 1;
   int local_rank = 0;
+  int ranks_per_node = 0;  // 0: not said
 };
+
+// Slurm's SLURM_TASKS_PER_NODE: "2(x3)", "4,4" or "4(x2),4" when every node runs the same number
+// of tasks (that number); 0 for uneven nodes ("4,2") or text it does not recognize.
+int even_slurm_tasks_per_node(const std::string& text) {
+  int common = 0;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    int tasks = 0;
+    const auto [stop, error] = std::from_chars(item.data(), item.data() + item.size(), tasks);
+    const std::string rest(stop, item.data() + item.size());
+    const bool repeat = rest.size() > 3 && rest.rfind("(x", 0) == 0 && rest.back() == ')';
+    if (error != std::errc() || tasks < 1 || (!rest.empty() && !repeat)) return 0;
+    if (common != 0 && tasks != common) return 0;
+    common = tasks;
+    at = end + 1;
+  }
+  return common;
+}
 
 class Environment {
  public:
@@ -43,7 +65,7 @@ class Environment {
 
   // A launcher's variables: nothing where rank or size is unset.
   std::optional<Launch> launch(const char* launcher, const char* rank_name, const char* size_name,
-                               const char* local_name) const {
+                               const char* local_name, const char* local_size_name) const {
     const std::optional<int> rank = integer(rank_name);
     const std::optional<int> size = integer(size_name);
     if (!rank || !size) return std::nullopt;
@@ -53,18 +75,26 @@ class Environment {
                                           std::to_string(*rank) + ", " + size_name + "=" +
                                           std::to_string(*size));
     }
-    return Launch{launcher, *rank, *size, integer(local_name).value_or(0)};
+    return Launch{launcher, *rank, *size, integer(local_name).value_or(0),
+                  local_size_name ? integer(local_size_name).value_or(0) : 0};
   }
 
   std::optional<Launch> open_mpi() const {
     return launch("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                  "OMPI_COMM_WORLD_LOCAL_RANK");
+                  "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE");
   }
   std::optional<Launch> slurm() const {
-    return launch("Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID");
+    std::optional<Launch> found =
+        launch("Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE");
+    if (found && found->ranks_per_node == 0) {
+      if (const char* text = raw("SLURM_TASKS_PER_NODE")) {
+        found->ranks_per_node = even_slurm_tasks_per_node(text);
+      }
+    }
+    return found;
   }
   std::optional<Launch> torchrun() const {
-    return launch("torchrun-style", "RANK", "WORLD_SIZE", "LOCAL_RANK");
+    return launch("torchrun-style", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
   }
 
  private:
@@ -72,7 +102,7 @@ class Environment {
 };
 
 DetectedWorld threads(int ranks) {
-  return {false, ranks, 0, 0, "local", "threads"};
+  return {false, ranks, 0, 0, 0, "local", "threads"};
 }
 
 // With processes, world.ranks is the launcher's to decide: 1 (the default) or the same count.
@@ -84,7 +114,8 @@ DetectedWorld processes(const Launch& launch, int ranks) {
                     " processes (one rank each); leave world.ranks out or set it to " +
                     std::to_string(launch.size));
   }
-  return {true, launch.size, launch.rank, launch.local_rank, "mpi", launch.launcher};
+  return {true,          launch.size, launch.rank, launch.local_rank, launch.ranks_per_node,
+          "mpi",         launch.launcher};
 }
 
 [[noreturn]] void torchrun_without_mpi(const Launch& launch) {
@@ -140,7 +171,7 @@ DetectedWorld detect_world(const std::string& backend, int ranks, const EnvReade
                       ", or use world.backend \"local\" for " + std::to_string(ranks) +
                       " threads");
     }
-    return {true, 1, 0, 0, "mpi", "MPI singleton"};
+    return {true, 1, 0, 0, 1, "mpi", "MPI singleton"};
   }
   if (backend == "auto") {
     if (auto launch = environment.open_mpi()) return processes(*launch, ranks);

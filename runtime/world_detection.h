@@ -2,7 +2,7 @@
 // (mpirun, srun). Decided in this order: the explicit config (world.backend "local": threads;
 // "mpi": processes), then, for "auto", the launcher's environment — Open MPI
 // (OMPI_COMM_WORLD_*), Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), torchrun-style (RANK,
-// WORLD_SIZE, LOCAL_RANK) — and otherwise threads. Invariant: processes always talk over MPI
+// WORLD_SIZE, LOCAL_RANK; LOCAL_WORLD_SIZE for the ranks per node) — and otherwise threads. Invariant: processes always talk over MPI
 // (zest has no transport of its own), so an environment that says "processes" without an MPI
 // launcher is an error that says how to launch, never a silent run of N unconnected copies.
 #pragma once
@@ -17,6 +17,9 @@ struct DetectedWorld {
   int size = 1;              // ranks in the world
   int rank = 0;              // this process's rank (0 with threads: this process has them all)
   int local_rank = 0;        // this process's rank among those on its machine
+  // Ranks on each machine as the launcher says (OMPI_COMM_WORLD_LOCAL_SIZE, SLURM_NTASKS_PER_NODE
+  // or an even SLURM_TASKS_PER_NODE, LOCAL_WORLD_SIZE); 0: it did not say, or nodes differ.
+  int ranks_per_node = 0;
   std::string backend;       // "local" or "mpi"
   std::string launcher;      // "threads", "Open MPI", "Slurm", "MPI singleton"
 

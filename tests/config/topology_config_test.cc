@@ -1,0 +1,62 @@
+// The config keys of nodes, the link model and hybrid sharding: world.ranks_per_node, world.link,
+// zero_optimization.hybrid_shard_size; their defaults in the resolved config and their errors.
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+#include "config/train_config.h"
+
+namespace zest {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+json base_config() {
+  return json::parse(R"({
+    "model": {"type": "mlp", "sizes": [8, 16, 4]},
+    "world": {"backend": "local", "ranks": 4},
+    "steps": 10,
+    "train_batch_size": 8,
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+    "zero_optimization": {"stage": 3}
+  })");
+}
+
+std::string config_error(const json& config) {
+  try {
+    parse_train_config(config, {});
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kConfig) << error.what();
+    return error.what();
+  }
+  ADD_FAILURE() << "expected a kConfig error";
+  return "";
+}
+
+TEST(TopologyConfig, RanksPerNodeIsAutoUnlessSet) {
+  const TrainConfig plain = parse_train_config(base_config(), {});
+  EXPECT_EQ(plain.world.ranks_per_node, 0);
+  EXPECT_EQ(plain.json["world"]["ranks_per_node"], "auto");
+  json config = base_config();
+  config["world"]["ranks_per_node"] = 2;
+  EXPECT_EQ(parse_train_config(config, {}).world.ranks_per_node, 2);
+}
+
+TEST(TopologyConfig, RanksPerNodeThatDoNotDivideTheRanksAreRefused) {
+  json config = base_config();
+  config["world"]["ranks_per_node"] = 3;
+  EXPECT_EQ(config_error(config),
+            "world.ranks_per_node: 3 does not divide world.ranks 4; every node runs the same "
+            "number of ranks");
+  config["world"]["ranks_per_node"] = 0;
+  EXPECT_THAT(config_error(config), HasSubstr("must be \"auto\" or an integer from 1 to 65536"));
+  config["world"]["ranks_per_node"] = "two";
+  EXPECT_THAT(config_error(config), HasSubstr("world.ranks_per_node: must be \"auto\""));
+}
+
+}  // namespace
+}  // namespace zest
