@@ -24,10 +24,35 @@ namespace config_blocks {
 
 using namespace config_reading;
 
+// world.link: the modelled inter-node network (runtime/link_model.h). "model": "auto" models it
+// for ranks as threads, whose nodes exist only in world.ranks_per_node; "on" / "off" force it.
+static void parse_link(Block& world, LinkOptions& out) {
+  Block block(world.object_or_empty("link"), world.path("link"),
+              {"model", "bandwidth_gbit_s", "latency_us"});
+  const std::string model = read_string(block.get_or("model", "auto"), block.path("model"));
+  if (model == "on" || model == "off") {
+    out.modelled = model == "on";
+  } else if (model != "auto") {
+    config_error(block.path("model"), "must be \"auto\", \"on\" or \"off\", got \"" + model + "\"");
+  }
+  out.bandwidth_gbit_s =
+      read_number(block.get_or("bandwidth_gbit_s", out.bandwidth_gbit_s), block.path("bandwidth_gbit_s"));
+  if (out.bandwidth_gbit_s <= 0.0 || out.bandwidth_gbit_s > 1e6) {
+    config_error(block.path("bandwidth_gbit_s"),
+                 "must be a number of gigabits per second > 0 and <= 1e6, got " +
+                     block.find("bandwidth_gbit_s")->dump());
+  }
+  out.latency_us = read_number(block.get_or("latency_us", out.latency_us), block.path("latency_us"));
+  if (out.latency_us < 0.0 || out.latency_us > 1e6) {
+    config_error(block.path("latency_us"), "must be a number of microseconds from 0 to 1e6, got " +
+                                               block.find("latency_us")->dump());
+  }
+}
+
 void parse_world(Block& root, TrainConfig& out) {
   Block block(root.object_or_empty("world"), "world",
-              {"backend", "ranks", "ranks_per_node", "device", "device_memory", "host_memory",
-               "timeout_s"});
+              {"backend", "ranks", "ranks_per_node", "link", "device", "device_memory",
+               "host_memory", "timeout_s"});
 
   // The default backend is the device's: local (threads) for cpu, nccl for cuda.
   const bool cuda = block.find("device") != nullptr && block.find("device")->is_string() &&
@@ -100,6 +125,8 @@ void parse_world(Block& root, TrainConfig& out) {
       config_error(memory_path, memory_forms + describe(memory));
     }
   }
+
+  parse_link(block, out.world.link);
 
   const double timeout = read_number(block.get_or("timeout_s", 300), block.path("timeout_s"));
   if (timeout <= 0 || timeout > 1e9) {

@@ -51,6 +51,8 @@ int track_id(const std::string& track) {
   if (track == "compute") return 0;
   if (track == "comm") return 1;
   if (track == "prefetch") return 2;
+  if (track == "comm inter-node") return 4;  // the link model's waits (link_model.h)
+  if (track == "prefetch inter-node") return 5;
   return 3;
 }
 

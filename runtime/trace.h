@@ -16,7 +16,8 @@ class TraceRecorder {
  public:
   struct Slice {
     int rank = 0;
-    std::string track;  // the stream's role: "compute", "comm", "prefetch", "checkpoints"
+    std::string track;  // the stream's role: "compute", "comm", "prefetch", "checkpoints", or
+                        // "comm inter-node" (the link model's waits, runtime/link_model.h)
     std::string name;
     std::int64_t begin_us = 0;
     std::int64_t end_us = 0;

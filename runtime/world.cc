@@ -126,6 +126,12 @@ World::World(WorldOptions options) : options_(std::move(options)) {
                              : detected_.ranks_per_node > 0 ? detected_.ranks_per_node
                                                             : detected_.size;
   options_.ranks_per_node = Topology(detected_.size, ranks_per_node).ranks_per_node();
+  // Threads of one process share memory: nodes exist only in the model, so "auto" models the
+  // link. Processes (and GPUs) have real links, whose time is already in every collective.
+  if (!options_.link.modelled) options_.link.modelled = !detected_.processes && !nccl;
+  if (!(options_.link.bandwidth_gbit_s > 0.0) || !(options_.link.latency_us >= 0.0)) {
+    throw Error(ErrorKind::kConfig, "world.link: bandwidth_gbit_s must be > 0 and latency_us >= 0");
+  }
 #if ZEST_HAVE_CUDA
   if (nccl) {
     // Each rank its own GPU (NCCL forbids two ranks on one): threads take GPUs 0..n-1, a process

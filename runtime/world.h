@@ -22,6 +22,7 @@
 #include "memory/allocator.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
+#include "runtime/link_model.h"
 #include "runtime/topology.h"
 #include "runtime/trace.h"
 #include "runtime/world_detection.h"
@@ -34,6 +35,8 @@ struct WorldOptions {
   // (world_detection.h), else every rank on one node (always so for threads unless set). World
   // resolves it: options() holds the number in use.
   int ranks_per_node = 0;
+  // The modelled inter-node network and its "auto" (link_model.h); World resolves `modelled`.
+  LinkOptions link;
   std::string backend = "local";  // "local", "mpi" or "auto" (world_detection.h)
   DeviceKind device = DeviceKind::kCpu;
   std::size_t device_memory = kUnlimitedCapacity;  // per rank, bytes
@@ -84,6 +87,9 @@ struct RankContext {
   Topology topology;               // which node each world rank runs on
   // This rank's node (topology.node_of of its world rank).
   int node() const { return topology.node_of(rank); }
+  // What this rank has put on the wire, intra- and inter-node (link_model.h); null outside a
+  // World (a context a test builds by hand).
+  const WireCounter* wire = nullptr;
 
   Allocator& allocator() const { return device.allocator(); }
   // Waits for all of this rank's streams; throws a stream's own error before a peer failure

@@ -78,8 +78,8 @@ const BadConfig kBadConfigs[] = {
     {"OldNameOfStepsPerPrint", false, {"log_interval=5"},
      "log_interval: unknown key; did you mean 'steps_per_print'?"},
     {"UnknownKeyFarFromAny", false, {"world.flavour=\"x\""},
-     "world.flavour: unknown key; allowed here: backend, ranks, device, device_memory, "
-     "host_memory or timeout_s"},
+     "world.flavour: unknown key; allowed here: backend, ranks, ranks_per_node, link, device, "
+     "device_memory, host_memory or timeout_s"},
     {"GptKeyOnTheMlp", false, {"model.n_layer=2"},
      "model.n_layer: unknown key; allowed here: type, sizes or init_from"},
     {"TypoInGptKey", true, {"model.n_embed=32"},

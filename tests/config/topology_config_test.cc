@@ -58,5 +58,30 @@ TEST(TopologyConfig, RanksPerNodeThatDoNotDivideTheRanksAreRefused) {
   EXPECT_THAT(config_error(config), HasSubstr("world.ranks_per_node: must be \"auto\""));
 }
 
+TEST(TopologyConfig, TheLinkModelIsAutoAt25GigabytesAnd10Microseconds) {
+  const TrainConfig plain = parse_train_config(base_config(), {});
+  EXPECT_FALSE(plain.world.link.modelled.has_value());
+  EXPECT_EQ(plain.world.link.bandwidth_gbit_s, 200.0);
+  EXPECT_EQ(plain.world.link.latency_us, 10.0);
+  EXPECT_EQ(plain.json["world"]["link"],
+            json::parse(R"({"model": "auto", "bandwidth_gbit_s": 200.0, "latency_us": 10.0})"));
+  json config = base_config();
+  config["world"]["link"] = {{"model", "off"}, {"bandwidth_gbit_s", 10}, {"latency_us", 0}};
+  const TrainConfig set = parse_train_config(config, {});
+  EXPECT_EQ(set.world.link.modelled, std::optional<bool>(false));
+  EXPECT_EQ(set.world.link.bandwidth_gbit_s, 10.0);
+  EXPECT_EQ(set.world.link.latency_us, 0.0);
+  config["world"]["link"] = {{"model", "yes"}};
+  EXPECT_EQ(config_error(config),
+            "world.link.model: must be \"auto\", \"on\" or \"off\", got \"yes\"");
+  config["world"]["link"] = {{"bandwidth_gbit_s", 0}};
+  EXPECT_THAT(config_error(config), HasSubstr("world.link.bandwidth_gbit_s: must be a number of "
+                                              "gigabits per second > 0"));
+  config["world"]["link"] = {{"latency_us", -1}};
+  EXPECT_THAT(config_error(config), HasSubstr("world.link.latency_us: must be a number"));
+  config["world"]["link"] = {{"bandwith_gbit_s", 1}};
+  EXPECT_THAT(config_error(config), HasSubstr("did you mean 'world.link.bandwidth_gbit_s'?"));
+}
+
 }  // namespace
 }  // namespace zest
