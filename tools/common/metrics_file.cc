@@ -81,6 +81,8 @@ void RunRecords::add(const json& record, const std::string& where) {
     step.tokens = tokens->get<std::int64_t>();
   }
   step.loss_scale = number_or_null(record, "loss_scale", where, false);
+  step.intra_node_bytes = number_or_null(record, "intra_node_bytes", where, false);
+  step.inter_node_bytes = number_or_null(record, "inter_node_bytes", where, false);
   if (const auto skipped = record.find("skipped"); skipped != record.end()) {
     if (!skipped->is_boolean()) {
       data_error(where + ": \"skipped\" must be true or false, got " +

@@ -24,6 +24,10 @@ struct StepRecord {
   std::optional<std::int64_t> tokens;  // seen up to and including this step
   std::optional<double> loss_scale;    // fp16 only
   bool skipped = false;                // fp16: the step was skipped on an overflow
+  // Bytes rank 0 put on the wire in the step, inside its node and across nodes
+  // (runtime/link_model.h); none in records written before zest counted them.
+  std::optional<double> intra_node_bytes;
+  std::optional<double> inter_node_bytes;
 };
 
 struct EvalRecord {

@@ -190,6 +190,43 @@ void optimizer_charts(HtmlPage& page, const RunReportInput& input) {
   if (!scaled) page.paragraph("No loss scaling in this run (fp16 is off), so no loss-scale chart.");
 }
 
+// Bytes on the wire per step: rank 0's, inside its node and across nodes, as the ring model of
+// runtime/link_model.h counts them (each rank of a group counts the group's average share).
+// Records from before zest counted them have none: no section.
+void wire_section(HtmlPage& page, const RunReportInput& input) {
+  const std::vector<StepRecord>& steps = input.records.steps;
+  double intra_sum = 0.0, inter_sum = 0.0;
+  std::size_t counted = 0;
+  ordered_json intra = ordered_json::array(), inter = ordered_json::array();
+  const auto mib = [](const std::optional<double>& bytes) {
+    return bytes ? std::optional<double>(*bytes / kMiB) : std::nullopt;
+  };
+  for (const std::size_t i : shown_steps(steps.size())) {
+    const double x = static_cast<double>(steps[i].step);
+    intra.push_back(point(x, mib(steps[i].intra_node_bytes)));
+    inter.push_back(point(x, mib(steps[i].inter_node_bytes)));
+  }
+  for (const StepRecord& step : steps) {
+    if (!step.intra_node_bytes || !step.inter_node_bytes) continue;
+    intra_sum += *step.intra_node_bytes;
+    inter_sum += *step.inter_node_bytes;
+    ++counted;
+  }
+  if (counted == 0) return;
+  page.heading("Bytes on the wire");
+  ordered_json chart =
+      line_chart(ordered_json::array({line_dataset("inside the node", std::move(intra), 5),
+                                      line_dataset("across nodes", std::move(inter), 6)}),
+                 "step", "MiB sent by rank 0");
+  chart["options"]["scales"]["y"]["beginAtZero"] = true;
+  page.chart("Bytes rank 0 sent per step, inside its node and across nodes", std::move(chart));
+  const auto per_step = [&](double sum) { return fmt::format("{:.3f}", sum / counted / kMiB); };
+  page.table({"per step (mean of " + std::to_string(counted) + ")", "MiB"},
+             {{"inside the node", per_step(intra_sum)},
+              {"across nodes", per_step(inter_sum)},
+              {"in all", per_step(intra_sum + inter_sum)}});
+}
+
 // The categories of a peak record, in the order written, without the rank and the total.
 std::vector<std::string> categories_of(const json& peak) {
   std::vector<std::string> names;
@@ -337,6 +374,7 @@ HtmlPage run_report_page(const RunReportInput& input) {
   loss_charts(page, input);
   page.heading("Optimizer and throughput");
   optimizer_charts(page, input);
+  wire_section(page, input);
   memory_section(page, input);
   timeline_section(page, input);
   page.heading("Resolved config");

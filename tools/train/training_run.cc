@@ -151,6 +151,21 @@ ordered_json step_record(const TrainConfig& config, const StepStats& stats, doub
   return line;
 }
 
+// What rank 0 put on the wire in a step, in bytes: the totals inside its node and across nodes,
+// and each collective kind's [inside, across] (kinds that sent nothing are left out).
+void add_wire_bytes(ordered_json& line, const WireBytes& step) {
+  const auto whole = [](double bytes) { return static_cast<std::int64_t>(std::llround(bytes)); };
+  line["intra_node_bytes"] = whole(step.intra_total());
+  line["inter_node_bytes"] = whole(step.inter_total());
+  ordered_json kinds = ordered_json::object();
+  for (int k = 0; k < kWireKinds; ++k) {
+    if (step.intra_node[k] == 0.0 && step.inter_node[k] == 0.0) continue;
+    kinds[wire_kind_name(static_cast<WireKind>(k))] = {whole(step.intra_node[k]),
+                                                       whole(step.inter_node[k])};
+  }
+  line["wire_bytes"] = std::move(kinds);
+}
+
 // A record of the run (rank 0): to the metrics log, and to the records a report is drawn from.
 void record(RunState& run, MetricsLog* metrics, const ordered_json& line) {
   if (metrics != nullptr) metrics->append(line);
@@ -204,6 +219,7 @@ void train_rank(RankContext& context, RunState& run) {
   slice.world_size = context.world_size;
   for (std::int64_t step = first_step; step <= config.steps; ++step) {
     const Clock::time_point step_start = Clock::now();
+    const WireBytes wire_before = context.wire ? context.wire->snapshot() : WireBytes{};
     for (slice.micro_batch = 0; slice.micro_batch < slice.accumulation; ++slice.micro_batch) {
       held.push_back(run.batches.training(step, slice));
       trainer->forward_backward(held.back().batch());
@@ -217,8 +233,10 @@ void train_rank(RankContext& context, RunState& run) {
       run.last_step = step;
       progress.count(step_ms);
       // Written before the step is shown: a step the user has seen is on disk.
-      record(run, metrics,
-             step_record(config, stats, step_ms, progress.tokens_per_s(), tokens_per_step));
+      ordered_json line =
+          step_record(config, stats, step_ms, progress.tokens_per_s(), tokens_per_step);
+      if (context.wire != nullptr) add_wire_bytes(line, context.wire->snapshot() - wire_before);
+      record(run, metrics, line);
       if (csv != nullptr) {
         csv->record_step(step, stats.loss, stats.lr, stats.grad_norm,
                          config.engine.loss_scale.enabled ? std::optional<float>(stats.loss_scale)
