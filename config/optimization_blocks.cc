@@ -179,17 +179,43 @@ void parse_offload_optimizer(Block& zero, TrainConfig& out) {
 
 }  // namespace
 
+// zero_optimization.hybrid_shard_size (zest's key; FSDP's HYBRID_SHARD, MiCS): "off" (plain
+// ZeRO over every rank), "node" (shard within each node of world.ranks_per_node) or a number of
+// consecutive ranks that divides world.ranks. Note: DeepSpeed has no key for it —
+// zero_hpz_partition_size is ZeRO++'s secondary copy of the parameters, a different thing — so
+// the name is zest's own, after what it sets: the size of the group the model state is sharded
+// over.
+static void parse_hybrid_shard_size(Block& block, TrainConfig& out) {
+  const json& value = block.get_or("hybrid_shard_size", "off");
+  const std::string path = block.path("hybrid_shard_size");
+  const std::string allowed = "must be \"off\", \"node\" or a number of ranks that divides "
+                              "world.ranks";
+  if (value.is_string() && (value == "off" || value == "node")) {
+    out.engine.hybrid_shard_size = value == "off" ? 0 : kHybridShardNode;
+    return;
+  }
+  if (!value.is_number() || value.is_boolean()) config_error(path, allowed + ", got " + describe(value));
+  const std::int64_t size = read_integer(value, path);
+  const int ranks = out.world.ranks;
+  if (size < 1 || size > 65536 || (ranks > 1 && ranks % size != 0)) {
+    config_error(path, allowed + " (" + std::to_string(ranks) + "), got " + value.dump());
+  }
+  out.engine.hybrid_shard_size = static_cast<int>(size);
+}
+
 void parse_zero(Block& root, TrainConfig& out) {
   Block block(root.object_or_empty("zero_optimization"), "zero_optimization",
               {"stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
                "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
-               "contiguous_gradients", "offload_optimizer"});
+               "contiguous_gradients", "offload_optimizer", "hybrid_shard_size"});
   const json& stage = block.get_or("stage", 0);
   const std::int64_t value = read_integer(stage, block.path("stage"));
   if (value < 0 || value > 3) {
     config_error(block.path("stage"), "must be 0, 1, 2 or 3, got " + std::to_string(value));
   }
   out.engine.stage = static_cast<int>(value);
+
+  parse_hybrid_shard_size(block, out);
 
   ZeroOverlapConfig& overlap = out.zero_overlap;
   EngineOptions& engine = out.engine;

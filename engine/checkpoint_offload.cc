@@ -44,7 +44,7 @@ void CheckpointOffload::traced_copy(void* destination, const void* source, std::
   auto begin = std::make_shared<std::int64_t>(0);
   stream_->enqueue([begin] { *begin = TraceRecorder::now_us(); });
   context_.device.copy(*stream_, destination, source, bytes);
-  stream_->enqueue([begin, trace = context_.trace, rank = context_.rank, name = std::move(name),
+  stream_->enqueue([begin, trace = context_.trace, rank = context_.rank_in_world(), name = std::move(name),
                     bytes] {
     trace->add({rank, "checkpoints", name, *begin, TraceRecorder::now_us(),
                 static_cast<std::int64_t>(bytes)});

@@ -51,6 +51,8 @@ struct TrainingMemory;  // engine/job_shape.h
 // error says what ran out and nothing more.
 using OutOfMemoryAdvice = std::function<std::string(const TrainingMemory&)>;
 
+inline constexpr int kHybridShardNode = -1;  // EngineOptions::hybrid_shard_size: one node
+
 struct EngineOptions {
   int stage = 0;                    // zero_optimization.stage
   std::uint64_t seed = 1234;        // parameter initialization
@@ -85,6 +87,10 @@ struct EngineOptions {
   // Which units recompute their activations before backward, and whether their kept inputs
   // wait in host memory (engine/recompute.h). Results are bit-identical with or without.
   ActivationCheckpointing activation_checkpointing;
+  // zero_optimization.hybrid_shard_size (engine/hybrid_shards.h): shard over groups of this many
+  // consecutive ranks and replicate across the groups. 0 or the world size: plain ZeRO;
+  // kHybridShardNode: a node's ranks (RankContext::topology).
+  int hybrid_shard_size = 0;
   FaultInjection fault;         // debug: none unless a test or debug.fault asks
   OutOfMemoryAdvice out_of_memory_advice;
 };
@@ -113,6 +119,7 @@ struct MemoryPrediction {
 };
 
 class Trainer;
+class HybridShards;  // engine/hybrid_shards.h
 
 // One of a rank's state tensors for one unit, as a view into the engine's buffers: the rank's
 // shard, elements [begin, end) of the unit's flat buffer (padding included).
@@ -144,8 +151,13 @@ class Engine {
   const EngineOptions& options() const { return options_; }
 
  private:
+  // The context the trainer runs in: this rank's, or its shard group's view of it when the
+  // options ask for hybrid sharding (engine/hybrid_shards.cc).
+  RankContext& trainer_context();
+
   RankContext& context_;
   EngineOptions options_;
+  std::shared_ptr<HybridShards> hybrid_;  // made by the first shard() that needs it
 };
 
 class Trainer {

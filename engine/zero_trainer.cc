@@ -362,7 +362,7 @@ std::shared_ptr<std::int64_t> ZeroTrainer::trace_begin() {
 
 void ZeroTrainer::trace_end(const std::shared_ptr<std::int64_t>& begin, std::string name) {
   if (!begin) return;
-  context_.compute.enqueue([begin, trace = context_.trace, rank = context_.rank,
+  context_.compute.enqueue([begin, trace = context_.trace, rank = context_.rank_in_world(),
                             name = std::move(name)] {
     trace->add({rank, "compute", name, *begin, TraceRecorder::now_us(), -1});
   });
@@ -423,7 +423,7 @@ float ZeroTrainer::evaluate(const Batch& batch) {
   for (Activations& unit : activations_) release_on(context_.compute, std::move(unit.output));
   float loss = 0.0f;
   read_to_host(context_.device, context_.compute, &loss, loss_buffer_.data(), sizeof loss);
-  loss /= static_cast<float>(context_.world_size);
+  loss /= static_cast<float>(context_.world_size * context_.replicas);
   context_.communicator.label_next("evaluation loss");
   all_reduce_host(context_, &loss, &loss, 1, DType::kFloat32, Reduction::kSum);
   return loss;
@@ -571,7 +571,7 @@ Engine::Engine(RankContext& context, EngineOptions options)
 
 std::unique_ptr<Trainer> Engine::shard(Module& module, std::unique_ptr<Optimizer> optimizer) {
   if (!optimizer) throw Error(ErrorKind::kUsage, "Engine::shard needs an optimizer");
-  return std::make_unique<ZeroTrainer>(context_, options_, module, std::move(optimizer));
+  return std::make_unique<ZeroTrainer>(trainer_context(), options_, module, std::move(optimizer));
 }
 
 }  // namespace zest

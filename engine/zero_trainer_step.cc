@@ -26,7 +26,7 @@ StepStats ZeroTrainer::step(float lr) {
                                        std::to_string(options_.gradient_accumulation_steps));
   }
   // One all-reduce carries the loss, the squared gradient norm and the overflow flag.
-  StepTotals totals = step_totals(context_.world_size);
+  StepTotals totals = step_totals(context_.world_size * context_.replicas);
   context_.communicator.label_next("step loss, norm, overflow");
   all_reduce_host(context_, totals.values, totals.values, 3, DType::kFloat32, Reduction::kSum);
   return finish_step(lr, totals);
@@ -43,14 +43,17 @@ ZeroTrainer::StepTotals ZeroTrainer::step_totals(int loss_ranks) {
     losses_in_slots_ = false;
   }
   // At stage 0 every rank holds the same full gradients, so each contributes a world-th of the
-  // norm.
+  // norm; with hybrid sharding each shard is held by every replica, so each contributes a
+  // replicas-th (engine/hybrid_shards.h; stage 0 has no replicas).
   const int world = context_.world_size;
+  const int replicas = context_.replicas;
   checks_->inspect(units_, plan_, counted_);
   const bool non_finite = checks_->any_non_finite();
   const double square_sum = checks_->local_sum_of_squares();
   StepTotals totals;
   totals.values[0] = static_cast<float>(loss_sum_ / options_.gradient_accumulation_steps / loss_ranks);
-  totals.values[1] = static_cast<float>(plan_.optimizer_sharded ? square_sum : square_sum / world);
+  totals.values[1] =
+      static_cast<float>(plan_.optimizer_sharded ? square_sum / replicas : square_sum / world);
   totals.values[2] = non_finite ? 1.0f : 0.0f;
   return totals;
 }

@@ -85,11 +85,17 @@ struct RankContext {
   Communicator& communicator;
   TraceRecorder* trace = nullptr;  // null unless WorldOptions::trace is set
   Topology topology;               // which node each world rank runs on
-  // This rank's node (topology.node_of of its world rank).
-  int node() const { return topology.node_of(rank); }
   // What this rank has put on the wire, intra- and inter-node (link_model.h); null outside a
   // World (a context a test builds by hand).
   const WireCounter* wire = nullptr;
+  // Hybrid sharding (engine/hybrid_shards.h) hands the trainer its shard group's view of a rank:
+  // `rank`, `world_size` and `communicator` are then the shard group's, `replicas` is how many
+  // shard groups hold the same shards, and `world_rank` the rank in the world.
+  int replicas = 1;
+  int world_rank = -1;  // -1: `rank` is the world's
+  int rank_in_world() const { return world_rank < 0 ? rank : world_rank; }
+  // This rank's node (topology.node_of of its world rank).
+  int node() const { return topology.node_of(rank_in_world()); }
 
   Allocator& allocator() const { return device.allocator(); }
   // Waits for all of this rank's streams; throws a stream's own error before a peer failure

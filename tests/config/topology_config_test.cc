@@ -83,5 +83,38 @@ TEST(TopologyConfig, TheLinkModelIsAutoAt25GigabytesAnd10Microseconds) {
   EXPECT_THAT(config_error(config), HasSubstr("did you mean 'world.link.bandwidth_gbit_s'?"));
 }
 
+TEST(TopologyConfig, HybridShardSizeIsOffANodeOrADivisorOfTheRanks) {
+  const TrainConfig plain = parse_train_config(base_config(), {});
+  EXPECT_EQ(plain.engine.hybrid_shard_size, 0);
+  EXPECT_EQ(plain.json["zero_optimization"]["hybrid_shard_size"], "off");
+  json config = base_config();
+  config["zero_optimization"]["hybrid_shard_size"] = "node";
+  EXPECT_EQ(parse_train_config(config, {}).engine.hybrid_shard_size, kHybridShardNode);
+  config["zero_optimization"]["hybrid_shard_size"] = 2;
+  EXPECT_EQ(parse_train_config(config, {}).engine.hybrid_shard_size, 2);
+  config["zero_optimization"]["hybrid_shard_size"] = 3;
+  EXPECT_EQ(config_error(config),
+            "zero_optimization.hybrid_shard_size: must be \"off\", \"node\" or a number of "
+            "ranks that divides world.ranks (4), got 3");
+  config["zero_optimization"]["hybrid_shard_size"] = true;
+  EXPECT_THAT(config_error(config), HasSubstr("got boolean"));
+}
+
+TEST(TopologyConfig, AHybridRunRefusesCheckpointsAndImportsInOneLine) {
+  json config = base_config();
+  config["zero_optimization"]["hybrid_shard_size"] = 2;
+  config["checkpoint"] = {{"dir", "/tmp/somewhere"}};
+  EXPECT_EQ(config_error(config),
+            "zero_optimization.hybrid_shard_size: a hybrid-sharded run cannot save, resume or "
+            "import parameters yet, and checkpoint.dir (saves) is set; train with "
+            "hybrid_shard_size \"off\" for that, or leave checkpoint.dir out");
+  // Where nothing is sharded across groups, nothing is refused.
+  config["zero_optimization"]["hybrid_shard_size"] = 4;
+  EXPECT_NO_THROW(parse_train_config(config, {}));
+  config["zero_optimization"]["hybrid_shard_size"] = 2;
+  config["zero_optimization"]["stage"] = 0;
+  EXPECT_NO_THROW(parse_train_config(config, {}));
+}
+
 }  // namespace
 }  // namespace zest

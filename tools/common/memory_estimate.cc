@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "engine/hybrid_shards.h"
 #include "engine/stage_plan.h"
 #include "models/registry.h"
 #include "tools/common/model_size.h"
@@ -61,6 +62,17 @@ std::optional<std::int64_t> largest(const std::function<bool(std::int64_t)>& ok,
   return good;
 }
 
+// The ranks each unit is sharded over: world.ranks, or a hybrid shard group's
+// (engine/hybrid_shards.h), which is what each rank's model state is divided by.
+int shard_ranks(const TrainConfig& config) {
+  const int ranks = config.world.ranks;
+  if (ranks <= 1) return ranks;  // processes: the launcher's count is not known here
+  const int per_node = config.world.ranks_per_node > 0 ? config.world.ranks_per_node : ranks;
+  const int size =
+      hybrid_shard_size(config.engine.hybrid_shard_size, config.engine.stage, ranks, per_node);
+  return size == 0 ? ranks : size;
+}
+
 }  // namespace
 
 EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> model) {
@@ -68,7 +80,7 @@ EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> m
   if (!model) model = make_model(config.model);
   const std::size_t states = make_optimizer(config.optimizer)->state_count();
   job.input = plan_input(*model, micro_batch_shape(config.model, config.micro_batch), config.engine,
-                         states, config.world.ranks);
+                         states, shard_ranks(config));
   job.input.synchronize_between_steps = true;  // zest-train's stop check after every step
   job.input.device = config.world.device;
   job.input.batch_bytes = micro_batch_bytes(config.model, config.micro_batch);
@@ -123,7 +135,7 @@ std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity
       candidate.model.gpt.n_embd = width;
       // A candidate whose model state alone is too large is known without building its units
       // (the search probes up to kMaxModelUnits - 2 layers).
-      if (model_state_floor(candidate, stage, candidate.world.ranks,
+      if (model_state_floor(candidate, stage, shard_ranks(candidate),
                             candidate.engine.offload_optimizer.enabled()) > capacity) {
         return false;
       }

@@ -191,40 +191,35 @@ void optimizer_charts(HtmlPage& page, const RunReportInput& input) {
 }
 
 // Bytes on the wire per step: rank 0's, inside its node and across nodes, as the ring model of
-// runtime/link_model.h counts them (each rank of a group counts the group's average share).
-// Records from before zest counted them have none: no section.
+// runtime/link_model.h counts them (each rank of a group counts the group's average share). A
+// table, not a chart: with no link model a run's bytes are the same every step. Records from
+// before zest counted them have none: no section.
 void wire_section(HtmlPage& page, const RunReportInput& input) {
-  const std::vector<StepRecord>& steps = input.records.steps;
+  std::vector<const StepRecord*> counted;
+  for (const StepRecord& step : input.records.steps) {
+    if (step.intra_node_bytes && step.inter_node_bytes) counted.push_back(&step);
+  }
+  if (counted.empty()) return;
   double intra_sum = 0.0, inter_sum = 0.0;
-  std::size_t counted = 0;
-  ordered_json intra = ordered_json::array(), inter = ordered_json::array();
-  const auto mib = [](const std::optional<double>& bytes) {
-    return bytes ? std::optional<double>(*bytes / kMiB) : std::nullopt;
+  for (const StepRecord* step : counted) {
+    intra_sum += *step->intra_node_bytes;
+    inter_sum += *step->inter_node_bytes;
+  }
+  const auto mib = [](double bytes) { return fmt::format("{:.3f}", bytes / kMiB); };
+  const auto row = [&](const std::string& what, const StepRecord& step) {
+    return std::vector<std::string>{what, mib(*step.intra_node_bytes), mib(*step.inter_node_bytes),
+                                    mib(*step.intra_node_bytes + *step.inter_node_bytes)};
   };
-  for (const std::size_t i : shown_steps(steps.size())) {
-    const double x = static_cast<double>(steps[i].step);
-    intra.push_back(point(x, mib(steps[i].intra_node_bytes)));
-    inter.push_back(point(x, mib(steps[i].inter_node_bytes)));
-  }
-  for (const StepRecord& step : steps) {
-    if (!step.intra_node_bytes || !step.inter_node_bytes) continue;
-    intra_sum += *step.intra_node_bytes;
-    inter_sum += *step.inter_node_bytes;
-    ++counted;
-  }
-  if (counted == 0) return;
   page.heading("Bytes on the wire");
-  ordered_json chart =
-      line_chart(ordered_json::array({line_dataset("inside the node", std::move(intra), 5),
-                                      line_dataset("across nodes", std::move(inter), 6)}),
-                 "step", "MiB sent by rank 0");
-  chart["options"]["scales"]["y"]["beginAtZero"] = true;
-  page.chart("Bytes rank 0 sent per step, inside its node and across nodes", std::move(chart));
-  const auto per_step = [&](double sum) { return fmt::format("{:.3f}", sum / counted / kMiB); };
-  page.table({"per step (mean of " + std::to_string(counted) + ")", "MiB"},
-             {{"inside the node", per_step(intra_sum)},
-              {"across nodes", per_step(inter_sum)},
-              {"in all", per_step(intra_sum + inter_sum)}});
+  page.paragraph("What rank 0 sent per step, inside its node and across nodes (world.ranks_per_node), "
+                 "as a ring sends it: all-reduce 2(n-1)/n of the buffer, reduce-scatter and "
+                 "all-gather (n-1)/n.");
+  const double n = static_cast<double>(counted.size());
+  page.table({"step", "inside the node (MiB)", "across nodes (MiB)", "in all (MiB)"},
+             {row("first (" + std::to_string(counted.front()->step) + ")", *counted.front()),
+              {"mean of " + std::to_string(counted.size()), mib(intra_sum / n), mib(inter_sum / n),
+               mib((intra_sum + inter_sum) / n)},
+              row("last (" + std::to_string(counted.back()->step) + ")", *counted.back())});
 }
 
 // The categories of a peak record, in the order written, without the rank and the total.
