@@ -1,0 +1,42 @@
+#!/bin/bash
+# ZeRO-3 against hybrid sharding under the link model: the default GPT on 2 modelled nodes x 2
+# ranks (threads of this process), at each link bandwidth, one run after another in one go, then
+# a markdown table of tokens/s (mean step time over steps 11..N, the first ten left out as
+# warm-up) and rank 0's bytes per step inside and across nodes (its metrics records; every rank
+# sends the same, so the world's traffic is 4 times it).
+# usage: benchmarks/hybrid_link.sh [BUILD_DIR] [STEPS]   (from the repository root)
+set -euo pipefail
+build=${1:-build-dev}
+steps=${2:-30}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+rows=()
+for gbit in off 10 100; do
+  for mode in off node; do
+    link=(--set "world.link.model=\"off\"")
+    [ "$gbit" != off ] && link=(--set "world.link.bandwidth_gbit_s=$gbit")
+    "$build/bin/zest-train" --config configs/default.json --set "steps=$steps" --set eval_every=0 \
+      --set world.ranks_per_node=2 --set "zero_optimization.hybrid_shard_size=\"$mode\"" \
+      "${link[@]}" --metrics "$out/$gbit-$mode.jsonl" > /dev/null
+    rows+=("$gbit $mode $out/$gbit-$mode.jsonl")
+  done
+done
+echo "| link | sharding | tokens/s | step ms | MiB/step inside node (rank 0) | MiB/step across nodes (rank 0) | across, all ranks |"
+echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+for row in "${rows[@]}"; do
+  set -- $row
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+gbit, mode, path = sys.argv[1:]
+steps = [json.loads(l) for l in open(path) if '"loss"' in l]
+timed = [s for s in steps if s["step"] > 10] or steps
+ms = sum(s["step_ms"] for s in timed) / len(timed)
+tokens = steps[0]["tokens"]  # tokens per step
+mib = lambda b: b / 2**20
+last = steps[-1]
+link = "none (not modelled)" if gbit == "off" else f"{gbit} Gbit/s, 10 us"
+name = "ZeRO-3" if mode == "off" else "hybrid (shard in node)"
+print(f"| {link} | {name} | {tokens / ms * 1000:.0f} | {ms:.1f} | {mib(last['intra_node_bytes']):.2f} | "
+      f"{mib(last['inter_node_bytes']):.2f} | {mib(4 * last['inter_node_bytes']):.2f} |")
+PY
+done
