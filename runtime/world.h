@@ -84,7 +84,7 @@ struct RankContext {
   Stream& prefetch;
   Communicator& communicator;
   TraceRecorder* trace = nullptr;  // null unless WorldOptions::trace is set
-  Topology topology;               // which node each world rank runs on
+  Topology topology{};             // which node each world rank runs on
   // What this rank has put on the wire, intra- and inter-node (link_model.h); null outside a
   // World (a context a test builds by hand).
   const WireCounter* wire = nullptr;
