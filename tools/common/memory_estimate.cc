@@ -73,6 +73,15 @@ int shard_ranks(const TrainConfig& config) {
   return size == 0 ? ranks : size;
 }
 
+// ", sharded in groups of 2 (hybrid)" where hybrid sharding divides the state by fewer ranks than
+// the world's, so that "every one of the 2 ranks" below it reads right.
+std::string hybrid_note(const TrainConfig& config) {
+  const int shard = shard_ranks(config);
+  return shard == config.world.ranks
+             ? std::string()
+             : fmt::format(", sharded in groups of {} (hybrid)", shard);
+}
+
 }  // namespace
 
 EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> model) {
@@ -92,7 +101,8 @@ EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> m
   };
   job.description = fmt::format("{} ({} parameters), {}, micro-batch {}",
                                 describe_model(config.model), job.parameters,
-                                setup(config.world.ranks, config.engine), config.micro_batch);
+                                setup(config.world.ranks, config.engine) + hybrid_note(config),
+                                config.micro_batch);
   return job;
 }
 
