@@ -44,10 +44,15 @@ GatherRingLayout gather_ring_layout(const GatherRingSizing& sizing) {
     ++members[static_cast<std::size_t>(layout.class_of[u])];
     const std::vector<int> none;
     const std::vector<int>& borrowed = u < sizing.borrowed.size() ? sizing.borrowed[u] : none;
+    const bool in_turn = u < sizing.borrows_in_turn.size() && sizing.borrows_in_turn[u];
+    std::vector<std::size_t> lenders(layout.classes.size(), 0);
     for (int lender : borrowed) {
       if (lender >= 0 && static_cast<std::size_t>(lender) < unit_count) {
-        ++members[static_cast<std::size_t>(layout.class_of[static_cast<std::size_t>(lender)])];
+        ++lenders[static_cast<std::size_t>(layout.class_of[static_cast<std::size_t>(lender)])];
       }
+    }
+    for (std::size_t c = 0; c < lenders.size(); ++c) {
+      members[c] += in_turn ? std::min<std::size_t>(lenders[c], 1) : lenders[c];
     }
     for (std::size_t c = 0; c < needed.size(); ++c) needed[c] = std::max(needed[c], members[c]);
   }

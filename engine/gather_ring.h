@@ -28,6 +28,9 @@ struct GatherRingSizing {
   std::size_t max_live_elements = 0;   // stage3_max_live_parameters; 0 = no limit
   std::vector<std::size_t> unit_elements;  // per unit: its flat length
   std::vector<std::vector<int>> borrowed;  // per unit: Unit::borrowed_units()
+  // per unit: Unit::borrows_in_turn() (missing: false); such a unit holds one borrowed unit at a
+  // time, so one slot of each lender's class, not one per lender
+  std::vector<bool> borrows_in_turn;
 };
 
 // The ring's slots, class by class. Each class has enough slots for the units of the class one

@@ -20,6 +20,7 @@ struct UnitShapes {
   std::vector<ParamShape> params;
   std::vector<int> borrowed;  // Unit::borrowed_units(): whose gathers and buckets it also holds
   bool gradients_replace_parameters = false;  // Unit::gradients_replace_parameters()
+  bool borrows_in_turn = false;                // Unit::borrows_in_turn()
 };
 
 struct ModelStateShape {

@@ -42,6 +42,12 @@ struct ParamSpec {
   std::vector<std::int64_t> shape;
   Initializer init;
   bool weight_decay = true;  // false for biases and norms (parameters of rank < 2)
+  // Whose initial values it takes (engine/parameter_init.h): draw_unit -1 draws as itself. A
+  // parameter cut from a larger one (a vocabulary piece) draws as parameter draw_param of unit
+  // draw_unit from its element draw_first on, so the initial model does not depend on the cut.
+  int draw_unit = -1;
+  int draw_param = 0;
+  std::int64_t draw_first = 0;
 };
 
 // One global batch slice: what this rank computes on in one micro-batch.
@@ -66,6 +72,11 @@ class UnitContext {
   // Unit::borrowed_units().
   virtual Tensor borrowed_param(std::size_t borrowed, std::size_t index) = 0;
   virtual Tensor borrowed_grad(std::size_t borrowed, std::size_t index) = 0;
+  // A unit that borrows in turn (Unit::borrows_in_turn) is done with borrowed unit `borrowed`:
+  // its parameters (and a 2-byte model's fp32 copy of them) may go once the work enqueued so
+  // far has read them. Asking for them again pins them again. The engine unpins at the end of
+  // the call whatever is still pinned.
+  virtual void unpin_borrowed(std::size_t borrowed) { (void)borrowed; }
 
   // Forward and backward: the previous unit's output (for the first unit, batch().inputs). The
   // engine keeps it alive until this unit's backward has run, so a unit need not copy its input.
@@ -114,6 +125,13 @@ class Unit {
   // were, instead of in a bucket of their own: an embedding, whose backward reads no parameter,
   // tied to a head that multiplies by it before it asks for its gradient.
   virtual bool gradients_replace_parameters() const { return false; }
+  // Whether this unit reads its borrowed units one at a time: the engine then pins a borrowed
+  // unit at its first borrowed_param() / borrowed_grad() instead of before the call, and the
+  // unit hands it back with UnitContext::unpin_borrowed(), so that at stage 3 the unit needs one
+  // gather slot of a size class, not one per borrowed unit (a head tied to an embedding in
+  // vocabulary pieces). Such a unit's borrowed units must not declare
+  // gradients_replace_parameters (their slot comes and goes within the call).
+  virtual bool borrows_in_turn() const { return false; }
 
   virtual void forward(UnitContext& context) = 0;
   virtual void backward(UnitContext& context) = 0;

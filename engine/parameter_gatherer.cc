@@ -19,6 +19,7 @@ void ParameterGatherer::allocate_ring(const std::vector<FlatUnit>& units) {
   for (const FlatUnit& unit : units) {
     sizing.unit_elements.push_back(unit.layout.flat_length());
     sizing.borrowed.push_back(unit.borrowed);
+    sizing.borrows_in_turn.push_back(unit.borrows_in_turn);
   }
   layout_ = gather_ring_layout(sizing);
   ring_ = std::make_unique<GatherRing>(context_.device, layout_, options_.compute_dtype);

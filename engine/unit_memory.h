@@ -12,6 +12,9 @@ struct UnitMemory {
   std::size_t output = 0;              // make_output in forward (activations; freed by the engine
                                        // after this unit's backward)
   std::size_t saved = 0;               // kept from forward for backward (activations)
+  // The unit whose backward frees `saved` when it is not this unit's own (-1): a tied head whose
+  // gradient product earlier units finish (models/gpt_pieces.h).
+  int saved_freed_by = -1;
   std::size_t forward_workspace = 0;   // scratch of one forward call (workspace)
   std::size_t grad_input = 0;          // make_grad_input in backward (activations; freed after
                                        // the previous unit's backward)

@@ -33,15 +33,21 @@ class ZeroTrainer::Context final : public UnitContext {
     return view(unit_, views_.grads, index);
   }
   Tensor borrowed_param(std::size_t borrowed, std::size_t index) override {
+    trainer_.pin_borrowed(unit_, views_, borrowed);
     return view(trainer_.units_.at(unit_.borrowed.at(borrowed)), views_.borrowed_params.at(borrowed),
                 index);
   }
   Tensor borrowed_grad(std::size_t borrowed, std::size_t index) override {
     if (!views_.backward) refuse("borrowed_grad() is for backward");
+    trainer_.pin_borrowed(unit_, views_, borrowed);
     FlatUnit& lender = trainer_.units_.at(unit_.borrowed.at(borrowed));
     float*& grads = views_.borrowed_grads.at(borrowed);
     if (!grads) grads = trainer_.gradient_view(lender, views_);
     return view(lender, grads, index);
+  }
+  void unpin_borrowed(std::size_t borrowed) override {
+    if (borrowed >= unit_.borrowed.size()) refuse("unpin_borrowed() of a unit it does not borrow");
+    trainer_.unpin_borrowed(unit_, views_, borrowed);
   }
 
   Tensor input() override {
@@ -262,10 +268,15 @@ void ZeroTrainer::initialize_parameters() {
       const std::size_t begin = std::max(slot.offset, first);
       const std::size_t end = std::min(slot.offset + slot.numel, first + length);
       if (begin >= end) continue;
-      fill_initial_values(unit.specs[p].init, options_.seed,
-                          module_.initialization_index(static_cast<std::size_t>(unit.index)), p,
-                          begin - slot.offset,
-                          end - begin, values.data() + (begin - first));
+      const ParamSpec& spec = unit.specs[p];
+      const bool redrawn = spec.draw_unit >= 0;
+      fill_initial_values(
+          spec.init, options_.seed,
+          redrawn ? spec.draw_unit
+                  : module_.initialization_index(static_cast<std::size_t>(unit.index)),
+          redrawn ? static_cast<std::size_t>(spec.draw_param) : p,
+          static_cast<std::size_t>(redrawn ? spec.draw_first : 0) + (begin - slot.offset),
+          end - begin, values.data() + (begin - first));
     }
     // Drawn on the host, written in compute-stream order (a copy to the device on CUDA).
     std::vector<unsigned char> params(length * element_size());
@@ -314,7 +325,9 @@ ZeroTrainer::CallViews ZeroTrainer::prepare_call(FlatUnit& unit, bool backward, 
   // a lagging recomputed call: they overlap that call's compute.
   void* params = gatherer_->pin(unit);
   std::vector<void*> borrowed_params;
-  for (int b : unit.borrowed) borrowed_params.push_back(gatherer_->pin(units_[b]));
+  if (!unit.borrows_in_turn) {
+    for (int b : unit.borrowed) borrowed_params.push_back(gatherer_->pin(units_[b]));
+  }
   if (recomputed) wait_for_lagging_call();
   CallViews views;
   views.backward = backward;
@@ -326,6 +339,14 @@ ZeroTrainer::CallViews ZeroTrainer::prepare_call(FlatUnit& unit, bool backward, 
   };
   views.params = fp32_params(params, unit.layout.flat_length(), views);
   views.grads = eager_gradient(unit);
+  views.borrowed_pinned.assign(unit.borrowed.size(), !unit.borrows_in_turn);
+  if (unit.borrows_in_turn) {
+    // Pinned, and their gradients made, when the unit first asks (pin_borrowed).
+    views.borrowed_params.assign(unit.borrowed.size(), nullptr);
+    views.borrowed_grads.assign(unit.borrowed.size(), nullptr);
+    views.borrowed_copies.resize(unit.borrowed.size());
+    return views;
+  }
   for (std::size_t i = 0; i < unit.borrowed.size(); ++i) {
     FlatUnit& lender = units_[unit.borrowed[i]];
     views.borrowed_params.push_back(
@@ -341,7 +362,11 @@ void ZeroTrainer::finish_call(FlatUnit& unit, CallViews& views) {
                     DType::kFloat32, fold.count);
   }
   for (Buffer& buffer : views.scratch) release_on(context_.compute, std::move(buffer));
-  for (int b : unit.borrowed) gatherer_->unpin(units_[b]);
+  if (unit.borrows_in_turn) {
+    for (std::size_t b = 0; b < unit.borrowed.size(); ++b) unpin_borrowed(unit, views, b);
+  } else {
+    for (int b : unit.borrowed) gatherer_->unpin(units_[b]);
+  }
   gatherer_->unpin(unit);
 }
 
@@ -351,6 +376,33 @@ void ZeroTrainer::call_unit(FlatUnit& unit, const Batch& batch, CallViews& views
   auto begin = trace_begin();
   (unit.unit->*method)(context);
   trace_end(begin, slice);
+}
+
+void ZeroTrainer::pin_borrowed(FlatUnit& unit, CallViews& views, std::size_t b) {
+  if (!unit.borrows_in_turn || views.borrowed_pinned.at(b)) return;
+  FlatUnit& lender = units_.at(static_cast<std::size_t>(unit.borrowed.at(b)));
+  void* params = gatherer_->pin(lender);
+  views.borrowed_pinned[b] = true;
+  if (options_.compute_dtype == DType::kFloat32) {
+    views.borrowed_params[b] = static_cast<float*>(params);
+    return;
+  }
+  // Note: the fp32 copy of a 2-byte piece lives from its pin to its unpin, so that a unit
+  // borrowing in turn holds one copy at a time (the planner replays it so).
+  Buffer copy = context_.allocator().allocate(lender.layout.flat_length() * sizeof(float),
+                                              Category::kWorkspace);
+  convert(context_.compute, params, options_.compute_dtype, copy.data(), DType::kFloat32,
+          lender.layout.flat_length());
+  views.borrowed_params[b] = copy.as<float>();
+  views.borrowed_copies[b] = std::move(copy);
+}
+
+void ZeroTrainer::unpin_borrowed(FlatUnit& unit, CallViews& views, std::size_t b) {
+  if (!unit.borrows_in_turn || !views.borrowed_pinned.at(b)) return;
+  views.borrowed_pinned[b] = false;
+  views.borrowed_params[b] = nullptr;
+  release_on(context_.compute, std::move(views.borrowed_copies[b]));
+  gatherer_->unpin(units_.at(static_cast<std::size_t>(unit.borrowed[b])));
 }
 
 std::shared_ptr<std::int64_t> ZeroTrainer::trace_begin() {
@@ -554,7 +606,7 @@ ModelStateShape ZeroTrainer::model_state_shape() const {
   shape.alignment = options_.shard_alignment;
   for (const FlatUnit& unit : units_) {
     UnitShapes shapes{unit.layout.unit_name(), {}, unit.borrowed,
-                      unit.gradients_replace_parameters};
+                      unit.gradients_replace_parameters, unit.borrows_in_turn};
     for (const ParamSlot& slot : unit.layout.params()) shapes.params.push_back({slot.name, slot.shape});
     shape.units.push_back(std::move(shapes));
   }

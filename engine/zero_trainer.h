@@ -135,6 +135,10 @@ class ZeroTrainer final : public Trainer {
     };
     std::vector<Fold> folds;
     std::vector<Buffer> scratch;  // fp32 copies, freed in stream order after the call
+    // Per borrowed unit: pinned now (a unit that borrows in turn pins and unpins them in the
+    // call), and its fp32 copy in 2-byte training, freed at its unpin.
+    std::vector<bool> borrowed_pinned;
+    std::vector<Buffer> borrowed_copies;
   };
 
   // For an out-of-memory in a micro-batch: the planner's estimate at this micro-batch and the
@@ -158,6 +162,10 @@ class ZeroTrainer final : public Trainer {
   // backward's calls, zero_trainer_pipeline.cc).
   void call_unit(FlatUnit& unit, const Batch& batch, CallViews& views,
                  void (Unit::*method)(UnitContext&), const std::string& slice);
+  // Unit::borrows_in_turn: pins borrowed unit `b` at the unit's first ask (its fp32 copy made in
+  // 2-byte training) and unpins it when the unit hands it back. No-ops otherwise.
+  void pin_borrowed(FlatUnit& unit, CallViews& views, std::size_t b);
+  void unpin_borrowed(FlatUnit& unit, CallViews& views, std::size_t b);
   void run_forward(const Batch& batch);
   void run_backward(const Batch& batch, bool last_micro_batch);
   // Whether unit `u` recomputes in this pass (never while evaluating).

@@ -35,6 +35,27 @@ __global__ void forward_kernel(const std::int32_t* __restrict__ tokens, std::int
   }
 }
 
+// A piece of the vocabulary: its rows added to wpe (the first piece) or to the input (the others).
+__global__ void rows_forward_kernel(const std::int32_t* __restrict__ tokens, std::int64_t seq,
+                                    const float* __restrict__ rows_table, std::int64_t row_begin,
+                                    std::int64_t rows, const float* __restrict__ wpe,
+                                    const float* __restrict__ in, std::int64_t vocab,
+                                    std::int64_t channels, std::size_t count,
+                                    float* __restrict__ out) {
+  for (std::size_t i = first_index(); i < count; i += grid_stride()) {
+    const std::int64_t position = static_cast<std::int64_t>(i) / channels;
+    const std::int64_t c = static_cast<std::int64_t>(i) % channels;
+    const std::int32_t token = tokens[position];
+    const float base = wpe ? wpe[(position % seq) * channels + c] : in[i];
+    const std::int64_t row = static_cast<std::int64_t>(token) - row_begin;
+    if (token < 0 || token >= vocab) {
+      out[i] = NAN;
+    } else {
+      out[i] = row >= 0 && row < rows ? rows_table[row * channels + c] + base : base;
+    }
+  }
+}
+
 // dwpe[t, c] += dout[b, t, c] for b = 0, 1, ...: the CPU body's order for each element.
 __global__ void position_grad_kernel(const float* __restrict__ dout, std::int64_t batch,
                                      std::int64_t seq, std::int64_t channels,
@@ -58,12 +79,15 @@ __global__ void iota_kernel(std::int32_t* positions, std::int32_t count) {
 __global__ void token_grad_kernel(const std::int32_t* __restrict__ sorted_tokens,
                                   const std::int32_t* __restrict__ sorted_positions,
                                   std::int32_t count, const float* __restrict__ dout,
-                                  std::int64_t vocab, std::int64_t channels,
-                                  float* __restrict__ dwte) {
+                                  std::int64_t row_begin, std::int64_t rows,
+                                  std::int64_t channels, float* __restrict__ dwte) {
   const std::int32_t first = static_cast<std::int32_t>(blockIdx.x);
   const std::int32_t token = sorted_tokens[first];
-  if ((first > 0 && sorted_tokens[first - 1] == token) || token < 0 || token >= vocab) return;
-  float* row = dwte + token * channels;
+  if ((first > 0 && sorted_tokens[first - 1] == token) || token < row_begin ||
+      token >= row_begin + rows) {
+    return;
+  }
+  float* row = dwte + (token - row_begin) * channels;
   for (std::int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
     float sum = row[c];
     for (std::int32_t slot = first; slot < count && sorted_tokens[slot] == token; ++slot) {
@@ -111,6 +135,25 @@ void embedding_backward(const std::int32_t* tokens, std::int64_t batch, std::int
                         const float* dout, std::int64_t vocab, std::int64_t channels,
                         float* dwte, float* dwpe, void* workspace, std::size_t workspace_bytes,
                         cudaStream_t stream) {
+  embedding_rows_backward(tokens, batch, seq, dout, 0, vocab, vocab, channels, dwte, dwpe,
+                          workspace, workspace_bytes, stream);
+}
+
+void embedding_rows_forward(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq,
+                            const float* rows_table, std::int64_t row_begin, std::int64_t rows,
+                            const float* wpe, const float* in, std::int64_t vocab,
+                            std::int64_t channels, float* out, cudaStream_t stream) {
+  check_shape("embedding_rows_forward", batch, seq, vocab, channels);
+  const std::size_t count = static_cast<std::size_t>(batch * seq * channels);
+  rows_forward_kernel<<<block_count(count), kThreadsPerBlock, 0, stream>>>(
+      tokens, seq, rows_table, row_begin, rows, wpe, in, vocab, channels, count, out);
+  ZEST_CUDA_CHECK(cudaGetLastError());
+}
+
+void embedding_rows_backward(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq,
+                             const float* dout, std::int64_t row_begin, std::int64_t rows,
+                             std::int64_t vocab, std::int64_t channels, float* dwte, float* dwpe,
+                             void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
   check_shape("embedding_backward", batch, seq, vocab, channels);
   const auto count = static_cast<std::int32_t>(batch * seq);
   const Layout layout = workspace_layout(count);
@@ -119,9 +162,11 @@ void embedding_backward(const std::int32_t* tokens, std::int64_t batch, std::int
                                        std::to_string(workspace_bytes) + " bytes, needs " +
                                        std::to_string(layout.total()));
   }
-  position_grad_kernel<<<block_count(static_cast<std::size_t>(seq * channels)), kThreadsPerBlock,
-                         0, stream>>>(dout, batch, seq, channels, dwpe);
-  ZEST_CUDA_CHECK(cudaGetLastError());
+  if (dwpe) {
+    position_grad_kernel<<<block_count(static_cast<std::size_t>(seq * channels)),
+                           kThreadsPerBlock, 0, stream>>>(dout, batch, seq, channels, dwpe);
+    ZEST_CUDA_CHECK(cudaGetLastError());
+  }
 
   auto* bytes = static_cast<unsigned char*>(workspace);
   auto* sorted_tokens = reinterpret_cast<std::int32_t*>(bytes);
@@ -141,7 +186,7 @@ void embedding_backward(const std::int32_t* tokens, std::int64_t batch, std::int
   // Note: 256 threads stride over the channels (768 to 1600 in GPT-2); a run of one token is
   // walked by its block alone, so a frequent token costs its count, not atomics.
   token_grad_kernel<<<static_cast<unsigned>(count), kThreadsPerBlock, 0, stream>>>(
-      sorted_tokens, sorted_positions, count, dout, vocab, channels, dwte);
+      sorted_tokens, sorted_positions, count, dout, row_begin, rows, channels, dwte);
   ZEST_CUDA_CHECK(cudaGetLastError());
 }
 

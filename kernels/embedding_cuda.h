@@ -33,4 +33,16 @@ void embedding_backward(const std::int32_t* tokens, std::int64_t batch, std::int
                         float* dwpe, void* workspace, std::size_t workspace_bytes,
                         cudaStream_t stream);
 
+// kernels/embedding.h's vocabulary pieces: the rows [row_begin, row_begin + rows) of wte in a
+// table of their own; wpe or in is the base (see there). Backward's workspace is
+// embedding_backward_workspace_bytes(batch, seq); dwpe may be null.
+void embedding_rows_forward(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq,
+                            const float* rows_table, std::int64_t row_begin, std::int64_t rows,
+                            const float* wpe, const float* in, std::int64_t vocab,
+                            std::int64_t channels, float* out, cudaStream_t stream);
+void embedding_rows_backward(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq,
+                             const float* dout, std::int64_t row_begin, std::int64_t rows,
+                             std::int64_t vocab, std::int64_t channels, float* drows, float* dwpe,
+                             void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
+
 }  // namespace zest::cuda

@@ -41,6 +41,33 @@ void check_dimensions(std::int64_t m, std::int64_t n, std::int64_t k) {
   check_dimension("k", k);
 }
 
+// The stored row lengths of A, B and C, as row-major matrices.
+struct RowLengths {
+  std::int64_t a, b, c;
+};
+RowLengths row_lengths(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                       std::int64_t k) {
+  return {trans_a ? m : k, trans_b ? k : n, n};
+}
+
+void check_leading(const char* name, std::int64_t ld, std::int64_t row_length) {
+  if (ld < std::max<std::int64_t>(row_length, 1) || ld > INT_MAX) {
+    throw Error(ErrorKind::kUsage, std::string("matmul: ") + name + " must be in [" +
+                                       std::to_string(std::max<std::int64_t>(row_length, 1)) +
+                                       ", 2^31), got " + std::to_string(ld));
+  }
+}
+
+void check_leading_dimensions(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                              std::int64_t k, std::int64_t lda, std::int64_t ldb,
+                              std::int64_t ldc) {
+  check_dimensions(m, n, k);
+  const RowLengths rows = row_lengths(trans_a, trans_b, m, n, k);
+  check_leading("lda", lda, rows.a);
+  check_leading("ldb", ldb, rows.b);
+  check_leading("ldc", ldc, rows.c);
+}
+
 #if ZEST_HAVE_CUDA
 void scale_empty_product(cuda::CudaStream& stream, std::int64_t count, float beta, float* c) {
   if (beta == 1.0f) return;
@@ -138,6 +165,21 @@ void matmul(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int
   }
 }
 
+void matmul_ld(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+               float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+               float beta, float* c, std::int64_t ldc) {
+  check_leading_dimensions(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  // Note: through the same gate as matmul's products (not cut in row pieces: the vocabulary
+  // pieces' products are a few hundred rows).
+  const bool gated = m * n * k >= kGatedProductWork && product_gate().enter();
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
+              c, static_cast<int>(ldc));
+  if (gated) product_gate().leave();
+}
+
 }  // namespace cpu
 
 void set_fp32_matmul_rounding(Stream& stream, DType rounding) {
@@ -189,6 +231,44 @@ void matmul(Stream& stream, bool trans_a, bool trans_b, std::int64_t m, std::int
 #endif
   dispatch_kernel(stream, "matmul",
                   [=] { cpu::matmul(trans_a, trans_b, m, n, k, alpha, a, b, beta, c); });
+}
+
+void matmul_ld(Stream& stream, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+               std::int64_t k, float alpha, const float* a, std::int64_t lda, const float* b,
+               std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  check_leading_dimensions(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::CudaStream& cuda = cuda::cuda_stream(stream, "matmul");
+    if (k == 0) {
+      if (beta == 1.0f) return;
+      // C is a block of a wider matrix: scale it row by row.
+      for (std::int64_t row = 0; row < m; ++row) scale_empty_product(cuda, n, beta, c + row * ldc);
+      return;
+    }
+    cuda::MatmulArgs args;
+    args.trans_a = trans_a;
+    args.trans_b = trans_b;
+    args.m = m;
+    args.n = n;
+    args.k = k;
+    args.alpha = alpha;
+    args.a = a;
+    args.b = b;
+    args.beta = beta;
+    args.d = c;
+    args.lda = lda;
+    args.ldb = ldb;
+    args.ldd = ldc;
+    const cuda::MatmulContext context = cuda::stream_matmul_context(cuda, "matmul");
+    cuda::matmul(args, context, cuda.handle());
+    return;
+  }
+#endif
+  dispatch_kernel(stream, "matmul", [=] {
+    cpu::matmul_ld(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  });
 }
 
 #if ZEST_HAVE_CUDA

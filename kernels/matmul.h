@@ -26,6 +26,11 @@ namespace cpu {
 // Synchronous body. Throws a kUsage Error for a negative or too large (> INT_MAX) dimension.
 void matmul(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
             const float* a, const float* b, float beta, float* c);
+// The same with the leading dimensions of the stored row-major matrices (elements from one row
+// to the next; at least their row length): a product on a block of columns of a wider matrix.
+void matmul_ld(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+               float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+               float beta, float* c, std::int64_t ldc);
 
 }  // namespace cpu
 
@@ -40,5 +45,11 @@ void set_fp32_matmul_rounding(Stream& stream, DType rounding);
 // Enqueues the multiply on `stream`. Dimensions are checked here, on the host.
 void matmul(Stream& stream, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
             std::int64_t k, float alpha, const float* a, const float* b, float beta, float* c);
+// With leading dimensions (cpu::matmul_ld): the vocabulary pieces' products write and read
+// their columns of the [N, V] logits in place. Throws kUsage, on the host, for a leading
+// dimension below its stored row length or above INT_MAX.
+void matmul_ld(Stream& stream, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+               std::int64_t k, float alpha, const float* a, std::int64_t lda, const float* b,
+               std::int64_t ldb, float beta, float* c, std::int64_t ldc);
 
 }  // namespace zest

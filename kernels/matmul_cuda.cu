@@ -61,6 +61,17 @@ void check_args(const MatmulArgs& x) {
   }
   check_dimension("batch", x.batch, 1);
   if (x.stride_a < 0 || x.stride_b < 0 || x.stride_d < 0) usage("batch strides must be >= 0");
+  if (x.lda < 0 || x.ldb < 0 || x.ldd < 0 || x.lda > INT_MAX || x.ldb > INT_MAX ||
+      x.ldd > INT_MAX) {
+    usage("leading dimensions must be in [0, 2^31)");
+  }
+  if ((x.lda > 0 && x.lda < (x.trans_a ? x.m : x.k)) ||
+      (x.ldb > 0 && x.ldb < (x.trans_b ? x.k : x.n)) || (x.ldd > 0 && x.ldd < x.n)) {
+    usage("a leading dimension is below its stored row length");
+  }
+  if ((x.lda > 0 || x.ldb > 0 || x.ldd > 0) && x.epilogue == MatmulEpilogue::kGeluBias) {
+    usage("no kGeluBias with leading dimensions");  // its aux matrix is written contiguous
+  }
   if (x.epilogue != MatmulEpilogue::kNone && x.batch > 1) usage("no epilogue with batch > 1");
   if (x.epilogue != MatmulEpilogue::kNone && x.bias == nullptr) usage("the epilogue needs a bias");
   if (x.epilogue == MatmulEpilogue::kGeluBias) {
@@ -78,6 +89,14 @@ std::uint32_t alignment_of(const void* pointer, std::int64_t batch, std::int64_t
       batch > 1 ? static_cast<std::uintptr_t>(stride) * dtype_size(type) : std::uintptr_t{0};
   std::uint32_t bytes = 256;
   while (bytes > 1 && (address % bytes != 0 || stride_bytes % bytes != 0)) bytes /= 2;
+  return bytes;
+}
+
+// A block of a wider matrix starts each row `ld` elements after the last: every row start must
+// have the alignment claimed, not only the first. ld 0 (contiguous) keeps today's claim.
+std::uint32_t with_leading(std::uint32_t bytes, std::int64_t ld, DType type) {
+  const auto row_bytes = static_cast<std::uint64_t>(ld) * dtype_size(type);
+  while (bytes > 1 && ld > 0 && row_bytes % bytes != 0) bytes /= 2;
   return bytes;
 }
 
@@ -169,11 +188,16 @@ void matmul(const MatmulArgs& x, const MatmulContext& context, cudaStream_t stre
   // transposes keep their meaning, and the bias (one value per column-major row of Dᵀ, i.e. per
   // row-major column of D) is broadcast over the rows of D as add_bias does.
   // Stored shapes: B is [k, n] (or [n, k] transposed), A is [m, k] (or [k, m]).
-  const Layout b_layout = x.trans_b ? layout(in_type, x.k, x.n, x.k, x.batch, x.stride_b)
-                                    : layout(in_type, x.n, x.k, x.n, x.batch, x.stride_b);
-  const Layout a_layout = x.trans_a ? layout(in_type, x.m, x.k, x.m, x.batch, x.stride_a)
-                                    : layout(in_type, x.k, x.m, x.k, x.batch, x.stride_a);
-  const Layout d_layout = layout(out_type, x.n, x.m, x.n, x.batch, x.stride_d);
+  // A row-major leading dimension is the column-major one of the transposed view: the same
+  // number, the distance between the stored rows.
+  const std::int64_t ldb = x.ldb > 0 ? x.ldb : (x.trans_b ? x.k : x.n);
+  const std::int64_t lda = x.lda > 0 ? x.lda : (x.trans_a ? x.m : x.k);
+  const std::int64_t ldd = x.ldd > 0 ? x.ldd : x.n;
+  const Layout b_layout = x.trans_b ? layout(in_type, x.k, x.n, ldb, x.batch, x.stride_b)
+                                    : layout(in_type, x.n, x.k, ldb, x.batch, x.stride_b);
+  const Layout a_layout = x.trans_a ? layout(in_type, x.m, x.k, lda, x.batch, x.stride_a)
+                                    : layout(in_type, x.k, x.m, lda, x.batch, x.stride_a);
+  const Layout d_layout = layout(out_type, x.n, x.m, ldd, x.batch, x.stride_d);
 
   cublasLtMatmulPreference_t raw_pref = nullptr;
   ZEST_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
@@ -183,13 +207,13 @@ void matmul(const MatmulArgs& x, const MatmulContext& context, cudaStream_t stre
   // so operands need not be 256-byte aligned (cuBLASLt's default assumption, under which it may
   // pick an algorithm that faults on them): say what they really are.
   set(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-      alignment_of(x.b, x.batch, x.stride_b, x.input_type));
+      with_leading(alignment_of(x.b, x.batch, x.stride_b, x.input_type), x.ldb, x.input_type));
   set(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-      alignment_of(x.a, x.batch, x.stride_a, x.input_type));
+      with_leading(alignment_of(x.a, x.batch, x.stride_a, x.input_type), x.lda, x.input_type));
   set(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-      alignment_of(c, x.batch, x.stride_d, x.output_type));
+      with_leading(alignment_of(c, x.batch, x.stride_d, x.output_type), x.ldd, x.output_type));
   set(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-      alignment_of(x.d, x.batch, x.stride_d, x.output_type));
+      with_leading(alignment_of(x.d, x.batch, x.stride_d, x.output_type), x.ldd, x.output_type));
 
   const cublasComputeType_t wanted = compute_type(x, context);
   OpDesc desc = make_desc(x, wanted);

@@ -77,6 +77,12 @@ struct MatmulArgs {
   std::int64_t stride_a = 0;
   std::int64_t stride_b = 0;
   std::int64_t stride_d = 0;
+  // Leading dimensions of the stored row-major A, B and C/D (elements from one row to the next);
+  // 0: contiguous (the stored row length). A block of columns of a wider matrix: the vocabulary
+  // pieces' logits.
+  std::int64_t lda = 0;
+  std::int64_t ldb = 0;
+  std::int64_t ldd = 0;
 };
 
 // Enqueues the multiply on `stream`. Throws, on the host, a kUsage Error for m or n outside

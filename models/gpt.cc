@@ -1,5 +1,6 @@
 #include "models/gpt.h"
 
+#include <algorithm>
 #include <climits>
 #include <utility>
 
@@ -9,6 +10,7 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "models/gpt_block.h"
+#include "models/gpt_pieces.h"
 
 namespace zest {
 namespace {
@@ -202,6 +204,12 @@ void validate(const GptConfig& config) {
   check_positive("n_embd", config.n_embd);
   check_positive("vocab_size", config.vocab_size);
   check_positive("seq_len", config.seq_len);
+  if (config.vocab_pieces < 0 || config.vocab_pieces > config.vocab_size) {
+    throw Error(ErrorKind::kConfig, "model.vocab_pieces: must be \"auto\" or in [1, " +
+                                        std::to_string(config.vocab_size) +
+                                        "] (the vocabulary size), got " +
+                                        std::to_string(config.vocab_pieces));
+  }
   if (config.n_embd % config.n_head != 0) {
     throw Error(ErrorKind::kConfig, "model.n_embd: must be divisible by model.n_head (" +
                                         std::to_string(config.n_embd) + " % " +
@@ -214,8 +222,22 @@ void validate(const GptConfig& config) {
   }
 }
 
+int resolved_vocab_pieces(const GptConfig& config) {
+  if (config.vocab_pieces != kAutoVocabPieces) return config.vocab_pieces;
+  const std::int64_t C = config.n_embd;
+  const std::int64_t block = 12 * C * C + 13 * C;
+  const std::int64_t table = static_cast<std::int64_t>(config.vocab_size) * C;
+  const std::int64_t pieces = (table + block - 1) / block;
+  return static_cast<int>(std::clamp<std::int64_t>(pieces, 1, config.vocab_size));
+}
+
 Gpt::Gpt(GptConfig config) : config_(config) {
   validate(config_);
+  config_.vocab_pieces = resolved_vocab_pieces(config_);
+  if (config_.vocab_pieces > 1) {
+    add_pieced_units(config_, units_);
+    return;
+  }
   units_.push_back(std::make_unique<GptEmbedding>(config_));
   for (int layer = 0; layer < config_.n_layer; ++layer) {
     units_.push_back(std::make_unique<GptBlock>(layer, config_));
@@ -237,6 +259,7 @@ std::vector<UnitMemory> Gpt::unit_memory(const std::vector<std::int64_t>& input_
   const std::int64_t N = B * T;
   const std::int64_t C = config_.n_embd;
   const std::size_t stream_bytes = Tensor{nullptr, {B, T, C}, DType::kFloat32}.bytes();
+  if (config_.vocab_pieces > 1) return pieced_unit_memory(config_, B, T);
   std::vector<UnitMemory> memory;
   UnitMemory embedding;  // only its output; the first unit makes no input gradient
   embedding.output = stream_bytes;
@@ -265,8 +288,10 @@ std::int64_t Gpt::parameter_count() const {
 std::string Gpt::describe() const {
   return "Gpt " + std::to_string(config_.n_layer) + "L " + std::to_string(config_.n_head) + "H " +
          std::to_string(config_.n_embd) + "C, vocab " + std::to_string(config_.vocab_size) +
-         ", seq " + std::to_string(config_.seq_len) + ": " + std::to_string(parameter_count()) +
-         " parameters";
+         ", seq " + std::to_string(config_.seq_len) +
+         (config_.vocab_pieces > 1 ? ", " + std::to_string(config_.vocab_pieces) + " vocab pieces"
+                                   : std::string()) +
+         ": " + std::to_string(parameter_count()) + " parameters";
 }
 
 }  // namespace zest

@@ -5,6 +5,7 @@
 // tokens [B, T], targets int32 next tokens [B, T], T <= seq_len; the head writes the mean
 // cross-entropy over all B·T positions. Invariant: a token outside [0, vocab_size) is a kData
 // Error naming its position and value; a config that validate() refuses is a kConfig Error.
+// With vocab_pieces k > 1 the units are those of models/gpt_pieces.h instead.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,15 @@ struct GptConfig {
   int n_embd = 768;         // model.n_embd; divisible by n_head
   int vocab_size = 50257;   // model.vocab_size
   int seq_len = 1024;       // model.seq_len: the longest sequence (rows of wpe)
+  // model.vocab_pieces: wte cut into this many units of vocabulary rows (models/gpt_pieces.h);
+  // kAutoVocabPieces picks a piece about a block's size. 1 is the uncut model.
+  int vocab_pieces = 1;
 };
+inline constexpr int kAutoVocabPieces = 0;
+
+// config.vocab_pieces with "auto" resolved: ⌈vocab · n_embd / a block's elements⌉, at most the
+// vocabulary, at least 1.
+int resolved_vocab_pieces(const GptConfig& config);
 
 // Throws a kConfig Error naming "model.<key>" when `config` is not allowed.
 void validate(const GptConfig& config);

@@ -68,6 +68,7 @@ class Replay {
   std::size_t stream_scratch_bytes_ = 0;
   std::vector<PlannedUnit> units_;
   std::vector<Handle> outputs_, grad_inputs_, saved_, buckets_;
+  std::vector<std::vector<Handle>> held_saved_;  // per unit: others' saved its backward frees
   std::vector<std::size_t> bucket_released_;
   std::deque<int> buckets_in_flight_;
   std::size_t recomputed_calls_ = 0;  // in this micro-batch
@@ -110,6 +111,7 @@ Replay::Replay(const PeakPlanInput& input)
   outputs_.assign(n, kNone);
   grad_inputs_.assign(n, kNone);
   saved_.assign(n, kNone);
+  held_saved_.assign(n, {});
   buckets_.assign(n, kNone);
   bucket_released_.assign(n, 0);
 }
@@ -258,7 +260,14 @@ void Replay::backward(bool reduce_now) {
       scratch.push_back(ledger_.allocate(units_[member].full * sizeof(float), Category::kWorkspace));
     }
     grow_stream_scratch(memory.backward_stream_scratch);
-    scratch.push_back(std::exchange(saved_[u], kNone));
+    const int freed_by = memory.saved_freed_by;
+    if (freed_by >= 0 && freed_by != u) {
+      held_saved_[static_cast<std::size_t>(freed_by)].push_back(std::exchange(saved_[u], kNone));
+    } else {
+      scratch.push_back(std::exchange(saved_[u], kNone));
+    }
+    for (Handle held : held_saved_[static_cast<std::size_t>(u)]) scratch.push_back(held);
+    held_saved_[static_cast<std::size_t>(u)].clear();
     for (Handle handle : scratch) ledger_.release_on(Stream::kCompute, handle);
     ledger_.release_on(Stream::kCompute, std::exchange(outputs_[u], kNone));
     if (u < last) ledger_.release_on(Stream::kCompute, std::exchange(grad_inputs_[u + 1], kNone));
