@@ -29,6 +29,7 @@ struct PlannedUnit {
   bool gradient_in_slot = false;     // stage 3: its gradient lives in its gather slot
   RecomputePolicy recompute = RecomputePolicy::kNone;
   bool input_offloaded = false;  // cpu_checkpointing: its input waits on the host
+  bool borrows_in_turn = false;  // Unit::borrows_in_turn()
 };
 
 // Replays the allocations and frees of ZeroTrainer and its collaborators (gradient reducer,
@@ -48,6 +49,8 @@ class Replay {
   // (GradientReducer::target), fp32 gradient accumulators, for the unit and the units it borrows.
   void prepare(int u, bool backward, std::vector<Handle>& scratch);
   void gradient_target(int u);
+  std::vector<int> call_members(int u) const;
+  void borrow_in_turn(int u, bool backward);
   void forward();
   void backward(bool reduce_now);
   void reduce(int u);
@@ -88,6 +91,7 @@ Replay::Replay(const PeakPlanInput& input)
         ShardLayout::build(shapes.name, shapes.params, input.world_size, input.model.alignment);
     PlannedUnit unit{layout.flat_length(), layout.shard_length(), shapes.borrowed, {},
                      shapes.gradients_replace_parameters, false, RecomputePolicy::kNone, false};
+    unit.borrows_in_turn = shapes.borrows_in_turn;
     if (u < input.units.size()) unit.memory = input.units[u];
     units_.push_back(std::move(unit));
   }
@@ -131,6 +135,7 @@ void Replay::construct() {
     for (const PlannedUnit& unit : units_) {
       sizing.unit_elements.push_back(unit.full);
       sizing.borrowed.push_back(unit.borrowed);
+      sizing.borrows_in_turn.push_back(unit.borrows_in_turn);
     }
     const GatherRingLayout layout = gather_ring_layout(sizing);
     for (const GatherRingLayout::SizeClass& size_class : layout.classes) {
@@ -158,9 +163,28 @@ void Replay::gradient_target(int u) {
   buckets_[u] = ledger_.allocate(units_[u].full * element(), Category::kBuckets);
 }
 
-void Replay::prepare(int u, bool backward, std::vector<Handle>& scratch) {
+std::vector<int> Replay::call_members(int u) const {
   std::vector<int> members{u};
+  // A unit that borrows in turn pins its lenders inside the call (borrow_in_turn below).
+  if (units_[u].borrows_in_turn) return members;
   members.insert(members.end(), units_[u].borrowed.begin(), units_[u].borrowed.end());
+  return members;
+}
+
+void Replay::borrow_in_turn(int u, bool backward) {
+  // ZeroTrainer::pin_borrowed / unpin_borrowed: a 2-byte lender's fp32 copy from its pin to its
+  // unpin, one lender after another (forward in order, backward in reverse, as the GPT's head).
+  if (!units_[u].borrows_in_turn || !two_byte()) return;
+  std::vector<int> lenders = units_[u].borrowed;
+  if (backward) std::reverse(lenders.begin(), lenders.end());
+  for (int lender : lenders) {
+    ledger_.release_on(Stream::kCompute, ledger_.allocate(units_[lender].full * sizeof(float),
+                                                          Category::kWorkspace));
+  }
+}
+
+void Replay::prepare(int u, bool backward, std::vector<Handle>& scratch) {
+  const std::vector<int> members = call_members(u);
   for (int member : members) {
     const std::size_t fp32_bytes = units_[member].full * sizeof(float);
     if (two_byte()) scratch.push_back(ledger_.allocate(fp32_bytes, Category::kWorkspace));
@@ -205,6 +229,7 @@ void Replay::forward() {
       if (recompute == RecomputePolicy::kFull) scratch.push_back(std::exchange(saved_[u], kNone));
       scratch.push_back(ledger_.allocate(memory.forward_workspace, Category::kWorkspace));
     }
+    borrow_in_turn(static_cast<int>(u), false);
     outputs_[u] = ledger_.allocate(memory.output, Category::kActivations);
     grow_stream_scratch(memory.forward_stream_scratch);
     for (Handle handle : scratch) ledger_.release_on(Stream::kCompute, handle);
@@ -251,11 +276,10 @@ void Replay::backward(bool reduce_now) {
     const std::size_t workspace =
         memory.backward_workspace - (on_cuda() ? memory.backward_workspace_cpu_only : 0);
     scratch.push_back(ledger_.allocate(workspace, Category::kWorkspace));
+    borrow_in_turn(u, true);
     // ZeroTrainer::Context::grad: a gradient in its gather slot gets its fp32 accumulator when the
     // unit first asks for it, after the unit's own allocations.
-    std::vector<int> members{u};
-    members.insert(members.end(), units_[u].borrowed.begin(), units_[u].borrowed.end());
-    for (int member : members) {
+    for (int member : call_members(u)) {
       if (!two_byte() || !units_[member].gradient_in_slot) continue;
       scratch.push_back(ledger_.allocate(units_[member].full * sizeof(float), Category::kWorkspace));
     }

@@ -1,0 +1,104 @@
+// Shared by the vocabulary-pieces planner tests: a GPT's plan at a stage and world, and the
+// allocator's peaks against it over a few runs.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "models/gpt.h"
+#include "planner/peak_plan.h"
+#include "runtime/world.h"
+
+namespace zest::pieces_support {
+
+inline EngineOptions at_stage(int stage, DType dtype = DType::kFloat32) {
+  EngineOptions options;
+  options.stage = stage;
+  options.compute_dtype = dtype;
+  options.communication_dtype = dtype;
+  return options;
+}
+
+inline PeakPrediction plan_gpt(const GptConfig& config, std::int64_t sequences, int stage,
+                               int world, DType dtype = DType::kFloat32, int accumulation = 1) {
+  Gpt model(config);
+  EngineOptions options = at_stage(stage, dtype);
+  options.gradient_accumulation_steps = accumulation;
+  return predict_peak(plan_input(model, {sequences, config.seq_len}, options,
+                                 make_optimizer(OptimizerOptions{})->state_count(), world));
+}
+
+inline std::size_t working_memory(const PeakPrediction& prediction) {
+  return prediction.of(Category::kGather) + prediction.of(Category::kBuckets);
+}
+
+inline std::vector<MemoryUsage> train(const GptConfig& config, std::int64_t sequences, int world,
+                                      DType dtype, int accumulation) {
+  std::vector<MemoryUsage> usage(world);
+  WorldOptions world_options;
+  world_options.ranks = world;
+  World(world_options).run([&](RankContext& context) {
+    Gpt model(config);
+    EngineOptions options = at_stage(3, dtype);
+    options.gradient_accumulation_steps = accumulation;
+    Engine engine(context, options);
+    auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
+    std::mt19937 rng(3 + context.rank);
+    std::uniform_int_distribution<std::int32_t> token(0, config.vocab_size - 1);
+    std::vector<std::int32_t> inputs(sequences * config.seq_len);
+    std::vector<std::int32_t> targets(inputs.size());
+    for (auto& id : inputs) id = token(rng);
+    for (auto& id : targets) id = token(rng);
+    const Batch batch{Tensor{inputs.data(), {sequences, config.seq_len}, DType::kInt32},
+                      Tensor{targets.data(), {sequences, config.seq_len}, DType::kInt32}};
+    for (int step = 0; step < 2; ++step) {
+      for (int micro = 0; micro < accumulation; ++micro) trainer->forward_backward(batch);
+      trainer->step();
+    }
+    context.synchronize();
+    usage[context.rank] = context.allocator().usage();
+  });
+  return usage;
+}
+
+// Stage 3: every category's peak on every rank equals the plan. Frees run in stream order, so a
+// host descheduled on a loaded machine measures less (never more): the largest peaks of up to
+// five runs must reach the plan.
+inline void expect_measured_equals_planned(const GptConfig& config, std::int64_t sequences,
+                                           int world, DType dtype, int accumulation) {
+  const PeakPrediction planned = plan_gpt(config, sequences, 3, world, dtype, accumulation);
+  auto equal = [&](const std::vector<MemoryUsage>& measured) {
+    for (const MemoryUsage& usage : measured) {
+      if (usage.total_peak != planned.device_total) return false;
+      for (Category category : all_categories()) {
+        if (usage.peak_of(category) != planned.of(category)) return false;
+      }
+    }
+    return true;
+  };
+  std::vector<MemoryUsage> measured = train(config, sequences, world, dtype, accumulation);
+  for (int run = 1; run < 5 && !equal(measured); ++run) {
+    const std::vector<MemoryUsage> again = train(config, sequences, world, dtype, accumulation);
+    for (std::size_t rank = 0; rank < measured.size(); ++rank) {
+      for (std::size_t c = 0; c < kCategoryCount; ++c) {
+        measured[rank].peak[c] = std::max(measured[rank].peak[c], again[rank].peak[c]);
+      }
+      measured[rank].total_peak = std::max(measured[rank].total_peak, again[rank].total_peak);
+    }
+  }
+  for (std::size_t rank = 0; rank < measured.size(); ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    for (Category category : all_categories()) {
+      EXPECT_EQ(measured[rank].peak_of(category), planned.of(category)) << category_name(category);
+    }
+    EXPECT_EQ(measured[rank].total_peak, planned.device_total);
+  }
+}
+
+}  // namespace zest::pieces_support
