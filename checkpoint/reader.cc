@@ -26,8 +26,28 @@ std::string tensor_names(const std::vector<std::string>& names) {
 
 // The state tensors this trainer wants must all be available, and the saved optimizer's state
 // must be this optimizer's (the same number of states).
+// A GPT in vocabulary pieces (models/gpt_pieces.h) has units "wte_piece1".. beside "embedding".
+template <typename Units, typename Name>
+std::size_t vocab_pieces_of(const Units& units, Name name) {
+  std::size_t pieces = 1;
+  for (const auto& unit : units) pieces += name(unit).rfind("wte_piece", 0) == 0 ? 1 : 0;
+  return pieces;
+}
+
 void check_fits(const CheckpointSource& source, Trainer& trainer) {
   const CheckpointManifest& manifest = source.manifest();
+  const std::size_t saved_pieces =
+      vocab_pieces_of(manifest.units, [](const CheckpointUnit& unit) { return unit.name; });
+  const std::size_t pieces = vocab_pieces_of(
+      trainer.layouts(), [](const ShardLayout& layout) { return layout.unit_name(); });
+  if (saved_pieces != pieces) {
+    // Note: pieces are units, so a checkpoint of another count has other units; what the user
+    // must change is the config key, not the checkpoint (export and import cut it anew).
+    throw Error(ErrorKind::kConfig,
+                fmt::format("model.vocab_pieces: checkpoint {} was saved with {} vocab pieces, "
+                            "this model has {}; set model.vocab_pieces to {} to load it",
+                            source.dir(), saved_pieces, pieces, saved_pieces));
+  }
   const std::vector<std::string> differences = model_differences(manifest.units, trainer.layouts());
   if (!differences.empty()) {
     throw Error(ErrorKind::kCheckpoint,

@@ -36,9 +36,31 @@ int read_gpt_size(Block& block, const char* key, std::int64_t minimum, const std
   return static_cast<int>(value);
 }
 
+// model.vocab_pieces: 1 (the default, the uncut model), a count up to the vocabulary, or "auto"
+// (a piece about a block's size: models/gpt_pieces.h).
+void read_vocab_pieces(Block& block, GptConfig& gpt) {
+  const json& value = block.get_or("vocab_pieces", 1);
+  if (value.is_string() && value.get<std::string>() == "auto") {
+    gpt.vocab_pieces = kAutoVocabPieces;
+    return;
+  }
+  if (!value.is_number_integer()) {
+    config_error(block.path("vocab_pieces"),
+                 "must be an integer >= 1 or \"auto\", got " + describe(value));
+  }
+  const std::int64_t pieces = read_integer_at_least(value, block.path("vocab_pieces"), 1);
+  if (pieces > gpt.vocab_size) {
+    config_error(block.path("vocab_pieces"),
+                 "must be at most model.vocab_size (" + std::to_string(gpt.vocab_size) +
+                     "), a row per piece, got " + std::to_string(pieces));
+  }
+  gpt.vocab_pieces = static_cast<int>(pieces);
+}
+
 void parse_gpt(json& model, const json& data, TrainConfig& out) {
   Block block(model, "model",
-              {"type", "n_layer", "n_head", "n_embd", "vocab_size", "seq_len", "init_from"});
+              {"type", "n_layer", "n_head", "n_embd", "vocab_size", "seq_len", "vocab_pieces",
+               "init_from"});
   GptConfig& gpt = out.model.gpt;
   gpt.n_layer = read_gpt_size(block, "n_layer", 1, "the number of transformer blocks, e.g. 4");
   gpt.n_head = read_gpt_size(block, "n_head", 1, "the attention heads per block, e.g. 4");
@@ -50,7 +72,13 @@ void parse_gpt(json& model, const json& data, TrainConfig& out) {
   block.get_or("vocab_size", text ? 256 : 50257);
   gpt.vocab_size = read_gpt_size(block, "vocab_size", 2, "the vocabulary size");
   out.model.init_from = read_string(block.get_or("init_from", ""), "model.init_from");
+  // Note: absent, the key stays absent from the resolved JSON, so the uncut model's printed
+  // config and manifests are today's.
+  const bool pieces_given = model.contains("vocab_pieces");
+  if (pieces_given) read_vocab_pieces(block, gpt);
   validate(gpt);  // n_embd divisible by n_head, naming model.<key>
+  // The resolved JSON (--print-config, a checkpoint's manifest) shows the resolved count.
+  if (pieces_given) block.get_or("vocab_pieces", 1) = resolved_vocab_pieces(gpt);
 }
 
 }  // namespace
