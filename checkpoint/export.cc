@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "base/error.h"
@@ -37,13 +38,30 @@ ExportResult export_safetensors(const std::string& source_path, const std::strin
     std::size_t numel;
   };
   std::vector<SafetensorsEntry> entries;
-  std::vector<Piece> pieces;
+  std::vector<std::vector<Piece>> pieces;  // per entry, written one after the other
   ExportResult result{out, 0, 0, manifest.tensors[tensor].name};
+  // Note: a GPT in vocabulary pieces (models/gpt_pieces.h) exports its "embedding.wte" and
+  // "wte_piece{i}.wte" as the rows of one "embedding.wte" [V, C], the uncut model's tensor, so
+  // the file reads the same whatever model.vocab_pieces was (import cuts it anew).
+  std::size_t table_entry = entries.size();
+  bool table_found = false;
   for (std::size_t u = 0; u < manifest.units.size(); ++u) {
+    const std::string& unit = manifest.units[u].name;
     for (const CheckpointParam& p : manifest.units[u].params) {
-      entries.push_back({manifest.units[u].name + "." + p.name, dtype, p.shape});
-      pieces.push_back({u, p.offset, p.numel});
       result.parameters += p.numel;
+      const bool table = p.name == "wte" && p.shape.size() == 2 &&
+                         (unit == "embedding" || unit.rfind("wte_piece", 0) == 0);
+      if (table && table_found && entries[table_entry].shape[1] == p.shape[1]) {
+        entries[table_entry].shape[0] += p.shape[0];
+        pieces[table_entry].push_back({u, p.offset, p.numel});
+        continue;
+      }
+      if (table && !table_found) {
+        table_found = true;
+        table_entry = entries.size();
+      }
+      entries.push_back({unit + "." + p.name, dtype, p.shape});
+      pieces.push_back({{u, p.offset, p.numel}});
     }
   }
   result.tensors = entries.size();
@@ -54,13 +72,14 @@ ExportResult export_safetensors(const std::string& source_path, const std::strin
       {"zest.compute_dtype", dtype_name(manifest.compute_dtype)}};
   std::vector<char> buffer;
   write_safetensors(out, entries, metadata, [&](std::size_t i, const SafetensorsSink& write) {
-    const Piece& piece = pieces[i];
-    for (std::size_t done = 0; done < piece.numel; done += kChunkElements) {
-      const std::size_t now = std::min(kChunkElements, piece.numel - done);
-      buffer.resize(now * dtype_size(dtype));
-      const std::size_t first = piece.offset + done;
-      source.read(piece.unit, tensor, first, first + now, buffer.data(), dtype);
-      write(buffer.data(), buffer.size());
+    for (const Piece& piece : pieces[i]) {
+      for (std::size_t done = 0; done < piece.numel; done += kChunkElements) {
+        const std::size_t now = std::min(kChunkElements, piece.numel - done);
+        buffer.resize(now * dtype_size(dtype));
+        const std::size_t first = piece.offset + done;
+        source.read(piece.unit, tensor, first, first + now, buffer.data(), dtype);
+        write(buffer.data(), buffer.size());
+      }
     }
   });
   return result;

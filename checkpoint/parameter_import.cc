@@ -2,6 +2,7 @@
 
 #include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -23,21 +24,64 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
+// Where a parameter's values are in the file: its own tensor, or for a GPT in vocabulary pieces
+// (models/gpt_pieces.h) the rows of one "embedding.wte" [V, C], as zest-ckpt export writes it,
+// from element `first` on.
+struct FileSource {
+  std::string name;
+  std::size_t first = 0;
+  std::vector<std::int64_t> shape;  // the file tensor's
+};
+
+bool vocab_piece(const std::string& unit, const ParamSlot& slot) {
+  return slot.name == "wte" && slot.shape.size() == 2 &&
+         (unit == "embedding" || unit.rfind("wte_piece", 0) == 0);
+}
+
+// Per parameter name ("<unit>.<name>").
+std::map<std::string, FileSource> file_sources(const std::vector<ShardLayout>& layouts) {
+  bool cut = false;
+  std::int64_t rows = 0;
+  for (const ShardLayout& layout : layouts) {
+    cut = cut || layout.unit_name().rfind("wte_piece", 0) == 0;
+    for (const ParamSlot& slot : layout.params()) {
+      if (vocab_piece(layout.unit_name(), slot)) rows += slot.shape[0];
+    }
+  }
+  std::map<std::string, FileSource> sources;
+  std::size_t first = 0;
+  for (const ShardLayout& layout : layouts) {
+    for (const ParamSlot& slot : layout.params()) {
+      const std::string name = layout.unit_name() + "." + slot.name;
+      if (!cut || !vocab_piece(layout.unit_name(), slot)) {
+        sources[name] = {name, 0, slot.shape};
+        continue;
+      }
+      sources[name] = {"embedding.wte", first, {rows, slot.shape[1]}};
+      first += slot.numel;
+    }
+  }
+  return sources;
+}
+
 // What keeps `file` from filling `layouts`, first differences first.
 std::vector<std::string> differences(const SafetensorsReader& file,
                                      const std::vector<ShardLayout>& layouts) {
   std::vector<std::string> found;
   std::map<std::string, bool> wanted;
+  const std::map<std::string, FileSource> sources = file_sources(layouts);
   for (const ShardLayout& layout : layouts) {
     for (const ParamSlot& slot : layout.params()) {
-      const std::string name = layout.unit_name() + "." + slot.name;
+      const FileSource& source = sources.at(layout.unit_name() + "." + slot.name);
+      const std::string& name = source.name;
+      if (wanted.count(name)) continue;  // the pieces' table, checked once
       wanted[name] = true;
       const SafetensorsTensor* tensor = file.find(name);
       if (tensor == nullptr) {
-        found.push_back("'" + name + "' " + shape_text(slot.shape) + " is missing");
-      } else if (tensor->shape != slot.shape) {
+        found.push_back("'" + name + "' " + shape_text(source.shape) + " is missing");
+      } else if (tensor->shape != source.shape) {
         found.push_back("'" + name + "' has shape " + shape_text(tensor->shape) +
-                        ", the model's is " + shape_text(slot.shape));
+                        ", the model's is " + shape_text(source.shape));
       } else if (!dtype_from_safetensors(tensor->dtype)) {
         found.push_back("'" + name + "' has dtype " + tensor->dtype +
                         " (F32, BF16, F16 or F64 expected)");
@@ -67,11 +111,13 @@ void check_fits(const SafetensorsReader& file, const std::vector<ShardLayout>& l
 
 // Copies this rank's part of unit `u` out of the file into every parameter-valued shard view.
 void fill_unit(const RankContext& context, const SafetensorsReader& file,
-               const ShardLayout& layout, const std::vector<StateShard>& shards) {
+               const ShardLayout& layout, const std::vector<StateShard>& shards,
+               const std::map<std::string, FileSource>& sources) {
   for (const ShardPiece& piece : layout.pieces(context.rank)) {
     const ParamSlot& slot = layout.params()[piece.param_index];
-    const std::vector<float> values = file.read_float32(layout.unit_name() + "." + slot.name);
-    const float* source = values.data() + piece.param_elements.begin;
+    const FileSource& from = sources.at(layout.unit_name() + "." + slot.name);
+    const std::vector<float> values = file.read_float32(from.name);
+    const float* source = values.data() + from.first + piece.param_elements.begin;
     for (const StateShard& shard : shards) {
       if (shard.name != "params" && shard.name != "master") continue;
       char* destination = static_cast<char*>(shard.data) + piece.shard_offset * dtype_size(shard.dtype);
@@ -103,8 +149,9 @@ ImportResult import_parameters(RankContext& context, Trainer& trainer, const std
 
   PhaseRecord copied;
   const std::optional<Error> copy_failure = capture(copied, [&] {
+    const std::map<std::string, FileSource> sources = file_sources(layouts);
     for (std::size_t u = 0; u < layouts.size(); ++u) {
-      fill_unit(context, *file, layouts[u], trainer.state_shards(u));
+      fill_unit(context, *file, layouts[u], trainer.state_shards(u), sources);
       result.tensors += layouts[u].params().size();
       result.parameters += layouts[u].numel();
     }

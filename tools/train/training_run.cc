@@ -103,6 +103,14 @@ void export_parameters(RankContext& context, Trainer& trainer, const std::string
     for (const ParamSlot& slot : layout.params()) {
       std::vector<float> full = trainer.full_parameter(names.at(name_index++));
       if (context.rank != 0) continue;
+      // A GPT in vocabulary pieces writes its pieces' rows as one embedding.wte, as zest-ckpt
+      // export does (models/gpt_pieces.h).
+      if (layout.unit_name().rfind("wte_piece", 0) == 0 && slot.name == "wte" &&
+          !entries.empty() && entries.front().name == "embedding.wte") {
+        entries.front().shape[0] += slot.shape[0];
+        values.front().insert(values.front().end(), full.begin(), full.end());
+        continue;
+      }
       entries.push_back({layout.unit_name() + "." + slot.name, DType::kFloat32, slot.shape});
       values.push_back(std::move(full));
     }
