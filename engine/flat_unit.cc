@@ -11,6 +11,7 @@ FlatUnit plan_flat_unit(Unit& unit, int index, const StagePlan& plan, int rank, 
   flat.borrowed = unit.borrowed_units();
   flat.gradients_replace_parameters = unit.gradients_replace_parameters();
   flat.borrows_in_turn = unit.borrows_in_turn();
+  flat.backward_reads_parameters = unit.backward_reads_parameters();
   std::vector<ParamShape> shapes;
   for (const ParamSpec& spec : flat.specs) shapes.push_back({spec.name, spec.shape});
   flat.layout = ShardLayout::build(unit.name(), shapes, world_size, alignment);

@@ -44,6 +44,7 @@ struct FlatUnit {
   std::vector<int> borrowed;  // units whose parameters this one also reads
   bool gradients_replace_parameters = false;  // Unit::gradients_replace_parameters()
   bool borrows_in_turn = false;                // Unit::borrows_in_turn()
+  bool backward_reads_parameters = true;       // Unit::backward_reads_parameters()
   ShardLayout layout;
 
   Buffer params;     // full flat (stages 0-2) or shard (stage 3), compute dtype

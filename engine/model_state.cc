@@ -17,7 +17,8 @@ ModelStateShape describe_model_state(Module& module, DType compute_dtype,
   shape.alignment = alignment;
   for (Unit* unit : module.units()) {
     UnitShapes shapes{unit->name(), {}, unit->borrowed_units(),
-                      unit->gradients_replace_parameters(), unit->borrows_in_turn()};
+                      unit->gradients_replace_parameters(), unit->borrows_in_turn(),
+                      unit->backward_reads_parameters()};
     for (const ParamSpec& spec : unit->parameters()) shapes.params.push_back({spec.name, spec.shape});
     shape.units.push_back(std::move(shapes));
   }

@@ -21,6 +21,7 @@ struct UnitShapes {
   std::vector<int> borrowed;  // Unit::borrowed_units(): whose gathers and buckets it also holds
   bool gradients_replace_parameters = false;  // Unit::gradients_replace_parameters()
   bool borrows_in_turn = false;                // Unit::borrows_in_turn()
+  bool backward_reads_parameters = true;       // Unit::backward_reads_parameters()
 };
 
 struct ModelStateShape {

@@ -132,6 +132,10 @@ class Unit {
   // vocabulary pieces). Such a unit's borrowed units must not declare
   // gradients_replace_parameters (their slot comes and goes within the call).
   virtual bool borrows_in_turn() const { return false; }
+  // Whether this unit's backward reads its own parameters (param()). A unit whose backward does
+  // not (a vocabulary piece: its rows' gradient needs only d(out) and the head's saved values)
+  // is not gathered for its backward at stage 3, unless it is recomputed there.
+  virtual bool backward_reads_parameters() const { return true; }
 
   virtual void forward(UnitContext& context) = 0;
   virtual void backward(UnitContext& context) = 0;

@@ -26,7 +26,10 @@ class ZeroTrainer::Context final : public UnitContext {
   Device& device() override { return trainer_.context_.device; }
   const Batch& batch() override { return batch_; }
 
-  Tensor param(std::size_t index) override { return view(unit_, views_.params, index); }
+  Tensor param(std::size_t index) override {
+    if (!views_.params) refuse("its backward reads a parameter, but backward_reads_parameters() is false");
+    return view(unit_, views_.params, index);
+  }
   Tensor grad(std::size_t index) override {
     if (!views_.backward) refuse("grad() is for backward");
     if (!views_.grads) views_.grads = trainer_.gradient_view(unit_, views_);
@@ -323,7 +326,10 @@ float* ZeroTrainer::gradient_view(FlatUnit& unit, CallViews& views) {
 ZeroTrainer::CallViews ZeroTrainer::prepare_call(FlatUnit& unit, bool backward, bool recomputed) {
   // Pinned first, so that at stage 3 the unit's gathers are enqueued before the host waits for
   // a lagging recomputed call: they overlap that call's compute.
-  void* params = gatherer_->pin(unit);
+  // A backward that reads no parameter (Unit::backward_reads_parameters) needs no gather.
+  const bool pin_own = !backward || recomputed || unit.backward_reads_parameters ||
+                       gatherer_->gradient_in_slot(unit);
+  void* params = pin_own ? gatherer_->pin(unit) : nullptr;
   std::vector<void*> borrowed_params;
   if (!unit.borrows_in_turn) {
     for (int b : unit.borrowed) borrowed_params.push_back(gatherer_->pin(units_[b]));
@@ -337,7 +343,8 @@ ZeroTrainer::CallViews ZeroTrainer::prepare_call(FlatUnit& unit, bool backward, 
   auto eager_gradient = [&](FlatUnit& owner) {
     return backward && !gatherer_->gradient_in_slot(owner) ? gradient_view(owner, views) : nullptr;
   };
-  views.params = fp32_params(params, unit.layout.flat_length(), views);
+  views.own_pinned = pin_own;
+  if (pin_own) views.params = fp32_params(params, unit.layout.flat_length(), views);
   views.grads = eager_gradient(unit);
   views.borrowed_pinned.assign(unit.borrowed.size(), !unit.borrows_in_turn);
   if (unit.borrows_in_turn) {
@@ -367,7 +374,7 @@ void ZeroTrainer::finish_call(FlatUnit& unit, CallViews& views) {
   } else {
     for (int b : unit.borrowed) gatherer_->unpin(units_[b]);
   }
-  gatherer_->unpin(unit);
+  if (views.own_pinned) gatherer_->unpin(unit);
 }
 
 void ZeroTrainer::call_unit(FlatUnit& unit, const Batch& batch, CallViews& views,
@@ -606,7 +613,8 @@ ModelStateShape ZeroTrainer::model_state_shape() const {
   shape.alignment = options_.shard_alignment;
   for (const FlatUnit& unit : units_) {
     UnitShapes shapes{unit.layout.unit_name(), {}, unit.borrowed,
-                      unit.gradients_replace_parameters, unit.borrows_in_turn};
+                      unit.gradients_replace_parameters, unit.borrows_in_turn,
+                      unit.backward_reads_parameters};
     for (const ParamSlot& slot : unit.layout.params()) shapes.params.push_back({slot.name, slot.shape});
     shape.units.push_back(std::move(shapes));
   }

@@ -124,6 +124,7 @@ class ZeroTrainer final : public Trainer {
   // The fp32 views one unit call works on, and what must happen after it.
   struct CallViews {
     bool backward = false;
+    bool own_pinned = true;  // false: a backward that reads no parameter (not gathered)
     float* params = nullptr;
     float* grads = nullptr;  // null until asked for where the gradient lives in its gather slot
     std::vector<float*> borrowed_params;

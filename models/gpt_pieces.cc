@@ -65,6 +65,9 @@ class GptVocabPiece final : public Unit {
         name_(piece == 0 ? "embedding" : "wte_piece" + std::to_string(piece)) {}
 
   const std::string& name() const override { return name_; }
+  // Its d(wte) product reads the head's saved values and its rows only d(out): at stage 3 a
+  // piece is not gathered for its backward (the head's were the piece's last reads).
+  bool backward_reads_parameters() const override { return false; }
   std::vector<ParamSpec> parameters() const override {
     const std::int64_t C = config_.n_embd;
     // Note: drawn as the uncut wte's rows (unit 0, parameter 0), so that every k starts from

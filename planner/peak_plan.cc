@@ -30,6 +30,7 @@ struct PlannedUnit {
   RecomputePolicy recompute = RecomputePolicy::kNone;
   bool input_offloaded = false;  // cpu_checkpointing: its input waits on the host
   bool borrows_in_turn = false;  // Unit::borrows_in_turn()
+  bool backward_reads_parameters = true;  // Unit::backward_reads_parameters()
 };
 
 // Replays the allocations and frees of ZeroTrainer and its collaborators (gradient reducer,
@@ -92,6 +93,7 @@ Replay::Replay(const PeakPlanInput& input)
     PlannedUnit unit{layout.flat_length(), layout.shard_length(), shapes.borrowed, {},
                      shapes.gradients_replace_parameters, false, RecomputePolicy::kNone, false};
     unit.borrows_in_turn = shapes.borrows_in_turn;
+    unit.backward_reads_parameters = shapes.backward_reads_parameters;
     if (u < input.units.size()) unit.memory = input.units[u];
     units_.push_back(std::move(unit));
   }
@@ -187,7 +189,11 @@ void Replay::prepare(int u, bool backward, std::vector<Handle>& scratch) {
   const std::vector<int> members = call_members(u);
   for (int member : members) {
     const std::size_t fp32_bytes = units_[member].full * sizeof(float);
-    if (two_byte()) scratch.push_back(ledger_.allocate(fp32_bytes, Category::kWorkspace));
+    // ZeroTrainer::prepare_call: a backward that reads no parameter has no copy of them.
+    const PlannedUnit& unit = units_[member];
+    const bool pinned = member != u || !backward || unit.backward_reads_parameters ||
+                        unit.recompute != RecomputePolicy::kNone || unit.gradient_in_slot;
+    if (two_byte() && pinned) scratch.push_back(ledger_.allocate(fp32_bytes, Category::kWorkspace));
     if (!backward || units_[member].gradient_in_slot) continue;
     gradient_target(member);
     if (two_byte()) scratch.push_back(ledger_.allocate(fp32_bytes, Category::kWorkspace));
