@@ -33,7 +33,7 @@ struct TrainedRun {
 };
 
 TrainedRun train(const GptConfig& config, int world, int stage, DType dtype, const OptimizerOptions& opt,
-          int steps = 3) {
+          int steps = 3, RecomputePolicy recompute = RecomputePolicy::kNone) {
   TrainedRun run;
   WorldOptions world_options;
   world_options.ranks = world;
@@ -43,6 +43,7 @@ TrainedRun train(const GptConfig& config, int world, int stage, DType dtype, con
     options.stage = stage;
     options.compute_dtype = dtype;
     options.communication_dtype = dtype;
+    options.activation_checkpointing.policy = recompute;
     Engine engine(context, options);
     auto trainer = engine.shard(model, make_optimizer(opt));
     std::mt19937 rng(11 + context.rank);
@@ -57,6 +58,9 @@ TrainedRun train(const GptConfig& config, int world, int stage, DType dtype, con
       const float loss = trainer->forward_backward(batch);
       if (context.rank == 0) run.losses.push_back(loss);
       trainer->step();
+      // Evaluation: the head frees its saved values itself (no backward follows).
+      const float evaluated = trainer->evaluate(batch);
+      if (context.rank == 0) run.losses.push_back(evaluated);
     }
     std::map<std::string, std::vector<float>> params;
     std::vector<float> wte;
@@ -152,6 +156,15 @@ TEST(GptPieces, LossesAndParametersMatchTheUncutModelAtEveryStageAndWorld) {
                      &start);
       }
     }
+  }
+}
+
+TEST(GptPieces, RecomputedPiecesAndHeadMatchTheUncutModel) {
+  for (RecomputePolicy policy : {RecomputePolicy::kFull, RecomputePolicy::kSelective}) {
+    const TrainedRun whole = train(small_gpt(1), 2, 3, DType::kFloat32, sgd(), 3, policy);
+    const TrainedRun start = train(small_gpt(1), 2, 3, DType::kFloat32, sgd(), 0);
+    expect_close(train(small_gpt(kAutoVocabPieces), 2, 3, DType::kFloat32, sgd(), 3, policy),
+                 whole, true, &start);
   }
 }
 

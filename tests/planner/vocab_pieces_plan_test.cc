@@ -73,12 +73,17 @@ TEST(VocabPiecesPlan, EveryCategoryEqualsTheMeasuredPeakToTheByte) {
     int world;
     DType dtype;
     int accumulation;
+    RecomputePolicy recompute;
   };
-  for (const Case& job : {Case{2, DType::kFloat32, 1}, Case{4, DType::kFloat32, 2},
-                          Case{2, DType::kBFloat16, 1}}) {
-    SCOPED_TRACE("world " + std::to_string(job.world) + " " + dtype_name(job.dtype));
+  for (const Case& job : {Case{2, DType::kFloat32, 1, RecomputePolicy::kNone},
+                          Case{4, DType::kFloat32, 2, RecomputePolicy::kNone},
+                          Case{2, DType::kBFloat16, 1, RecomputePolicy::kNone},
+                          Case{2, DType::kFloat32, 1, RecomputePolicy::kFull},
+                          Case{2, DType::kBFloat16, 1, RecomputePolicy::kSelective}}) {
+    SCOPED_TRACE("world " + std::to_string(job.world) + " " + dtype_name(job.dtype) +
+                 " recompute " + std::to_string(static_cast<int>(job.recompute)));
     pieces_support::expect_measured_equals_planned(kWideVocabulary, 2, job.world, job.dtype,
-                                                   job.accumulation);
+                                                   job.accumulation, job.recompute);
   }
 }
 

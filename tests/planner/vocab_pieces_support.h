@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/recompute.h"
 #include "models/gpt.h"
 #include "planner/peak_plan.h"
 #include "runtime/world.h"
@@ -26,10 +27,12 @@ inline EngineOptions at_stage(int stage, DType dtype = DType::kFloat32) {
 }
 
 inline PeakPrediction plan_gpt(const GptConfig& config, std::int64_t sequences, int stage,
-                               int world, DType dtype = DType::kFloat32, int accumulation = 1) {
+                               int world, DType dtype = DType::kFloat32, int accumulation = 1,
+                               RecomputePolicy recompute = RecomputePolicy::kNone) {
   Gpt model(config);
   EngineOptions options = at_stage(stage, dtype);
   options.gradient_accumulation_steps = accumulation;
+  options.activation_checkpointing.policy = recompute;
   return predict_peak(plan_input(model, {sequences, config.seq_len}, options,
                                  make_optimizer(OptimizerOptions{})->state_count(), world));
 }
@@ -39,7 +42,7 @@ inline std::size_t working_memory(const PeakPrediction& prediction) {
 }
 
 inline std::vector<MemoryUsage> train(const GptConfig& config, std::int64_t sequences, int world,
-                                      DType dtype, int accumulation) {
+                                      DType dtype, int accumulation, RecomputePolicy recompute) {
   std::vector<MemoryUsage> usage(world);
   WorldOptions world_options;
   world_options.ranks = world;
@@ -47,6 +50,7 @@ inline std::vector<MemoryUsage> train(const GptConfig& config, std::int64_t sequ
     Gpt model(config);
     EngineOptions options = at_stage(3, dtype);
     options.gradient_accumulation_steps = accumulation;
+    options.activation_checkpointing.policy = recompute;
     Engine engine(context, options);
     auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
     std::mt19937 rng(3 + context.rank);
@@ -71,8 +75,10 @@ inline std::vector<MemoryUsage> train(const GptConfig& config, std::int64_t sequ
 // host descheduled on a loaded machine measures less (never more): the largest peaks of up to
 // five runs must reach the plan.
 inline void expect_measured_equals_planned(const GptConfig& config, std::int64_t sequences,
-                                           int world, DType dtype, int accumulation) {
-  const PeakPrediction planned = plan_gpt(config, sequences, 3, world, dtype, accumulation);
+                                           int world, DType dtype, int accumulation,
+                                           RecomputePolicy recompute = RecomputePolicy::kNone) {
+  const PeakPrediction planned =
+      plan_gpt(config, sequences, 3, world, dtype, accumulation, recompute);
   auto equal = [&](const std::vector<MemoryUsage>& measured) {
     for (const MemoryUsage& usage : measured) {
       if (usage.total_peak != planned.device_total) return false;
@@ -82,9 +88,9 @@ inline void expect_measured_equals_planned(const GptConfig& config, std::int64_t
     }
     return true;
   };
-  std::vector<MemoryUsage> measured = train(config, sequences, world, dtype, accumulation);
+  std::vector<MemoryUsage> measured = train(config, sequences, world, dtype, accumulation, recompute);
   for (int run = 1; run < 5 && !equal(measured); ++run) {
-    const std::vector<MemoryUsage> again = train(config, sequences, world, dtype, accumulation);
+    const std::vector<MemoryUsage> again = train(config, sequences, world, dtype, accumulation, recompute);
     for (std::size_t rank = 0; rank < measured.size(); ++rank) {
       for (std::size_t c = 0; c < kCategoryCount; ++c) {
         measured[rank].peak[c] = std::max(measured[rank].peak[c], again[rank].peak[c]);
