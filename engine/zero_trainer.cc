@@ -27,7 +27,7 @@ class ZeroTrainer::Context final : public UnitContext {
   const Batch& batch() override { return batch_; }
 
   Tensor param(std::size_t index) override {
-    if (!views_.params) refuse("its backward reads a parameter, but backward_reads_parameters() is false");
+    if (!views_.params) refuse("param() in a backward that backward_reads_parameters() denies");
     return view(unit_, views_.params, index);
   }
   Tensor grad(std::size_t index) override {
@@ -383,33 +383,6 @@ void ZeroTrainer::call_unit(FlatUnit& unit, const Batch& batch, CallViews& views
   auto begin = trace_begin();
   (unit.unit->*method)(context);
   trace_end(begin, slice);
-}
-
-void ZeroTrainer::pin_borrowed(FlatUnit& unit, CallViews& views, std::size_t b) {
-  if (!unit.borrows_in_turn || views.borrowed_pinned.at(b)) return;
-  FlatUnit& lender = units_.at(static_cast<std::size_t>(unit.borrowed.at(b)));
-  void* params = gatherer_->pin(lender);
-  views.borrowed_pinned[b] = true;
-  if (options_.compute_dtype == DType::kFloat32) {
-    views.borrowed_params[b] = static_cast<float*>(params);
-    return;
-  }
-  // Note: the fp32 copy of a 2-byte piece lives from its pin to its unpin, so that a unit
-  // borrowing in turn holds one copy at a time (the planner replays it so).
-  Buffer copy = context_.allocator().allocate(lender.layout.flat_length() * sizeof(float),
-                                              Category::kWorkspace);
-  convert(context_.compute, params, options_.compute_dtype, copy.data(), DType::kFloat32,
-          lender.layout.flat_length());
-  views.borrowed_params[b] = copy.as<float>();
-  views.borrowed_copies[b] = std::move(copy);
-}
-
-void ZeroTrainer::unpin_borrowed(FlatUnit& unit, CallViews& views, std::size_t b) {
-  if (!unit.borrows_in_turn || !views.borrowed_pinned.at(b)) return;
-  views.borrowed_pinned[b] = false;
-  views.borrowed_params[b] = nullptr;
-  release_on(context_.compute, std::move(views.borrowed_copies[b]));
-  gatherer_->unpin(units_.at(static_cast<std::size_t>(unit.borrowed[b])));
 }
 
 std::shared_ptr<std::int64_t> ZeroTrainer::trace_begin() {

@@ -204,7 +204,9 @@ class GptPiecedHead final : public Unit {
   }
 
   void backward(UnitContext& context) override {
-    if (saved_->buffer.empty()) throw Error(ErrorKind::kUsage, name_ + ": backward without a forward");
+    if (saved_->buffer.empty()) {
+      throw Error(ErrorKind::kUsage, name_ + ": backward without a forward");
+    }
     const std::int64_t B = saved_->batch;
     const std::int64_t T = saved_->seq;
     const std::int64_t N = B * T;

@@ -32,8 +32,9 @@ struct TrainedRun {
   std::map<std::string, std::vector<float>> params;  // after the steps; wte whole
 };
 
-TrainedRun train(const GptConfig& config, int world, int stage, DType dtype, const OptimizerOptions& opt,
-          int steps = 3, RecomputePolicy recompute = RecomputePolicy::kNone) {
+TrainedRun train(const GptConfig& config, int world, int stage, DType dtype,
+                 const OptimizerOptions& opt, int steps = 3,
+                 RecomputePolicy recompute = RecomputePolicy::kNone) {
   TrainedRun run;
   WorldOptions world_options;
   world_options.ranks = world;
@@ -243,7 +244,8 @@ TEST(GptPieces, EmbeddingByRowsSumsToTheWholeEmbeddingBitForBit) {
 }
 
 TEST(GptPieces, MatmulWithLeadingDimensionsWritesAndReadsABlockOfColumns) {
-  // C[:, 3:3+n] of a [m, 11] matrix = A · B[2:2+n, :]ᵀ, then back: D = C[:, 3:3+n] · B[2:2+n, :].
+  // C[:, 3:3+n] of a [m, 11] matrix = A · B[2:2+n, :]ᵀ, then back:
+  // D = C[:, 3:3+n] · B[2:2+n, :].
   const std::int64_t m = 4, n = 5, k = 3, wide = 11;
   std::mt19937 rng(9);
   std::normal_distribution<float> normal;

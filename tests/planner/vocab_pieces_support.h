@@ -88,9 +88,12 @@ inline void expect_measured_equals_planned(const GptConfig& config, std::int64_t
     }
     return true;
   };
-  std::vector<MemoryUsage> measured = train(config, sequences, world, dtype, accumulation, recompute);
+  auto train_once = [&] {
+    return train(config, sequences, world, dtype, accumulation, recompute);
+  };
+  std::vector<MemoryUsage> measured = train_once();
   for (int run = 1; run < 5 && !equal(measured); ++run) {
-    const std::vector<MemoryUsage> again = train(config, sequences, world, dtype, accumulation, recompute);
+    const std::vector<MemoryUsage> again = train_once();
     for (std::size_t rank = 0; rank < measured.size(); ++rank) {
       for (std::size_t c = 0; c < kCategoryCount; ++c) {
         measured[rank].peak[c] = std::max(measured[rank].peak[c], again[rank].peak[c]);
