@@ -326,9 +326,7 @@ float* ZeroTrainer::gradient_view(FlatUnit& unit, CallViews& views) {
 ZeroTrainer::CallViews ZeroTrainer::prepare_call(FlatUnit& unit, bool backward, bool recomputed) {
   // Pinned first, so that at stage 3 the unit's gathers are enqueued before the host waits for
   // a lagging recomputed call: they overlap that call's compute.
-  // A backward that reads no parameter (Unit::backward_reads_parameters) needs no gather.
-  const bool pin_own = !backward || recomputed || unit.backward_reads_parameters ||
-                       gatherer_->gradient_in_slot(unit);
+  const bool pin_own = pins_own(unit, backward, recomputed);
   void* params = pin_own ? gatherer_->pin(unit) : nullptr;
   std::vector<void*> borrowed_params;
   if (!unit.borrows_in_turn) {
@@ -346,14 +344,7 @@ ZeroTrainer::CallViews ZeroTrainer::prepare_call(FlatUnit& unit, bool backward, 
   views.own_pinned = pin_own;
   if (pin_own) views.params = fp32_params(params, unit.layout.flat_length(), views);
   views.grads = eager_gradient(unit);
-  views.borrowed_pinned.assign(unit.borrowed.size(), !unit.borrows_in_turn);
-  if (unit.borrows_in_turn) {
-    // Pinned, and their gradients made, when the unit first asks (pin_borrowed).
-    views.borrowed_params.assign(unit.borrowed.size(), nullptr);
-    views.borrowed_grads.assign(unit.borrowed.size(), nullptr);
-    views.borrowed_copies.resize(unit.borrowed.size());
-    return views;
-  }
+  if (defer_borrowed(unit, views)) return views;
   for (std::size_t i = 0; i < unit.borrowed.size(); ++i) {
     FlatUnit& lender = units_[unit.borrowed[i]];
     views.borrowed_params.push_back(
@@ -369,11 +360,7 @@ void ZeroTrainer::finish_call(FlatUnit& unit, CallViews& views) {
                     DType::kFloat32, fold.count);
   }
   for (Buffer& buffer : views.scratch) release_on(context_.compute, std::move(buffer));
-  if (unit.borrows_in_turn) {
-    for (std::size_t b = 0; b < unit.borrowed.size(); ++b) unpin_borrowed(unit, views, b);
-  } else {
-    for (int b : unit.borrowed) gatherer_->unpin(units_[b]);
-  }
+  unpin_borrowed_units(unit, views);
   if (views.own_pinned) gatherer_->unpin(unit);
 }
 

@@ -167,6 +167,12 @@ class ZeroTrainer final : public Trainer {
   // 2-byte training) and unpins it when the unit hands it back. No-ops otherwise.
   void pin_borrowed(FlatUnit& unit, CallViews& views, std::size_t b);
   void unpin_borrowed(FlatUnit& unit, CallViews& views, std::size_t b);
+  // prepare_call's and finish_call's parts of it (zero_trainer_borrow.cc): whether the call pins
+  // the unit itself; a unit that borrows in turn gets empty borrowed views (true); the borrowed
+  // units still pinned at the end of the call are unpinned.
+  bool pins_own(const FlatUnit& unit, bool backward, bool recomputed) const;
+  bool defer_borrowed(FlatUnit& unit, CallViews& views);
+  void unpin_borrowed_units(FlatUnit& unit, CallViews& views);
   void run_forward(const Batch& batch);
   void run_backward(const Batch& batch, bool last_micro_batch);
   // Whether unit `u` recomputes in this pass (never while evaluating).

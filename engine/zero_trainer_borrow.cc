@@ -7,6 +7,31 @@
 
 namespace zest {
 
+bool ZeroTrainer::pins_own(const FlatUnit& unit, bool backward, bool recomputed) const {
+  // A backward that reads no parameter (Unit::backward_reads_parameters) needs no gather, unless
+  // it is recomputed first or its gradient lives in its gather slot.
+  return !backward || recomputed || unit.backward_reads_parameters ||
+         gatherer_->gradient_in_slot(unit);
+}
+
+bool ZeroTrainer::defer_borrowed(FlatUnit& unit, CallViews& views) {
+  views.borrowed_pinned.assign(unit.borrowed.size(), !unit.borrows_in_turn);
+  if (!unit.borrows_in_turn) return false;
+  // Pinned, and their gradients made, when the unit first asks (pin_borrowed).
+  views.borrowed_params.assign(unit.borrowed.size(), nullptr);
+  views.borrowed_grads.assign(unit.borrowed.size(), nullptr);
+  views.borrowed_copies.resize(unit.borrowed.size());
+  return true;
+}
+
+void ZeroTrainer::unpin_borrowed_units(FlatUnit& unit, CallViews& views) {
+  if (!unit.borrows_in_turn) {
+    for (int b : unit.borrowed) gatherer_->unpin(units_[b]);
+    return;
+  }
+  for (std::size_t b = 0; b < unit.borrowed.size(); ++b) unpin_borrowed(unit, views, b);
+}
+
 void ZeroTrainer::pin_borrowed(FlatUnit& unit, CallViews& views, std::size_t b) {
   if (!unit.borrows_in_turn || views.borrowed_pinned.at(b)) return;
   FlatUnit& lender = units_.at(static_cast<std::size_t>(unit.borrowed.at(b)));
