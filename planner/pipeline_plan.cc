@@ -1,0 +1,220 @@
+#include "planner/pipeline_plan.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "base/error.h"
+#include "memory/shard_layout.h"
+#include "pipeline/schedule_simulator.h"
+
+namespace zest {
+namespace {
+
+std::size_t element_size(const PeakPlanInput& model) {
+  return dtype_size(model.engine.compute_dtype);
+}
+
+void check_partition(const PipelinePlanInput& input) {
+  const std::size_t units = input.model.model.units.size();
+  const std::size_t virtual_stages = static_cast<std::size_t>(input.schedule.virtual_stages());
+  const auto& counts = input.units_per_virtual_stage;
+  if (counts.size() != virtual_stages) {
+    throw Error(ErrorKind::kConfig,
+                "pipeline.partition: " + std::to_string(counts.size()) +
+                    " virtual stages partitioned, but the schedule has " +
+                    std::to_string(virtual_stages));
+  }
+  if (std::accumulate(counts.begin(), counts.end(), std::size_t{0}) != units ||
+      std::find(counts.begin(), counts.end(), std::size_t{0}) != counts.end()) {
+    throw Error(ErrorKind::kConfig, "pipeline.partition: does not cover the model's " +
+                                        std::to_string(units) +
+                                        " units with a non-empty run per virtual stage");
+  }
+}
+
+// The activations each unit of a stage's list leaves from its forward to its backward, as
+// Replay::forward holds them: its output and what its policy keeps; with cpu_checkpointing a
+// recomputed unit's input (the previous unit's output) waits on the host instead.
+std::vector<std::size_t> kept_bytes(const std::vector<UnitMemory>& memory,
+                                    const std::vector<RecomputePolicy>& recompute,
+                                    bool cpu_checkpointing) {
+  std::vector<std::size_t> kept;
+  for (std::size_t i = 0; i < memory.size(); ++i) {
+    std::size_t bytes = memory[i].output;
+    if (recompute[i] == RecomputePolicy::kNone) bytes += memory[i].saved;
+    if (recompute[i] == RecomputePolicy::kSelective) bytes += memory[i].selective_saved;
+    kept.push_back(bytes);
+  }
+  for (std::size_t i = 1; cpu_checkpointing && i < memory.size(); ++i) {
+    if (recompute[i] != RecomputePolicy::kNone) kept[i - 1] -= memory[i - 1].output;
+  }
+  return kept;
+}
+
+struct StageUnits {
+  PeakPlanInput input;                     // the stage's list: own units and tied copies
+  std::vector<std::size_t> global;         // the list's global indices, in model order
+  std::vector<bool> own;                   // false: a tied copy (held, never run here)
+};
+
+StageUnits stage_units(const PipelinePlanInput& input, int stage,
+                       const std::vector<std::size_t>& boundaries) {
+  const Schedule& schedule = input.schedule;
+  std::set<std::size_t> own;
+  for (int chunk = 0; chunk < schedule.chunks; ++chunk) {
+    const int v = schedule.virtual_stage(stage, chunk);
+    for (std::size_t u = boundaries[v]; u < boundaries[v + 1]; ++u) own.insert(u);
+  }
+  std::set<std::size_t> all = own;
+  for (std::size_t u : own) {
+    for (int borrowed : input.model.model.units[u].borrowed) {
+      all.insert(static_cast<std::size_t>(borrowed));
+    }
+  }
+  StageUnits out;
+  out.input = input.model;
+  out.input.model.units.clear();
+  out.input.units.clear();
+  std::map<std::size_t, int> local_of;
+  for (std::size_t u : all) {
+    local_of[u] = static_cast<int>(out.global.size());
+    out.global.push_back(u);
+    out.own.push_back(own.count(u) > 0);
+  }
+  const bool has_memory = !input.model.units.empty();
+  for (std::size_t i = 0; i < out.global.size(); ++i) {
+    UnitShapes shapes = input.model.model.units[out.global[i]];
+    for (int& borrowed : shapes.borrowed) borrowed = local_of.at(static_cast<std::size_t>(borrowed));
+    if (!out.own[i]) shapes.borrowed.clear();
+    out.input.model.units.push_back(std::move(shapes));
+    // A tied copy computes nothing here: only its model state (and its gathers and buckets as
+    // the borrower's) count.
+    if (has_memory) out.input.units.push_back(out.own[i] ? input.model.units[out.global[i]] : UnitMemory{});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<PipelineStagePeak> predict_pipeline_peaks(const PipelinePlanInput& input) {
+  check_partition(input);
+  const Schedule& schedule = input.schedule;
+  const std::vector<std::size_t> boundaries = partition_boundaries(input.units_per_virtual_stage);
+  const ScheduleSimulation simulation = simulate_schedule(schedule);
+  const int last_virtual = schedule.virtual_stages() - 1;
+  const bool cuda = input.model.device == DeviceKind::kCuda;
+  const std::vector<UnitMemory>& memory = input.model.units;
+  const bool has_memory = !memory.empty();
+
+  std::vector<PipelineStagePeak> peaks;
+  for (int stage = 0; stage < schedule.stages; ++stage) {
+    StageUnits units = stage_units(input, stage, boundaries);
+    PipelineStagePeak peak;
+    peak.stage = stage;
+    peak.peak_in_flight = simulation.stages[stage].peak_in_flight;
+    for (std::size_t i = 0; i < units.global.size(); ++i) {
+      (units.own[i] ? peak.units : peak.tied_copies).push_back(units.global[i]);
+    }
+    peak.one_in_flight = predict_peak(units.input);
+
+    // Per chunk: what a micro-batch leaves on this stage from forward to backward, as the replay
+    // holds it (kept), and the received input it also keeps (received), then the gradient of
+    // the chunk's output that its backward receives.
+    std::vector<std::size_t> kept(schedule.chunks, 0), received(schedule.chunks, 0);
+    std::size_t gradient_buffer = 0;
+    if (has_memory) {
+      std::vector<Recomputable> recomputable;
+      for (const UnitMemory& unit_memory : units.input.units) {
+        recomputable.push_back({true, unit_memory.selective});
+      }
+      for (std::size_t i = 0; i < units.global.size(); ++i) {
+        recomputable[i].full = !units.input.model.units[i].gradients_replace_parameters;
+      }
+      const ActivationCheckpointing& checkpointing = input.model.engine.activation_checkpointing;
+      const std::vector<RecomputePolicy> recompute = plan_recompute(checkpointing, recomputable);
+      const std::vector<std::size_t> unit_kept =
+          kept_bytes(units.input.units, recompute, checkpointing.cpu_checkpointing);
+      for (int chunk = 0; chunk < schedule.chunks; ++chunk) {
+        const int v = schedule.virtual_stage(stage, chunk);
+        for (std::size_t i = 0; i < units.global.size(); ++i) {
+          const std::size_t u = units.global[i];
+          if (units.own[i] && u >= boundaries[v] && u < boundaries[v + 1]) kept[chunk] += unit_kept[i];
+        }
+        if (v == 0 && cuda) kept[chunk] += input.model.batch_bytes;
+        if (v > 0) received[chunk] = memory[boundaries[v] - 1].output;
+        if (v < last_virtual) {
+          gradient_buffer = std::max(gradient_buffer, memory[boundaries[v + 1] - 1].output);
+        }
+      }
+    }
+    const std::size_t kept_total = std::accumulate(kept.begin(), kept.end(), std::size_t{0});
+    peak.received_activations = std::accumulate(received.begin(), received.end(), std::size_t{0});
+    peak.kept_per_micro_batch = kept_total + peak.received_activations;
+    peak.received_gradients = gradient_buffer;
+
+    // The schedule's order: a micro-batch's activations on a chunk are held from its forward to
+    // its (weight-gradient) backward.
+    std::size_t held = 0;
+    for (const Action& action : schedule.actions[stage]) {
+      const std::size_t bytes = kept[action.chunk] + received[action.chunk];
+      if (action.kind == ActionKind::kForward) {
+        held += bytes;
+        peak.in_flight_activations = std::max(peak.in_flight_activations, held);
+      } else if (action.kind == ActionKind::kBackward ||
+                 action.kind == ActionKind::kBackwardWeight) {
+        held -= bytes;
+      }
+    }
+
+    // On top of the replay, which holds one micro-batch through every chunk (kept_total).
+    const std::size_t more_activations =
+        (peak.in_flight_activations > kept_total ? peak.in_flight_activations - kept_total : 0) +
+        peak.received_gradients;
+    std::size_t more_gather = 0;
+    if (input.model.engine.stage == 3 && !input.reshard_after_forward) {
+      for (const UnitShapes& shapes : units.input.model.units) {
+        const ShardLayout layout = ShardLayout::build(shapes.name, shapes.params,
+                                                      units.input.world_size,
+                                                      units.input.model.alignment);
+        peak.gathered_for_step += layout.flat_length() * element_size(input.model);
+      }
+      const std::size_t ring = peak.one_in_flight.of(Category::kGather);
+      more_gather = peak.gathered_for_step > ring ? peak.gathered_for_step - ring : 0;
+    }
+    peak.peak = peak.one_in_flight;
+    peak.peak.peak[static_cast<std::size_t>(Category::kActivations)] += more_activations;
+    peak.peak.peak[static_cast<std::size_t>(Category::kGather)] += more_gather;
+    peak.peak.device_total += more_activations + more_gather;
+    peaks.push_back(std::move(peak));
+  }
+  return peaks;
+}
+
+UnitCost pipeline_memory_cost(const PeakPlanInput& model, const Schedule& schedule) {
+  const ScheduleSimulation simulation = simulate_schedule(schedule);
+  std::vector<std::uint64_t> state, activations;
+  for (std::size_t u = 0; u < model.model.units.size(); ++u) {
+    ModelStateShape one = model.model;
+    one.units = {model.model.units[u]};
+    one.units[0].borrowed.clear();
+    state.push_back(predict_model_state(one, model.engine.stage, model.world_size,
+                                        model.engine.offload_optimizer.enabled())
+                        .total());
+    const UnitMemory unit = u < model.units.size() ? model.units[u] : UnitMemory{};
+    activations.push_back(unit.output + unit.saved);
+  }
+  std::vector<std::uint64_t> in_flight;
+  for (const StageTimeline& timeline : simulation.stages) {
+    in_flight.push_back(static_cast<std::uint64_t>(timeline.peak_in_flight));
+  }
+  return [state = std::move(state), activations = std::move(activations),
+          in_flight = std::move(in_flight), stages = schedule.stages](int v, std::size_t u) {
+    return state[u] + in_flight[static_cast<std::size_t>(v % stages)] * activations[u];
+  };
+}
+
+}  // namespace zest
