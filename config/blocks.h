@@ -1,7 +1,7 @@
 // The trainer config's blocks, one parser each, shared by the files that implement them:
 // train_config.cc (the root, world, batch sizes, log, checkpoint), config_model_data.cc (model,
 // data), config_optimization.cc (optimizer, scheduler, zero_optimization, bf16 / fp16),
-// debug_block.cc and monitor_block.cc (csv_monitor, tensorboard, wandb, comet).
+// debug_block.cc and monitor_block.cc (csv_monitor, tensorboard, wandb, comet), pipeline_block.cc.
 // Each reads its keys from `root` (filling defaults into the resolved JSON) into `out`, and
 // throws a kConfig Error naming the JSON path of the first bad value. Order matters: data reads
 // the model, the batch sizes read the world, the scheduler reads steps and the optimizer.
@@ -27,5 +27,10 @@ void parse_checkpoint(Block& root, TrainConfig& out);
 void parse_debug(Block& root, TrainConfig& out);
 void parse_monitor(Block& root, TrainConfig& out);
 void parse_activation_checkpointing(Block& root, TrainConfig& out);  // checkpointing_block.cc
+// pipeline_block.cc: the pipeline's shape (stages, micro_batches) before the batch sizes, which
+// count its data-parallel ranks; the rest (schedule, partition) last, once the model, batch and
+// engine options it plans with are known.
+void parse_pipeline_shape(Block& root, TrainConfig& out);
+void parse_pipeline(Block& root, TrainConfig& out);
 
 }  // namespace zest::config_blocks

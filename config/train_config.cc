@@ -155,19 +155,34 @@ void parse_batch(Block& root, TrainConfig& out) {
   };
   const std::optional<std::int64_t> total = read(kTotal);
   const std::optional<std::int64_t> micro = read(kMicro);
-  const std::optional<std::int64_t> accumulation = read(kAccumulation);
-  const std::int64_t ranks = out.world.ranks;
+  std::optional<std::int64_t> accumulation = read(kAccumulation);
+  // With pipeline stages, the batch counts the data-parallel ranks, and the pipeline's
+  // micro-batches are the accumulation steps (DeepSpeed's pipeline engine).
+  const bool pipelined = out.pipeline.stages > 1;
+  const std::int64_t ranks = out.pipeline.data_parallel;
+  const std::string ranks_name =
+      pipelined ? "data-parallel ranks (world.ranks / pipeline.stages)" : "world.ranks";
+  const int pipeline_micro_batches = out.pipeline.micro_batches;
+  const bool accumulation_from_pipeline = !accumulation && pipeline_micro_batches > 0;
+  if (accumulation && pipeline_micro_batches > 0 && *accumulation != pipeline_micro_batches) {
+    config_error("pipeline.micro_batches",
+                 std::to_string(pipeline_micro_batches) + " differs from " + kAccumulation + " " +
+                     std::to_string(*accumulation) +
+                     ": a pipeline's micro-batches are the step's accumulation steps; set one");
+  }
+  if (accumulation_from_pipeline) accumulation = pipeline_micro_batches;
   const std::string rule = std::string("; need ") + kTotal + " = " + kMicro + " x " +
-                           kAccumulation + " x world.ranks";
+                           kAccumulation + " x " + ranks_name;
   auto value_of = [](const char* key, std::optional<std::int64_t> value) {
     return std::string(key) + " " + (value ? std::to_string(*value) : "unset");
   };
   auto inconsistent = [&](const std::string& what) {
-    throw Error(ErrorKind::kConfig, "batch sizes are inconsistent: " + value_of(kTotal, total) +
-                                        ", " + value_of(kMicro, micro) + ", " +
-                                        value_of(kAccumulation, accumulation) +
-                                        ", world.ranks " + std::to_string(ranks) + " (" + what +
-                                        ")" + rule);
+    throw Error(ErrorKind::kConfig,
+                "batch sizes are inconsistent: " + value_of(kTotal, total) + ", " +
+                    value_of(kMicro, micro) + ", " + value_of(kAccumulation, accumulation) +
+                    (accumulation_from_pipeline ? " (pipeline.micro_batches)" : "") + ", " +
+                    (pipelined ? "data-parallel ranks " : "world.ranks ") +
+                    std::to_string(ranks) + " (" + what + ")" + rule);
   };
 
   if (total && micro && accumulation) {
@@ -198,7 +213,8 @@ void parse_batch(Block& root, TrainConfig& out) {
     out.gradient_accumulation_steps = accumulation.value_or(1);
   } else if (total) {
     if (*total % ranks != 0) {
-      inconsistent(std::to_string(*total) + " is not a multiple of world.ranks " +
+      inconsistent(std::to_string(*total) + " is not a multiple of " +
+                   (pipelined ? "the data-parallel ranks " : "world.ranks ") +
                    std::to_string(ranks));
     }
     out.micro_batch = *total / ranks;
@@ -213,6 +229,7 @@ void parse_batch(Block& root, TrainConfig& out) {
                                     std::to_string(out.gradient_accumulation_steps));
   }
   out.engine.gradient_accumulation_steps = static_cast<int>(out.gradient_accumulation_steps);
+  out.pipeline.micro_batches = out.engine.gradient_accumulation_steps;
   root.get_or(kTotal, 0) = out.train_batch_size;
   root.get_or(kMicro, 0) = out.micro_batch;
   root.get_or(kAccumulation, 0) = out.gradient_accumulation_steps;
@@ -299,7 +316,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
               "optimizer", "zero_optimization", "data", "steps_per_print", "bf16", "fp16",
               "communication_data_type", "log", "wall_clock_breakdown", "scheduler",
               "checkpoint", "eval_every", "debug", "csv_monitor", "tensorboard", "wandb",
-              "comet", "activation_checkpointing"},
+              "comet", "activation_checkpointing", "pipeline"},
              {{"stage", "zero_optimization.stage"},
               {"ranks", "world.ranks"},
               {"backend", "world.backend"},
@@ -317,7 +334,11 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
               {"init_from", "model.init_from"},
               {"every_steps", "checkpoint.every_steps"},
               {"cpu_checkpointing", "activation_checkpointing.cpu_checkpointing"},
-              {"partition_activations", "activation_checkpointing.partition_activations"}});
+              {"partition_activations", "activation_checkpointing.partition_activations"},
+              {"micro_batches", "pipeline.micro_batches"},
+              {"virtual_chunks", "pipeline.virtual_chunks"},
+              {"reshard_after_forward", "pipeline.reshard_after_forward"},
+              {"pipeline_stages", "pipeline.stages"}});
 
   parse_world(root, out);
   parse_model(root, out);
@@ -331,6 +352,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   }
   out.steps = read_integer_at_least(root.require("steps", "the number of optimizer steps (>= 1)"),
                                     "steps", 1);
+  parse_pipeline_shape(root, out);
   parse_batch(root, out);
 
   const double clipping =
@@ -354,6 +376,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   refuse_hybrid_state_files(out);
   parse_debug(root, out);
   parse_monitor(root, out);
+  parse_pipeline(root, out);
   // The engine takes the planner's out-of-memory advice as a hook (it never includes the planner).
   out.engine.out_of_memory_advice = training_memory_advice;
   return out;

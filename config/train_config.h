@@ -17,6 +17,8 @@
 #include "engine/engine.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "pipeline/partition.h"
+#include "pipeline/schedule.h"
 #include "runtime/world.h"
 
 namespace zest {
@@ -73,6 +75,28 @@ struct CsvMonitorConfig {
   std::string job_name = "DeepSpeedJobName";
 };
 
+// `pipeline`: the model split into pipeline stages, each a run of units on world.ranks / stages
+// data-parallel ranks (DeepSpeed's block names `stages` and `partition`; the rest are zest's).
+// The micro-batches of a step are gradient_accumulation_steps, as in DeepSpeed's pipeline
+// engine, and train_batch_size counts the data-parallel ranks only. Without the block: one
+// pipeline stage holding every unit, and nothing else changes.
+struct PipelineConfig {
+  int stages = 1;
+  int micro_batches = 1;   // per step: == gradient_accumulation_steps
+  ScheduleKind schedule = ScheduleKind::kOneFOneB;
+  int virtual_chunks = 1;  // model chunks per pipeline stage (interleaved_1f1b: >= 2)
+  PartitionMethod partition = PartitionMethod::kParameters;  // kExplicit for a written list
+  // Resolved: the units of each virtual stage (chunk c of stage s is virtual stage c·stages + s),
+  // in model order; one entry per virtual stage, none zero, summing to the model's units.
+  std::vector<std::size_t> units_per_virtual_stage;
+  // Stage 3 only: false keeps a pipeline stage's parameters gathered across the micro-batches
+  // of a step (FSDP2's reshard_after_forward=False), true gathers them per micro-batch.
+  bool reshard_after_forward = true;
+  int data_parallel = 1;  // world.ranks / stages: the ranks of each pipeline stage
+  bool enabled() const { return stages > 1; }
+  int virtual_stages() const { return stages * virtual_chunks; }
+};
+
 struct TrainConfig {
   nlohmann::json json;  // resolved: overrides applied, defaults filled in
 
@@ -88,11 +112,13 @@ struct TrainConfig {
   ZeroOverlapConfig zero_overlap;
   CheckpointConfig checkpoint;
   CsvMonitorConfig csv_monitor;
+  PipelineConfig pipeline;
 
   std::int64_t steps = 0;
   std::int64_t micro_batch = 0;                  // train_micro_batch_size_per_gpu
   std::int64_t gradient_accumulation_steps = 1;
-  std::int64_t train_batch_size = 0;             // micro_batch × accumulation × world.ranks
+  // micro_batch × accumulation × data-parallel ranks (world.ranks / pipeline.stages)
+  std::int64_t train_batch_size = 0;
   // A plain progress line every this many steps (DeepSpeed's steps_per_print); on a terminal
   // one live line is redrawn every step instead.
   std::int64_t steps_per_print = 10;

@@ -1,0 +1,198 @@
+// The `pipeline` block (PipelineConfig): how many pipeline stages, the micro-batches of a step,
+// the schedule, the model chunks per stage and how units are partitioned among the virtual
+// stages. Validated whole here: the schedule is generated and simulated, and the partition
+// resolved against the model's units, so a config that parses has a schedule that does not hang
+// and no stage left empty. The resolved config shows the partition as unit names per virtual
+// stage (`units`), which the config writes and never reads. Without the block nothing is written.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/blocks.h"
+#include "engine/model_state.h"
+#include "models/registry.h"
+#include "pipeline/partition.h"
+#include "pipeline/schedule_generators.h"
+#include "pipeline/schedule_simulator.h"
+#include "planner/peak_plan.h"
+#include "planner/pipeline_plan.h"
+
+namespace zest::config_blocks {
+
+using namespace config_reading;
+
+namespace {
+
+const std::vector<std::string> kKeys = {"stages",    "micro_batches",         "schedule",
+                                        "virtual_chunks", "partition", "reshard_after_forward",
+                                        "units"};
+
+// Partitions by parameters or memory declare the model's units (shapes only), which costs time
+// per unit; the tools refuse a model of more units anyway (tools/common/model_size.h).
+constexpr std::size_t kMaxPartitionedUnits = std::size_t{1} << 16;
+// A schedule is generated and simulated at parse time: its actions are O(stages x micro-batches
+// x chunks).
+constexpr std::int64_t kMaxScheduleCells = std::int64_t{1} << 22;
+
+std::size_t units_of(const ModelSpec& model) {
+  if (model.type == "gpt") return static_cast<std::size_t>(std::max(model.gpt.n_layer, 0)) + 2;
+  return model.mlp.sizes.empty() ? 0 : model.mlp.sizes.size() - 1;
+}
+
+PartitionMethod read_partition(const json& value, const std::string& path,
+                               std::vector<std::size_t>& list) {
+  const std::vector<std::string> names = {"uniform", "parameters", "memory"};
+  if (value.is_string()) {
+    const std::string name = value.get<std::string>();
+    for (PartitionMethod method :
+         {PartitionMethod::kUniform, PartitionMethod::kParameters, PartitionMethod::kMemory}) {
+      if (partition_method_name(method) == name) return method;
+    }
+    config_error(path, "must be " + one_of(names) + " or a list of unit counts per virtual "
+                       "stage, got \"" + name + "\"");
+  }
+  if (!value.is_array()) {
+    config_error(path, "must be " + one_of(names) + " or a list of unit counts per virtual "
+                       "stage, got " + describe(value));
+  }
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const std::int64_t count =
+        read_integer_at_least(value[i], path + "[" + std::to_string(i) + "]", 0);
+    list.push_back(static_cast<std::size_t>(count));
+  }
+  return PartitionMethod::kExplicit;
+}
+
+std::vector<std::size_t> resolve_partition(const TrainConfig& config, const Schedule& schedule,
+                                           const std::vector<std::size_t>& list) {
+  const PipelineConfig& pipeline = config.pipeline;
+  const std::size_t units = units_of(config.model);
+  const int virtual_stages = pipeline.virtual_stages();
+  // Fewer units than virtual stages is the same error whichever the method.
+  const std::vector<std::size_t> uniform = uniform_partition(units, virtual_stages);
+  if (pipeline.partition == PartitionMethod::kExplicit) {
+    return explicit_partition(list, units, virtual_stages);
+  }
+  if (pipeline.partition == PartitionMethod::kUniform || virtual_stages == 1) return uniform;
+  if (units > kMaxPartitionedUnits) {
+    config_error("pipeline.partition", "\"" +
+                 std::string(partition_method_name(pipeline.partition)) +
+                 "\" plans each of the model's " + std::to_string(units) +
+                 " units, more than " + std::to_string(kMaxPartitionedUnits) +
+                 "; use \"uniform\" or a list");
+  }
+  std::unique_ptr<Module> model = make_model(config.model);  // shapes only: nothing allocated
+  const std::size_t states = make_optimizer(config.optimizer)->state_count();
+  if (pipeline.partition == PartitionMethod::kParameters) {
+    const ModelStateShape shapes = describe_model_state(*model, config.engine.compute_dtype,
+                                                        states, config.engine.shard_alignment);
+    std::vector<std::uint64_t> parameters;
+    for (const UnitShapes& unit : shapes.units) {
+      std::uint64_t count = 0;
+      for (const ParamShape& param : unit.params) {
+        std::uint64_t elements = 1;
+        for (std::int64_t extent : param.shape) elements *= static_cast<std::uint64_t>(extent);
+        count += elements;
+      }
+      parameters.push_back(count);
+    }
+    return balanced_partition(parameters, virtual_stages);
+  }
+  PeakPlanInput input = plan_input(*model, micro_batch_shape(config.model, config.micro_batch),
+                                   config.engine, states, pipeline.data_parallel);
+  input.device = config.world.device;
+  input.batch_bytes = micro_batch_bytes(config.model, config.micro_batch);
+  return balanced_partition(units, virtual_stages, pipeline_memory_cost(input, schedule));
+}
+
+}  // namespace
+
+void parse_pipeline_shape(Block& root, TrainConfig& out) {
+  PipelineConfig& pipeline = out.pipeline;
+  pipeline = PipelineConfig{};
+  pipeline.data_parallel = out.world.ranks;
+  pipeline.micro_batches = 0;  // not given: parse_batch derives it
+  json* value = root.find("pipeline");
+  if (value == nullptr) return;
+  Block block(*value, "pipeline", kKeys);
+  const std::int64_t stages = read_integer_at_least(block.get_or("stages", 1), block.path("stages"), 1);
+  if (stages > out.world.ranks || out.world.ranks % stages != 0) {
+    config_error(block.path("stages"),
+                 std::to_string(stages) + " does not divide world.ranks (" +
+                     std::to_string(out.world.ranks) +
+                     "): world.ranks = pipeline stages x data-parallel ranks");
+  }
+  pipeline.stages = static_cast<int>(stages);
+  pipeline.data_parallel = out.world.ranks / pipeline.stages;
+  if (const json* micro_batches = block.find("micro_batches")) {
+    const std::int64_t count =
+        read_integer_at_least(*micro_batches, block.path("micro_batches"), 1);
+    if (count > (1 << 20)) {
+      config_error(block.path("micro_batches"), "must be at most 2^20, got " + std::to_string(count));
+    }
+    pipeline.micro_batches = static_cast<int>(count);
+  }
+}
+
+void parse_pipeline(Block& root, TrainConfig& out) {
+  PipelineConfig& pipeline = out.pipeline;
+  json* value = root.find("pipeline");
+  if (value == nullptr) {
+    pipeline.units_per_virtual_stage = {units_of(out.model)};
+    return;
+  }
+  Block block(*value, "pipeline", kKeys);
+  block.get_or("stages", pipeline.stages);
+  block.get_or("micro_batches", pipeline.micro_batches);
+
+  const std::string schedule_name =
+      read_string(block.get_or("schedule", "1f1b"), block.path("schedule"));
+  pipeline.schedule = parse_schedule_kind(schedule_name);
+  const bool interleaved = pipeline.schedule == ScheduleKind::kInterleavedOneFOneB;
+  const std::int64_t chunks = read_integer_at_least(
+      block.get_or("virtual_chunks", interleaved ? 2 : 1), block.path("virtual_chunks"), 1);
+  if (chunks > 1024) {
+    config_error(block.path("virtual_chunks"), "must be at most 1024, got " + std::to_string(chunks));
+  }
+  pipeline.virtual_chunks = static_cast<int>(chunks);
+  if (std::int64_t{pipeline.stages} * pipeline.micro_batches * chunks > kMaxScheduleCells) {
+    config_error(block.path("micro_batches"),
+                 std::to_string(pipeline.micro_batches) + " x " + std::to_string(pipeline.stages) +
+                     " pipeline stages x " + std::to_string(chunks) +
+                     " chunks is more than the 2^22 actions a schedule is checked with");
+  }
+  // Generated and checked now, so that a schedule that would hang is a config error, not a hang.
+  const Schedule schedule = make_schedule(pipeline.schedule, pipeline.stages,
+                                          pipeline.micro_batches, pipeline.virtual_chunks);
+  try {
+    simulate_schedule(schedule);
+  } catch (const Error& error) {
+    config_error(block.path("schedule"), error.what());
+  }
+
+  pipeline.reshard_after_forward = read_bool(block.get_or("reshard_after_forward", true),
+                                             block.path("reshard_after_forward"));
+  if (!pipeline.reshard_after_forward && out.engine.stage != 3) {
+    config_error(block.path("reshard_after_forward"),
+                 "false needs zero_optimization.stage 3 (got " + std::to_string(out.engine.stage) +
+                     "): only stage 3 gathers parameters per micro-batch");
+  }
+
+  std::vector<std::size_t> list;
+  pipeline.partition =
+      read_partition(block.get_or("partition", "parameters"), block.path("partition"), list);
+  pipeline.units_per_virtual_stage = resolve_partition(out, schedule, list);
+
+  const std::vector<std::string> names = unit_names(out.model);
+  json units = json::array();
+  std::size_t next = 0;
+  for (std::size_t count : pipeline.units_per_virtual_stage) {
+    json stage = json::array();
+    for (std::size_t i = 0; i < count; ++i) stage.push_back(names[next++]);
+    units.push_back(std::move(stage));
+  }
+  block.get_or("units", json::array()) = std::move(units);
+}
+
+}  // namespace zest::config_blocks
