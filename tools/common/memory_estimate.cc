@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "engine/hybrid_shards.h"
 #include "engine/stage_plan.h"
+#include "pipeline/schedule_generators.h"
 #include "models/registry.h"
 #include "tools/common/model_size.h"
 
@@ -103,7 +104,45 @@ EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> m
                                 describe_model(config.model), job.parameters,
                                 setup(config.world.ranks, config.engine) + hybrid_note(config),
                                 config.micro_batch);
+  if (config.pipeline.enabled()) {
+    const PipelineConfig& pipeline = config.pipeline;
+    job.description += fmt::format(
+        ", {} pipeline stages x {} data-parallel rank{}, {}{}, {} micro-batches",
+        pipeline.stages, pipeline.data_parallel, pipeline.data_parallel == 1 ? "" : "s",
+        schedule_kind_name(pipeline.schedule),
+        pipeline.virtual_chunks > 1 ? fmt::format(" ({} chunks)", pipeline.virtual_chunks) : "",
+        pipeline.micro_batches);
+  }
   return job;
+}
+
+std::size_t PipelineEstimate::largest() const {
+  std::size_t largest = 0;
+  for (std::size_t s = 1; s < stages.size(); ++s) {
+    if (stages[s].peak.device_total > stages[largest].peak.device_total) largest = s;
+  }
+  return largest;
+}
+
+PipelineEstimate pipeline_estimate(const TrainConfig& config, const EstimateJob& job) {
+  const PipelineConfig& pipeline = config.pipeline;
+  PipelineEstimate estimate;
+  estimate.schedule = make_schedule(pipeline.schedule, pipeline.stages, pipeline.micro_batches,
+                                    pipeline.virtual_chunks);
+  estimate.simulation = simulate_schedule(estimate.schedule);
+  estimate.closed_form_bubble_ratio = closed_form_bubble_ratio(
+      pipeline.schedule, pipeline.stages, pipeline.micro_batches, pipeline.virtual_chunks);
+  PipelinePlanInput input;
+  input.model = job.input;
+  input.model.world_size = pipeline.data_parallel;
+  input.units_per_virtual_stage = pipeline.units_per_virtual_stage;
+  input.schedule = estimate.schedule;
+  input.reshard_after_forward = pipeline.reshard_after_forward;
+  estimate.stages = predict_pipeline_peaks(input);
+  estimate.unit_names = unit_names(config.model);
+  estimate.data_parallel = pipeline.data_parallel;
+  estimate.reshard_after_forward = pipeline.reshard_after_forward;
+  return estimate;
 }
 
 EstimateJob job_from_parameters(const BareModel& model) {

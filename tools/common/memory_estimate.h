@@ -13,7 +13,9 @@
 
 #include "engine/module.h"
 #include "planner/memory_advice.h"
+#include "pipeline/schedule_simulator.h"
 #include "planner/peak_plan.h"
+#include "planner/pipeline_plan.h"
 #include "config/train_config.h"
 
 namespace zest {
@@ -29,6 +31,24 @@ struct EstimateJob {
 // `model`: config.model already declared (a run declares it once, for every use); declared here
 // when null. The job's `resize` keeps it.
 EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> model = nullptr);
+
+// A config's pipeline block planned: its schedule, simulated (bubble, micro-batches in flight)
+// beside the closed formula, and each pipeline stage's peak per rank (planner/pipeline_plan.h).
+struct PipelineEstimate {
+  Schedule schedule;
+  ScheduleSimulation simulation;
+  double closed_form_bubble_ratio = 0.0;
+  std::vector<PipelineStagePeak> stages;
+  std::vector<std::string> unit_names;  // the model's, for the stages' units
+  int data_parallel = 1;
+  bool reshard_after_forward = true;
+  // The pipeline stage with the largest device peak: the one a capacity is held against.
+  std::size_t largest() const;
+};
+
+// `job`: job_from_config(config) of the same config (its model, planned on the data-parallel
+// ranks of one pipeline stage here).
+PipelineEstimate pipeline_estimate(const TrainConfig& config, const EstimateJob& job);
 
 struct BareModel {
   std::size_t parameters = 0;

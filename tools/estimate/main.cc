@@ -29,6 +29,7 @@
 #include "tools/common/html_page.h"
 #include "tools/estimate/estimate_page.h"
 #include "tools/estimate/estimate_report.h"
+#include "tools/estimate/pipeline_report.h"
 
 namespace {
 
@@ -62,6 +63,37 @@ struct Options {
   std::string html_path;
 };
 
+// A config with pipeline stages: each pipeline stage's plan and the schedule's bubble. The
+// top-level numbers of --json are the largest pipeline stage's.
+int estimate_pipeline(const Options& options, const zest::TrainConfig& config,
+                      const zest::EstimateJob& job, std::size_t capacity) {
+  if (options.fit) {
+    throw zest::Error(zest::ErrorKind::kUsage,
+                      "--fit: not with pipeline stages yet (pipeline.stages " +
+                          std::to_string(config.pipeline.stages) +
+                          "); it searches the model of one pipeline stage; drop --fit, or set "
+                          "--set pipeline.stages=1");
+  }
+  if (!options.html_path.empty()) {
+    throw zest::Error(zest::ErrorKind::kUsage,
+                      "--html: not with pipeline stages yet (pipeline.stages " +
+                          std::to_string(config.pipeline.stages) + "); drop --html");
+  }
+  const zest::PipelineEstimate estimate = zest::pipeline_estimate(config, job);
+  if (options.json) {
+    const zest::PipelineStagePeak& largest = estimate.stages[estimate.largest()];
+    zest::EstimateJob per_stage = job;
+    per_stage.input.world_size = config.pipeline.data_parallel;
+    nlohmann::ordered_json out = zest::estimate_json(per_stage, largest.peak, capacity);
+    out.erase("advice");  // the planner's advice is for one pipeline stage holding every unit
+    out["pipeline"] = zest::pipeline_json(estimate, capacity);
+    std::cout << out.dump(2) << std::endl;
+    return 0;
+  }
+  zest::print_pipeline_estimate(job, estimate, capacity);
+  return 0;
+}
+
 int estimate(const Options& options, bool parameter_mode) {
   if (!options.html_path.empty()) {
     zest::require_html_support("--html");
@@ -85,6 +117,7 @@ int estimate(const Options& options, bool parameter_mode) {
     zest::check_model_fits_at_all(*config, {capacity, source});
     job = zest::job_from_config(*config);
   }
+  if (config && config->pipeline.enabled()) return estimate_pipeline(options, *config, job, capacity);
   const zest::PeakPrediction prediction = zest::predict_peak(job.input);
   std::vector<zest::StageFit> fits;
   if (options.fit) {

@@ -428,6 +428,15 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
   // Arithmetic on the config, before any rank, unit, file or byte of data exists: a model that
   // cannot fit costs no more than a typo.
   check_model_fits_at_all(config, {config.world.device_memory, "world.device_memory"});
+  if (config.pipeline.enabled()) {
+    // Note: zest-estimate plans a pipeline block already; training one waits for the interpreter
+    // (pipeline/interpreter.h), and silently training one pipeline stage would be wrong.
+    throw Error(ErrorKind::kConfig,
+                "pipeline.stages: " + std::to_string(config.pipeline.stages) +
+                    " pipeline stages cannot be trained by this zest-train yet (no pipeline "
+                    "interpreter); zest-estimate plans them. Remove the block or set "
+                    "pipeline.stages 1");
+  }
   WorldOptions world_options = config.world;
   world_options.program = "zest-train";
   // When the runtime ends the process itself (a rank stalled past the grace period, a failed
