@@ -113,10 +113,33 @@ TEST_F(ZestEstimatePipeline, OnePipelineStagePlansAsNoBlock) {
   EXPECT_EQ(with, without);
 }
 
-TEST_F(ZestEstimatePipeline, FitAndHtmlAreRefusedInOneLine) {
-  std::vector<std::string> fit = args_with({kPipeline});
-  fit.push_back("--fit");
-  expect_input_error(kEstimate, fit, "zest-estimate: error: --fit: not with pipeline stages yet");
+TEST_F(ZestEstimatePipeline, FitFindsTheLargestModelWhoseEveryPipelineStageFits) {
+  std::vector<std::string> args = args_with({kPipeline});
+  args.insert(args.end(), {"--fit", "--device-memory", "24MiB"});
+  const json fits = estimate_json(args)["fit"];
+  ASSERT_EQ(fits.size(), 4u);
+  std::vector<std::string> overrides = kOverrides;
+  overrides.push_back(kPipeline);
+  auto fits_at = [&](int stage, std::int64_t layers) {
+    std::vector<std::string> changed = overrides;
+    changed.push_back("zero_optimization.stage=" + std::to_string(stage));
+    changed.push_back("model.n_layer=" + std::to_string(layers));
+    const zest::TrainConfig config = zest::load_train_config(kGptConfig, changed);
+    const zest::PipelineEstimate estimate =
+        zest::pipeline_estimate(config, zest::job_from_config(config));
+    return estimate.stages[estimate.largest()].peak.device_total <= 24u << 20;
+  };
+  for (int stage = 0; stage < 4; ++stage) {
+    ASSERT_TRUE(fits[stage]["n_layer"].is_number()) << fits[stage].dump();
+    const std::int64_t layers = fits[stage]["n_layer"].get<std::int64_t>();
+    EXPECT_TRUE(fits_at(stage, layers)) << "stage " << stage;
+    EXPECT_FALSE(fits_at(stage, layers + 1)) << "stage " << stage;
+  }
+  // A higher stage never fits fewer layers.
+  EXPECT_LE(fits[0]["n_layer"], fits[3]["n_layer"]);
+}
+
+TEST_F(ZestEstimatePipeline, HtmlIsRefusedInOneLine) {
   std::vector<std::string> html = args_with({kPipeline});
   html.insert(html.end(), {"--html", path("plan.html")});
   expect_input_error(kEstimate, html, "zest-estimate: error: --html: not with pipeline stages");

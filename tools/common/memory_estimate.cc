@@ -41,14 +41,15 @@ bool fits(const EstimateJob& job, std::size_t capacity, std::size_t host_capacit
   }
 }
 
-// The largest value in [1, limit] for which `ok` holds, given that it holds for all smaller
+// The largest value in [first, limit] for which `ok` holds, given that it holds for all smaller
 // values once it holds for one (more layers, wider, more parameters never need less memory).
 std::optional<std::int64_t> largest(const std::function<bool(std::int64_t)>& ok,
-                                    std::int64_t limit) {
-  if (!ok(1)) return std::nullopt;
-  std::int64_t good = 1;
+                                    std::int64_t limit, std::int64_t first = 1) {
+  if (first > limit || !ok(first)) return std::nullopt;
+  std::int64_t good = first;
   std::int64_t bad = 0;  // the smallest value known not to fit
-  for (std::int64_t probe = 2; good < limit; probe = probe > limit / 2 ? limit : probe * 2) {
+  for (std::int64_t probe = std::max<std::int64_t>(2, first * 2); good < limit;
+       probe = probe > limit / 2 ? limit : probe * 2) {
     if (!ok(probe)) {
       bad = probe;
       break;
@@ -220,6 +221,58 @@ std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity
                       static_cast<std::int64_t>(kMaxModelUnits) - 2));
       changed = as_given;
     }
+    fits_by_stage.push_back(fit);
+  }
+  return fits_by_stage;
+}
+
+std::vector<StageFit> fit_pipeline(const TrainConfig& config, std::size_t capacity,
+                                   std::size_t host_capacity) {
+  if (config.model.type != "gpt") {
+    throw Error(ErrorKind::kUsage, "--fit: needs a gpt model (model.type is \"" +
+                                       config.model.type + "\")");
+  }
+  const GptConfig& gpt = config.model.gpt;
+  // The partition needs a unit per virtual stage: embedding and head, and the rest blocks.
+  const std::int64_t fewest_layers =
+      std::max<std::int64_t>(1, config.pipeline.virtual_stages() - 2);
+  std::vector<StageFit> fits_by_stage;
+  for (int stage = 0; stage < StagePlan::kStages; ++stage) {
+    auto try_gpt = [&](std::int64_t layers, std::int64_t width) {
+      // A pipeline stage's state is at least the whole model's at stage 3 on every rank: known
+      // without parsing (which plans each unit for the partition).
+      TrainConfig floor = config;
+      floor.model.gpt.n_layer = static_cast<int>(layers);
+      floor.model.gpt.n_embd = static_cast<int>(width);
+      if (model_state_floor(floor, 3, floor.world.ranks,
+                            floor.engine.offload_optimizer.enabled()) > capacity) {
+        return false;
+      }
+      nlohmann::json changed = config.json;
+      changed["zero_optimization"]["stage"] = stage;
+      changed["model"]["n_layer"] = layers;
+      changed["model"]["n_embd"] = width;
+      try {
+        // Parsed again: the partition is resolved for the candidate's units.
+        const TrainConfig candidate = parse_train_config(changed);
+        const PipelineEstimate estimate = pipeline_estimate(candidate, job_from_config(candidate));
+        for (const PipelineStagePeak& peak : estimate.stages) {
+          if (peak.peak.device_total > capacity || peak.peak.host_total() > host_capacity) {
+            return false;
+          }
+        }
+        return true;
+      } catch (const Error&) {
+        return false;  // a setup the config or the engine refuses fits nothing
+      }
+    };
+    StageFit fit{stage, {}, {}, {}, {}};
+    fit.n_layer = largest([&](std::int64_t layers) { return try_gpt(layers, gpt.n_embd); },
+                          static_cast<std::int64_t>(kMaxModelUnits) - 2, fewest_layers);
+    const auto heads = largest(
+        [&](std::int64_t per_head) { return try_gpt(gpt.n_layer, per_head * gpt.n_head); },
+        INT_MAX / 4 / gpt.n_head);
+    if (heads) fit.n_embd = *heads * gpt.n_head;
     fits_by_stage.push_back(fit);
   }
   return fits_by_stage;

@@ -73,6 +73,10 @@ struct StageFit {
 };
 std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity,
                                  std::size_t host_capacity);
+// --fit with a pipeline block: per stage 0-3, the largest GPT whose every pipeline stage fits,
+// with the config's pipeline (stages, schedule, partition resolved for each candidate).
+std::vector<StageFit> fit_pipeline(const TrainConfig& config, std::size_t capacity,
+                                   std::size_t host_capacity);
 std::vector<StageFit> fit_parameters(const BareModel& model, std::size_t capacity,
                                      std::size_t host_capacity);
 

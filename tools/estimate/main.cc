@@ -67,12 +67,13 @@ struct Options {
 // top-level numbers of --json are the largest pipeline stage's.
 int estimate_pipeline(const Options& options, const zest::TrainConfig& config,
                       const zest::EstimateJob& job, std::size_t capacity) {
+  std::vector<zest::StageFit> fits;
   if (options.fit) {
-    throw zest::Error(zest::ErrorKind::kUsage,
-                      "--fit: not with pipeline stages yet (pipeline.stages " +
-                          std::to_string(config.pipeline.stages) +
-                          "); it searches the model of one pipeline stage; drop --fit, or set "
-                          "--set pipeline.stages=1");
+    if (capacity == zest::kUnlimitedCapacity) {
+      throw zest::Error(zest::ErrorKind::kUsage,
+                        "--fit: needs a device capacity (--device-memory, or world.device_memory)");
+    }
+    fits = zest::fit_pipeline(config, capacity, config.world.host_memory);
   }
   if (!options.html_path.empty()) {
     throw zest::Error(zest::ErrorKind::kUsage,
@@ -87,10 +88,15 @@ int estimate_pipeline(const Options& options, const zest::TrainConfig& config,
     nlohmann::ordered_json out = zest::estimate_json(per_stage, largest.peak, capacity);
     out.erase("advice");  // the planner's advice is for one pipeline stage holding every unit
     out["pipeline"] = zest::pipeline_json(estimate, capacity);
+    if (options.fit) out["fit"] = zest::fit_json(fits);
     std::cout << out.dump(2) << std::endl;
     return 0;
   }
   zest::print_pipeline_estimate(job, estimate, capacity);
+  if (options.fit) {
+    std::cout << "with the pipeline block (every pipeline stage must fit):\n";
+    zest::print_fit(fits, capacity, config.world.ranks, false);
+  }
   return 0;
 }
 
