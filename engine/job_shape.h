@@ -35,6 +35,9 @@ struct PeakPlanInput {
   // collective), which also proves the step's optimizer ran and frees its scratch before the
   // next forward. A bare loop of forward_backward and step does not.
   bool synchronize_between_steps = false;
+  // Per unit, what it recomputes; empty: plan_recompute(engine.activation_checkpointing) over
+  // these units. A pipeline stage's plan takes the whole model's plan for its units.
+  std::vector<RecomputePolicy> recompute;
 };
 
 // The units' memory at another micro-batch (rows per rank); empty when unknown.

@@ -103,7 +103,9 @@ Replay::Replay(const PeakPlanInput& input)
       recomputable.push_back({!unit.replaces_parameters, unit.memory.selective});
     }
     const std::vector<RecomputePolicy> recompute =
-        plan_recompute(options_.activation_checkpointing, recomputable);
+        input.recompute.size() == units_.size()
+            ? input.recompute
+            : plan_recompute(options_.activation_checkpointing, recomputable);
     for (std::size_t u = 0; u < units_.size(); ++u) units_[u].recompute = recompute[u];
     if (options_.activation_checkpointing.cpu_checkpointing) {
       for (std::size_t u = 1; u < units_.size(); ++u) {

@@ -61,8 +61,22 @@ struct StageUnits {
   std::vector<bool> own;                   // false: a tied copy (held, never run here)
 };
 
+// Per unit of the whole model, what it recomputes: the model's plan, so that a pipeline stage
+// of units none of which can recompute (the embedding alone) recomputes nothing rather than
+// failing, and a stage's last unit (whose backward waits for the later stages) may recompute.
+std::vector<RecomputePolicy> model_recompute(const PeakPlanInput& model) {
+  if (model.units.empty()) return {};
+  std::vector<Recomputable> recomputable;
+  for (std::size_t u = 0; u < model.units.size(); ++u) {
+    recomputable.push_back(
+        {!model.model.units[u].gradients_replace_parameters, model.units[u].selective});
+  }
+  return plan_recompute(model.engine.activation_checkpointing, recomputable);
+}
+
 StageUnits stage_units(const PipelinePlanInput& input, int stage,
-                       const std::vector<std::size_t>& boundaries) {
+                       const std::vector<std::size_t>& boundaries,
+                       const std::vector<RecomputePolicy>& recompute) {
   const Schedule& schedule = input.schedule;
   std::set<std::size_t> own;
   for (int chunk = 0; chunk < schedule.chunks; ++chunk) {
@@ -94,6 +108,9 @@ StageUnits stage_units(const PipelinePlanInput& input, int stage,
     // A tied copy computes nothing here: only its model state (and its gathers and buckets as
     // the borrower's) count.
     if (has_memory) out.input.units.push_back(out.own[i] ? input.model.units[out.global[i]] : UnitMemory{});
+    if (!recompute.empty()) {
+      out.input.recompute.push_back(out.own[i] ? recompute[out.global[i]] : RecomputePolicy::kNone);
+    }
   }
   return out;
 }
@@ -110,9 +127,10 @@ std::vector<PipelineStagePeak> predict_pipeline_peaks(const PipelinePlanInput& i
   const std::vector<UnitMemory>& memory = input.model.units;
   const bool has_memory = !memory.empty();
 
+  const std::vector<RecomputePolicy> recompute = model_recompute(input.model);
   std::vector<PipelineStagePeak> peaks;
   for (int stage = 0; stage < schedule.stages; ++stage) {
-    StageUnits units = stage_units(input, stage, boundaries);
+    StageUnits units = stage_units(input, stage, boundaries, recompute);
     PipelineStagePeak peak;
     peak.stage = stage;
     peak.peak_in_flight = simulation.stages[stage].peak_in_flight;
@@ -127,17 +145,9 @@ std::vector<PipelineStagePeak> predict_pipeline_peaks(const PipelinePlanInput& i
     std::vector<std::size_t> kept(schedule.chunks, 0), received(schedule.chunks, 0);
     std::size_t gradient_buffer = 0;
     if (has_memory) {
-      std::vector<Recomputable> recomputable;
-      for (const UnitMemory& unit_memory : units.input.units) {
-        recomputable.push_back({true, unit_memory.selective});
-      }
-      for (std::size_t i = 0; i < units.global.size(); ++i) {
-        recomputable[i].full = !units.input.model.units[i].gradients_replace_parameters;
-      }
       const ActivationCheckpointing& checkpointing = input.model.engine.activation_checkpointing;
-      const std::vector<RecomputePolicy> recompute = plan_recompute(checkpointing, recomputable);
       const std::vector<std::size_t> unit_kept =
-          kept_bytes(units.input.units, recompute, checkpointing.cpu_checkpointing);
+          kept_bytes(units.input.units, units.input.recompute, checkpointing.cpu_checkpointing);
       for (int chunk = 0; chunk < schedule.chunks; ++chunk) {
         const int v = schedule.virtual_stage(stage, chunk);
         for (std::size_t i = 0; i < units.global.size(); ++i) {

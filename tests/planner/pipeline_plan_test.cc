@@ -153,6 +153,19 @@ TEST(PipelinePlan, InterleavedStagesHoldTheirChunksUnitsAndReceiveEachChunksInpu
   EXPECT_EQ(peaks[0].in_flight_activations, 5 * kKept + 2 * kOutput);
 }
 
+TEST(PipelinePlan, StagesRecomputeAsTheWholeModelDoes) {
+  // The first unit can never recompute (an embedding); alone on pipeline stage 0 it recomputes
+  // nothing, and stage 1's units recompute fully but its last, as the whole model's plan says.
+  PeakPlanInput model = toy_model(0, 1, 4);
+  model.model.units[0].gradients_replace_parameters = true;
+  model.engine.activation_checkpointing.policy = RecomputePolicy::kFull;
+  const auto peaks =
+      predict_pipeline_peaks(pipeline(model, ScheduleKind::kOneFOneB, {1, 3}, 4));
+  EXPECT_EQ(peaks[0].kept_per_micro_batch, kKept);
+  EXPECT_EQ(peaks[1].kept_per_micro_batch, 3 * kOutput + kSaved + kOutput);
+  EXPECT_EQ(peaks[1].in_flight_activations, 3 * kOutput + kSaved + kOutput);
+}
+
 TEST(PipelinePlan, MemoryCostWeighsActivationsByTheMicroBatchesInFlight) {
   const PeakPlanInput model = toy_model(0, 1, 4);
   const UnitCost cost = pipeline_memory_cost(model, make_schedule(ScheduleKind::kOneFOneB, 2, 4));
