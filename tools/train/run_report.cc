@@ -41,12 +41,20 @@ std::string describe_run(const TrainConfig& config, std::size_t parameter_count)
                                  : format_bytes(world.device_memory);
   std::string line = fmt::format(
       "zest-train: {}, {} ({} per rank), stage {}, {}, {} ({} params), {} lr {:.2e}, batch {} = "
-      "{} x {} micro-batch{} x {} rank{}, {} steps",
+      "{} x {} micro-batch{} x {} {}rank{}, {} steps",
       ranks, device, memory, config.engine.stage, dtype_name(config.engine.compute_dtype),
       describe_model(config.model), parameter_count, config.optimizer.type, config.optimizer.lr,
       config.train_batch_size, config.micro_batch, config.gradient_accumulation_steps,
-      config.gradient_accumulation_steps == 1 ? "" : "es", world.ranks,
-      world.ranks == 1 ? "" : "s", config.steps);
+      config.gradient_accumulation_steps == 1 ? "" : "es", config.pipeline.data_parallel,
+      config.pipeline.enabled() ? "data-parallel " : "",
+      config.pipeline.data_parallel == 1 ? "" : "s", config.steps);
+  if (config.pipeline.enabled()) {
+    line += fmt::format(", {} pipeline stages ({}{})", config.pipeline.stages,
+                        schedule_kind_name(config.pipeline.schedule),
+                        config.pipeline.virtual_chunks > 1
+                            ? fmt::format(", {} chunks", config.pipeline.virtual_chunks)
+                            : std::string());
+  }
   if (config.engine.gradient_clipping > 0) {
     line += fmt::format(", clip {}", config.engine.gradient_clipping);
   }

@@ -20,6 +20,7 @@
 #include "kernels/kernel_threads.h"
 #include "engine/engine.h"
 #include "optim/lr_schedule.h"
+#include "pipeline/pipeline_trainer.h"
 #include "checkpoint/parameter_import.h"
 #include "checkpoint/safetensors.h"
 #include "runtime/host_collectives.h"
@@ -182,6 +183,35 @@ void record(RunState& run, MetricsLog* metrics, const ordered_json& line) {
   }
 }
 
+// With pipeline stages (config.pipeline): one PipelineTrainer per rank over the mesh of
+// pipeline stages x data-parallel ranks, each stage's units trained by the ZeRO engine in its
+// data-parallel group; the pipeline accumulates over its micro-batches itself.
+std::unique_ptr<Trainer> make_pipeline_trainer(RankContext& context, const TrainConfig& config) {
+  const PipelineConfig& block = config.pipeline;
+  PipelineOptions pipeline;
+  pipeline.stages = block.stages;
+  pipeline.micro_batches = block.micro_batches;
+  pipeline.virtual_chunks = block.virtual_chunks;
+  pipeline.schedule = block.schedule;
+  pipeline.units_per_virtual_stage = block.units_per_virtual_stage;
+  pipeline.reshard_after_forward = block.reshard_after_forward;
+  EngineOptions engine = config.engine;
+  engine.gradient_accumulation_steps = 1;
+  const ModelSpec spec = config.model;
+  return std::make_unique<PipelineTrainer>(
+      context, engine, pipeline, [spec] { return make_model(spec); }, config.optimizer);
+}
+
+// A rank's rows of a step with pipeline stages: its data-parallel index's share of the global
+// batch (rank = pipeline stage x D + index, runtime/device_mesh.h), every micro-batch at once.
+BatchSlice pipeline_slice(const RankContext& context, const TrainConfig& config) {
+  BatchSlice slice;
+  slice.global_rows = config.train_batch_size;
+  slice.world_size = config.pipeline.data_parallel;
+  slice.rank = context.rank % config.pipeline.data_parallel;
+  return slice;
+}
+
 // One rank's whole run.
 void train_rank(RankContext& context, RunState& run) {
   const TrainConfig& config = run.config;
@@ -190,9 +220,16 @@ void train_rank(RankContext& context, RunState& run) {
   // still read them after forward_backward() returns. Declared before the trainer so that on
   // an error the trainer's destructor (which waits for the streams) runs before they are freed.
   std::vector<HostBatch> held;
-  std::unique_ptr<Module> model = make_model(config.model);
-  Engine engine(context, config.engine);
-  std::unique_ptr<Trainer> trainer = engine.shard(*model, make_optimizer(config.optimizer));
+  std::unique_ptr<Module> model;
+  std::unique_ptr<Trainer> trainer;
+  const bool pipelined = config.pipeline.enabled();
+  if (pipelined) {
+    trainer = make_pipeline_trainer(context, config);
+  } else {
+    model = make_model(config.model);
+    Engine engine(context, config.engine);
+    trainer = engine.shard(*model, make_optimizer(config.optimizer));
+  }
 
   TrainCheckpoints checkpoints(config);
   const std::int64_t first_step = start(context, *trainer, checkpoints, config);
@@ -228,7 +265,15 @@ void train_rank(RankContext& context, RunState& run) {
   for (std::int64_t step = first_step; step <= config.steps; ++step) {
     const Clock::time_point step_start = Clock::now();
     const WireBytes wire_before = context.wire ? context.wire->snapshot() : WireBytes{};
-    for (slice.micro_batch = 0; slice.micro_batch < slice.accumulation; ++slice.micro_batch) {
+    if (pipelined) {
+      // The whole step's rows of this data-parallel index at once: the pipeline splits them
+      // into its micro-batches (the same rows of the global batch, in another order, as the
+      // accumulation of a run without pipeline stages; the step's mean loss is over all rows).
+      held.push_back(run.batches.training(step, pipeline_slice(context, config)));
+      trainer->forward_backward(held.back().batch());
+    }
+    for (slice.micro_batch = 0; !pipelined && slice.micro_batch < slice.accumulation;
+         ++slice.micro_batch) {
       held.push_back(run.batches.training(step, slice));
       trainer->forward_backward(held.back().batch());
     }
@@ -355,6 +400,29 @@ void write_report(const RunState& run, const RunOptions& options, const std::str
   Console::say("zest-train: report written to " + options.report_path);
 }
 
+// What a run with pipeline stages cannot do yet (the PipelineTrainer's evaluate, checkpoints
+// and loading are not built): refused before any rank starts, naming the key.
+void check_pipeline_run(const TrainConfig& config, const RunOptions& options) {
+  const std::string why = " with pipeline stages (pipeline.stages " +
+                          std::to_string(config.pipeline.stages) + ") is not built yet; ";
+  if (config.eval_every > 0) {
+    throw Error(ErrorKind::kConfig, "eval_every: evaluation" + why + "set eval_every 0");
+  }
+  if (!config.checkpoint.dir.empty() || !config.checkpoint.resume.empty()) {
+    throw Error(ErrorKind::kConfig,
+                std::string(config.checkpoint.dir.empty() ? "checkpoint.resume" : "checkpoint.dir") +
+                    ": a checkpoint" + why + "remove the checkpoint block");
+  }
+  if (!config.model.init_from.empty()) {
+    throw Error(ErrorKind::kConfig, "model.init_from: loading parameters" + why +
+                                        "remove model.init_from");
+  }
+  if (!options.export_initial.empty()) {
+    throw Error(ErrorKind::kUsage, "--export-initial: exporting parameters" + why +
+                                       "drop --export-initial");
+  }
+}
+
 int train_in(const World& world, const TrainConfig& config, const RunOptions& options,
              const TraceRecorder* trace) {
   const bool leader_process = world.is_leader_process();
@@ -401,7 +469,10 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
     return stop_status;
   }
 
-  const std::optional<PeakPrediction> planned = plan_peaks(config, std::move(declared));
+  // Note: a pipeline's ranks differ in plan (planner/pipeline_plan.h, zest-estimate); the
+  // table's one plan row is the single-pipeline-stage plan, so a pipeline shows none.
+  const std::optional<PeakPrediction> planned =
+      config.pipeline.enabled() ? std::nullopt : plan_peaks(config, std::move(declared));
   print_memory_table(run.usage, run.predicted, planned);
   print_summary(run.summary);
   if (metrics && metrics->is_open()) {
@@ -428,15 +499,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
   // Arithmetic on the config, before any rank, unit, file or byte of data exists: a model that
   // cannot fit costs no more than a typo.
   check_model_fits_at_all(config, {config.world.device_memory, "world.device_memory"});
-  if (config.pipeline.enabled()) {
-    // Note: zest-estimate plans a pipeline block already; training one waits for the interpreter
-    // (pipeline/interpreter.h), and silently training one pipeline stage would be wrong.
-    throw Error(ErrorKind::kConfig,
-                "pipeline.stages: " + std::to_string(config.pipeline.stages) +
-                    " pipeline stages cannot be trained by this zest-train yet (no pipeline "
-                    "interpreter); zest-estimate plans them. Remove the block or set "
-                    "pipeline.stages 1");
-  }
+  if (config.pipeline.enabled()) check_pipeline_run(config, options);
   WorldOptions world_options = config.world;
   world_options.program = "zest-train";
   // When the runtime ends the process itself (a rank stalled past the grace period, a failed
