@@ -2,8 +2,8 @@
 // ctest-mpirun-np: none
 // zest-train as processes: `mpirun -np 4 zest-train --set world.backend=mpi` trains the same
 // model as `world.ranks: 4` with threads — the same per-step losses within 1e-6 relative, at
-// stages 1 and 3 — with rank 0 alone printing and writing metrics, and every rank's peak bytes
-// gathered into them. Starts mpirun itself, bounded by `timeout`.
+// stages 1 and 3, and with 2 pipeline stages — with rank 0 alone printing and writing metrics,
+// and every rank's peak bytes gathered into them. Starts mpirun itself, bounded by `timeout`.
 #include <unistd.h>
 
 #include <chrono>
@@ -50,9 +50,11 @@ class ZestTrainMpi : public zest::testing::ScratchDirectoryTest {
            " --set world.timeout_s=60";
   }
 
-  ProcessResult run_threads(int stage, const std::string& metrics) const {
+  ProcessResult run_threads(int stage, const std::string& metrics,
+                            const std::string& extra = "") const {
     return run_shell("timeout -k 5 120 '" + kBinary + "'" + common_arguments(stage) +
-                     " --set world.backend=local --set world.ranks=4 --metrics '" + metrics + "'");
+                     " --set world.backend=local --set world.ranks=4" + extra + " --metrics '" +
+                     metrics + "'");
   }
 
   ProcessResult run_processes(int stage, const std::string& metrics,
@@ -105,6 +107,30 @@ TEST_F(ZestTrainMpi, ProcessesTrainLikeThreadsAtStages1And3) {
     EXPECT_EQ(summary.at("predicted_model_state_bytes"),
               expected.back().at("predicted_model_state_bytes"));
   }
+}
+
+// Pipeline stages (2 x 2 data-parallel, 1F1B, ZeRO-1) as processes: the activations and their
+// gradients cross processes point to point, and every step's loss is the threads' to the bit.
+TEST_F(ZestTrainMpi, PipelineStagesAsProcessesTrainLikeThreads) {
+  const std::string pipeline =
+      " --set 'pipeline={\"stages\": 2, \"partition\": \"uniform\"}'";
+  const std::string threads_metrics = path("pipeline_threads.jsonl");
+  const std::string processes_metrics = path("pipeline_processes.jsonl");
+  const ProcessResult threads = run_threads(1, threads_metrics, pipeline + " --set steps=6");
+  ASSERT_EQ(threads.status, 0) << threads.out;
+  const ProcessResult processes =
+      run_processes(1, processes_metrics, pipeline + " --set steps=6");
+  ASSERT_EQ(processes.status, 0) << processes.out;
+  EXPECT_THAT(processes.out, HasSubstr("2 pipeline stages (1f1b)"));
+  std::vector<double> thread_losses, process_losses;
+  for (const json& line : read_lines(threads_metrics)) {
+    if (line.contains("loss")) thread_losses.push_back(line["loss"].get<double>());
+  }
+  for (const json& line : read_lines(processes_metrics)) {
+    if (line.contains("loss")) process_losses.push_back(line["loss"].get<double>());
+  }
+  ASSERT_EQ(thread_losses.size(), 6u);
+  EXPECT_EQ(process_losses, thread_losses);
 }
 
 TEST_F(ZestTrainMpi, ProcessesStartedWithDifferentConfigsStopBeforeTraining) {
