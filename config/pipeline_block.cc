@@ -13,12 +13,14 @@
 #include "engine/model_state.h"
 #include "models/registry.h"
 #include "pipeline/partition.h"
+#include "pipeline/pipeline_options.h"
 #include "pipeline/schedule_generators.h"
 #include "pipeline/schedule_simulator.h"
 #include "planner/peak_plan.h"
 #include "planner/pipeline_plan.h"
 
-namespace zest::config_blocks {
+namespace zest {
+namespace config_blocks {
 
 using namespace config_reading;
 
@@ -28,8 +30,9 @@ const std::vector<std::string> kKeys = {"stages",    "micro_batches",         "s
                                         "virtual_chunks", "partition", "reshard_after_forward",
                                         "units"};
 
-// Partitions by parameters or memory declare the model's units (shapes only), which costs time
-// per unit; the tools refuse a model of more units anyway (tools/common/model_size.h).
+// A partition names every unit, and by parameters or memory declares them (shapes only), which
+// costs time and memory per unit; the tools refuse a model of more units anyway
+// (tools/common/model_size.h: kMaxModelUnits).
 constexpr std::size_t kMaxPartitionedUnits = std::size_t{1} << 16;
 // A schedule is generated and simulated at parse time: its actions are O(stages x micro-batches
 // x chunks).
@@ -75,13 +78,6 @@ std::vector<std::size_t> resolve_partition(const TrainConfig& config, const Sche
     return explicit_partition(list, units, virtual_stages);
   }
   if (pipeline.partition == PartitionMethod::kUniform || virtual_stages == 1) return uniform;
-  if (units > kMaxPartitionedUnits) {
-    config_error("pipeline.partition", "\"" +
-                 std::string(partition_method_name(pipeline.partition)) +
-                 "\" plans each of the model's " + std::to_string(units) +
-                 " units, more than " + std::to_string(kMaxPartitionedUnits) +
-                 "; use \"uniform\" or a list");
-  }
   std::unique_ptr<Module> model = make_model(config.model);  // shapes only: nothing allocated
   const std::size_t states = make_optimizer(config.optimizer)->state_count();
   if (pipeline.partition == PartitionMethod::kParameters) {
@@ -179,6 +175,15 @@ void parse_pipeline(Block& root, TrainConfig& out) {
                      "): only stage 3 gathers parameters per micro-batch");
   }
 
+  const std::size_t model_units = units_of(out.model);
+  if (model_units > kMaxPartitionedUnits) {
+    // Before any unit is named or planned: the tools refuse such a model anyway
+    // (tools/common/model_size.h), and naming its units here would take its size in memory.
+    config_error(block.path("partition"), "the model has " + std::to_string(model_units) +
+                                              " units, more than the " +
+                                              std::to_string(kMaxPartitionedUnits) +
+                                              " a pipeline partitions");
+  }
   std::vector<std::size_t> list;
   pipeline.partition =
       read_partition(block.get_or("partition", "parameters"), block.path("partition"), list);
@@ -193,6 +198,21 @@ void parse_pipeline(Block& root, TrainConfig& out) {
     units.push_back(std::move(stage));
   }
   block.get_or("units", json::array()) = std::move(units);
+  // What the interpreter refuses, refused now (the checks above come first, with more to say).
+  pipeline_options(pipeline).validate(names.size());
 }
 
-}  // namespace zest::config_blocks
+}  // namespace config_blocks
+
+PipelineOptions pipeline_options(const PipelineConfig& config) {
+  PipelineOptions options;
+  options.stages = config.stages;
+  options.micro_batches = config.micro_batches;
+  options.virtual_chunks = config.virtual_chunks;
+  options.schedule = config.schedule;
+  options.units_per_virtual_stage = config.units_per_virtual_stage;
+  options.reshard_after_forward = config.reshard_after_forward;
+  return options;
+}
+
+}  // namespace zest

@@ -97,6 +97,10 @@ struct PipelineConfig {
   int virtual_stages() const { return stages * virtual_chunks; }
 };
 
+struct PipelineOptions;  // pipeline/pipeline_options.h
+// The block as the PipelineTrainer's options (pipeline/pipeline_trainer.h).
+PipelineOptions pipeline_options(const PipelineConfig& config);
+
 struct TrainConfig {
   nlohmann::json json;  // resolved: overrides applied, defaults filled in
 

@@ -178,6 +178,12 @@ TEST(PipelineConfig, EveryBadValueIsOneLineNamingItsKey) {
   EXPECT_THAT(error({{"stages", 4}, {"micro_batches", 1 << 21}}),
               StartsWith("pipeline.micro_batches: must be at most 2^20"));
 
+  json huge = base;
+  huge["model"]["n_layer"] = 1 << 30;
+  EXPECT_EQ(config_error(with_pipeline(huge, {{"stages", 2}, {"partition", "uniform"}})),
+            "pipeline.partition: the model has 1073741826 units, more than the 65536 a pipeline "
+            "partitions");
+
   // Fewer units than virtual stages, whichever the method: an MLP of 2 layers on 4 stages.
   json mlp = json::parse(R"({"model": {"type": "mlp", "sizes": [8, 16, 4]},
     "world": {"ranks": 4}, "steps": 1, "train_micro_batch_size_per_gpu": 1})");

@@ -187,14 +187,7 @@ void record(RunState& run, MetricsLog* metrics, const ordered_json& line) {
 // pipeline stages x data-parallel ranks, each stage's units trained by the ZeRO engine in its
 // data-parallel group; the pipeline accumulates over its micro-batches itself.
 std::unique_ptr<Trainer> make_pipeline_trainer(RankContext& context, const TrainConfig& config) {
-  const PipelineConfig& block = config.pipeline;
-  PipelineOptions pipeline;
-  pipeline.stages = block.stages;
-  pipeline.micro_batches = block.micro_batches;
-  pipeline.virtual_chunks = block.virtual_chunks;
-  pipeline.schedule = block.schedule;
-  pipeline.units_per_virtual_stage = block.units_per_virtual_stage;
-  pipeline.reshard_after_forward = block.reshard_after_forward;
+  const PipelineOptions pipeline = pipeline_options(config.pipeline);
   EngineOptions engine = config.engine;
   engine.gradient_accumulation_steps = 1;
   const ModelSpec spec = config.model;
