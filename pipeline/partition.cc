@@ -81,13 +81,9 @@ std::vector<std::size_t> uniform_partition(std::size_t units, int virtual_stages
 std::vector<std::size_t> balanced_partition(std::size_t units, int virtual_stages,
                                             const UnitCost& cost) {
   check_shape(units, virtual_stages);
-  // The bound lies in [0, every unit on its costliest stage]; the top always fits.
-  std::uint64_t high = 0;
-  for (std::size_t u = 0; u < units; ++u) {
-    std::uint64_t costliest = 0;
-    for (int v = 0; v < virtual_stages; ++v) costliest = std::max(costliest, cost(v, u));
-    high = saturating_add(high, costliest);
-  }
+  // The bound lies in [0, 2^64 - 1], the top always fitting (sums saturate there): at most 64
+  // greedy passes.
+  std::uint64_t high = kMaxCost;
   std::vector<std::size_t> best = greedy_split(units, virtual_stages, cost, 0);
   if (!best.empty()) return best;  // every unit costs nothing
   best = greedy_split(units, virtual_stages, cost, high);

@@ -29,10 +29,10 @@ std::vector<std::size_t> uniform_partition(std::size_t units, int virtual_stages
 using UnitCost = std::function<std::uint64_t(int virtual_stage, std::size_t unit)>;
 
 // The contiguous split, no stage empty, that minimizes the largest stage's cost. Algorithm: a
-// binary search on the bound T over [max single cost, total]; for each T a greedy pass gives
+// binary search on the bound T over [0, 2^64 - 1]; for each T a greedy pass gives
 // every virtual stage in order as many units as fit under T (leaving one per later stage),
 // which succeeds iff any split with all stages <= T exists (the greedy boundaries are never
-// behind a feasible split's, by induction over the stages). O(units · log total) cost calls.
+// behind a feasible split's, by induction over the stages). At most 64 · units cost calls.
 // Ties: of the optimal splits, the greedy one (earlier stages as full as they may be).
 std::vector<std::size_t> balanced_partition(std::size_t units, int virtual_stages,
                                             const UnitCost& cost);
