@@ -86,6 +86,12 @@ float evaluate(RankContext& context, Trainer& trainer, const RunState& run) {
   slice.global_rows = config.micro_batch * context.world_size;
   slice.rank = context.rank;
   slice.world_size = context.world_size;
+  if (config.pipeline.enabled()) {
+    // The same held-out rows, split over the data-parallel indices (each runs its share as one
+    // micro-batch through the stages).
+    slice.world_size = config.pipeline.data_parallel;
+    slice.rank = context.rank % config.pipeline.data_parallel;
+  }
   double sum = 0.0;
   for (std::int64_t index = 0; index < config.data.val_batches; ++index) {
     const HostBatch batch = run.batches.validation(index, slice);
@@ -393,14 +399,11 @@ void write_report(const RunState& run, const RunOptions& options, const std::str
   Console::say("zest-train: report written to " + options.report_path);
 }
 
-// What a run with pipeline stages cannot do yet (the PipelineTrainer's evaluate, checkpoints
-// and loading are not built): refused before any rank starts, naming the key.
+// What a run with pipeline stages cannot do yet (the PipelineTrainer's checkpoints and loading
+// are not built): refused before any rank starts, naming the key.
 void check_pipeline_run(const TrainConfig& config, const RunOptions& options) {
   const std::string why = " with pipeline stages (pipeline.stages " +
                           std::to_string(config.pipeline.stages) + ") is not built yet; ";
-  if (config.eval_every > 0) {
-    throw Error(ErrorKind::kConfig, "eval_every: evaluation" + why + "set eval_every 0");
-  }
   if (!config.checkpoint.dir.empty() || !config.checkpoint.resume.empty()) {
     throw Error(ErrorKind::kConfig,
                 std::string(config.checkpoint.dir.empty() ? "checkpoint.resume" : "checkpoint.dir") +
