@@ -280,6 +280,18 @@ static void refuse_hybrid_state_files(const TrainConfig& out) {
                    uses.substr(0, uses.find(' ')) + " out");
 }
 
+// Note: the pipeline builds each chunk's trainer in its data-parallel group directly, not through
+// Engine::shard, so hybrid sharding would not apply inside a pipeline stage; refused until the
+// chunk's communicator is a HybridCommunicator over that group (docs/architecture.md).
+static void refuse_hybrid_pipeline(const TrainConfig& out) {
+  const int asked = out.engine.hybrid_shard_size;
+  if (!out.pipeline.enabled() || asked == 0 || out.engine.stage == 0) return;
+  config_error("zero_optimization.hybrid_shard_size",
+               "hybrid sharding inside pipeline stages is not supported yet, and pipeline.stages is " +
+                   std::to_string(out.pipeline.stages) +
+                   "; set hybrid_shard_size to \"off\" or leave the pipeline block out");
+}
+
 void parse_checkpoint(Block& root, TrainConfig& out) {
   Block block(root.object_or_empty("checkpoint"), "checkpoint",
               {"dir", "every_steps", "keep_last", "save_on_exit", "resume"});
@@ -377,6 +389,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   parse_debug(root, out);
   parse_monitor(root, out);
   parse_pipeline(root, out);
+  refuse_hybrid_pipeline(out);
   // The engine takes the planner's out-of-memory advice as a hook (it never includes the planner).
   out.engine.out_of_memory_advice = training_memory_advice;
   return out;

@@ -116,5 +116,18 @@ TEST(TopologyConfig, AHybridRunRefusesCheckpointsAndImportsInOneLine) {
   EXPECT_NO_THROW(parse_train_config(config, {}));
 }
 
+TEST(TopologyConfig, HybridShardingInsidePipelineStagesIsRefusedInOneLine) {
+  json config = base_config();
+  config["model"]["sizes"] = {8, 16, 16, 4};
+  config["zero_optimization"]["hybrid_shard_size"] = 1;
+  config["pipeline"] = {{"stages", 2}};
+  EXPECT_EQ(config_error(config),
+            "zero_optimization.hybrid_shard_size: hybrid sharding inside pipeline stages is not "
+            "supported yet, and pipeline.stages is 2; set hybrid_shard_size to \"off\" or leave "
+            "the pipeline block out");
+  config["zero_optimization"]["hybrid_shard_size"] = "off";
+  EXPECT_NO_THROW(parse_train_config(config, {}));
+}
+
 }  // namespace
 }  // namespace zest
