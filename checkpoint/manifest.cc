@@ -138,8 +138,10 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 }  // namespace
 
 std::uint64_t CheckpointManifest::block_offset(std::size_t unit, std::size_t tensor) const {
+  const int part = unit < units.size() ? units[unit].pipeline_stage : 0;
   std::uint64_t offset = 0;
-  for (std::size_t u = 0; u <= unit; ++u) {
+  for (std::size_t u = 0; u < units.size() && u <= unit; ++u) {
+    if (units[u].pipeline_stage != part) continue;
     for (std::size_t t = 0; t < tensors.size(); ++t) {
       if (u == unit && t == tensor) return offset;
       offset += std::uint64_t{units[u].shard_length} * dtype_size(tensors[t].dtype);
@@ -148,8 +150,15 @@ std::uint64_t CheckpointManifest::block_offset(std::size_t unit, std::size_t ten
   return offset;
 }
 
-std::uint64_t CheckpointManifest::rank_file_bytes() const {
-  return units.empty() ? 0 : block_offset(units.size(), 0);
+std::uint64_t CheckpointManifest::rank_file_bytes(int part) const {
+  std::uint64_t bytes = 0;
+  for (const CheckpointUnit& unit : units) {
+    if (unit.pipeline_stage != part) continue;
+    for (const CheckpointTensor& tensor : tensors) {
+      bytes += std::uint64_t{unit.shard_length} * dtype_size(tensor.dtype);
+    }
+  }
+  return bytes;
 }
 
 int CheckpointManifest::find_tensor(const std::string& name) const {
@@ -185,6 +194,8 @@ nlohmann::ordered_json manifest_to_json(const CheckpointManifest& m) {
   out["zest_version"] = m.zest_version;
   out["step"] = m.step;
   out["world_size"] = m.world_size;
+  // Only a pipeline's: a plain checkpoint's manifest is what format version 1 wrote.
+  if (m.pipeline_stages > 1) out["pipeline_stages"] = m.pipeline_stages;
   out["stage"] = m.stage;
   out["compute_dtype"] = dtype_name(m.compute_dtype);
   out["shard_alignment"] = m.shard_alignment;
@@ -208,11 +219,13 @@ nlohmann::ordered_json manifest_to_json(const CheckpointManifest& m) {
     for (const CheckpointParam& p : u.params) {
       params.push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}});
     }
-    out["units"].push_back({{"name", u.name},
-                            {"numel", u.numel},
-                            {"flat_length", u.flat_length},
-                            {"shard_length", u.shard_length},
-                            {"params", std::move(params)}});
+    nlohmann::ordered_json unit = {{"name", u.name},
+                                   {"numel", u.numel},
+                                   {"flat_length", u.flat_length},
+                                   {"shard_length", u.shard_length}};
+    if (m.pipeline_stages > 1) unit["pipeline_stage"] = u.pipeline_stage;
+    unit["params"] = std::move(params);
+    out["units"].push_back(std::move(unit));
   }
   out["files"] = nlohmann::ordered_json::array();
   for (const CheckpointFile& f : m.files) {
@@ -240,6 +253,10 @@ CheckpointManifest manifest_from_json(const json& value, const std::string& sour
   m.zest_version = top.string("zest_version");
   m.step = top.integer("step");
   m.world_size = static_cast<int>(top.integer("world_size", 1, 1 << 24));
+  if (value.contains("pipeline_stages")) {
+    m.pipeline_stages =
+        static_cast<int>(top.integer("pipeline_stages", 1, (1 << 24) / m.world_size));
+  }
   m.stage = static_cast<int>(top.integer("stage", 0, 3));
   m.compute_dtype = top.dtype("compute_dtype");
   m.shard_alignment = static_cast<std::size_t>(top.integer("shard_alignment", 1));
@@ -293,6 +310,9 @@ CheckpointManifest manifest_from_json(const json& value, const std::string& sour
     unit.numel = static_cast<std::size_t>(f.integer("numel", 1));
     unit.flat_length = static_cast<std::size_t>(f.integer("flat_length", 1));
     unit.shard_length = static_cast<std::size_t>(f.integer("shard_length", 1));
+    if (m.pipeline_stages > 1 || units[u].contains("pipeline_stage")) {
+      unit.pipeline_stage = static_cast<int>(f.integer("pipeline_stage", 0, m.pipeline_stages - 1));
+    }
     const std::optional<std::uint64_t> padded =
         product(unit.numel / *quantum + (unit.numel % *quantum != 0), *quantum);
     if (!padded || unit.flat_length != *padded) {
@@ -349,9 +369,13 @@ CheckpointManifest manifest_from_json(const json& value, const std::string& sour
   }
 
   const json& files = top.array("files");
-  if (files.size() != static_cast<std::size_t>(m.world_size)) {
-    top.fail_key("files",
-                 fmt::format("lists {} files for world_size {}", files.size(), m.world_size));
+  const auto file_count = static_cast<std::size_t>(m.world_size) * m.pipeline_stages;
+  if (files.size() != file_count) {
+    top.fail_key("files", m.pipeline_stages == 1
+                              ? fmt::format("lists {} files for world_size {}", files.size(),
+                                            m.world_size)
+                              : fmt::format("lists {} files for world_size {} × pipeline_stages {}",
+                                            files.size(), m.world_size, m.pipeline_stages));
   }
   for (std::size_t r = 0; r < files.size(); ++r) {
     const Fields f(files[r], source, fmt::format("files[{}]", r));
@@ -365,9 +389,10 @@ CheckpointManifest manifest_from_json(const json& value, const std::string& sour
     const auto hash = parse_hex_digest(f.string("xxh3"));
     if (!hash) f.fail_key("xxh3", "is not 16 hex digits");
     file.xxh3 = *hash;
-    if (file.bytes != m.rank_file_bytes()) {
+    const int part = static_cast<int>(r / static_cast<std::size_t>(m.world_size));
+    if (file.bytes != m.rank_file_bytes(part)) {
       f.fail_key("bytes", fmt::format("is {}; the units and tensors make {}", file.bytes,
-                                      m.rank_file_bytes()));
+                                      m.rank_file_bytes(part)));
     }
     m.files.push_back(std::move(file));
   }
@@ -447,17 +472,47 @@ std::uint64_t write_manifest(const std::string& dir, const CheckpointManifest& m
   return writer.finish().bytes;
 }
 
-std::vector<CheckpointUnit> describe_units(const std::vector<ShardLayout>& layouts) {
+std::vector<CheckpointUnit> describe_units(const std::vector<ShardLayout>& layouts,
+                                           const std::vector<int>& parts) {
   std::vector<CheckpointUnit> units;
-  for (const ShardLayout& layout : layouts) {
+  for (std::size_t u = 0; u < layouts.size(); ++u) {
+    const ShardLayout& layout = layouts[u];
     CheckpointUnit unit{
         layout.unit_name(), layout.numel(), layout.flat_length(), layout.shard_length(), {}};
     for (const ParamSlot& slot : layout.params()) {
       unit.params.push_back({slot.name, slot.shape, slot.offset, slot.numel});
     }
+    unit.pipeline_stage = u < parts.size() ? parts[u] : 0;
     units.push_back(std::move(unit));
   }
   return units;
+}
+
+CheckpointPlacement placement_of(const Trainer& trainer, int rank, int world_size) {
+  std::optional<CheckpointPlacement> given = trainer.checkpoint_placement();
+  if (!given) {
+    CheckpointPlacement plain;
+    plain.shards = world_size;
+    plain.shard = rank;
+    plain.units = trainer.layouts();
+    plain.unit_parts.assign(plain.units.size(), 0);
+    for (std::size_t u = 0; u < plain.units.size(); ++u) plain.local_units.push_back(u);
+    return plain;
+  }
+  const CheckpointPlacement& p = *given;
+  bool fits = p.parts >= 1 && p.shards >= 1 && p.parts * p.shards == world_size &&
+              p.part * p.shards + p.shard == rank && p.unit_parts.size() == p.units.size() &&
+              p.local_units.size() == trainer.layouts().size();
+  for (std::size_t i = 0; fits && i < p.local_units.size(); ++i) {
+    fits = p.local_units[i] < p.units.size() &&
+           p.units[p.local_units[i]].unit_name() == trainer.layouts()[i].unit_name();
+  }
+  if (!fits) {
+    throw Error(ErrorKind::kInternal,
+                fmt::format("the trainer's checkpoint placement does not fit rank {} of {}", rank,
+                            world_size));
+  }
+  return p;
 }
 
 std::vector<std::string> model_differences(const std::vector<CheckpointUnit>& checkpoint,

@@ -7,6 +7,11 @@
 // it, and flat element e of unit u lives in rank e / shard_length at e % shard_length.
 // manifest.json carries its own checksum on its last line (manifest_text), so a changed bit in
 // the manifest is found as surely as one in a rank file.
+// A pipeline's checkpoint (format version 2) splits the units into `pipeline_stages` parts, each
+// unit naming its part, and has world_size files per part: file part × world_size + r holds rank
+// r's shard of that part's units only, in the order above; world_size is then the data-parallel
+// size, the ranks each unit is sharded over. A unit is listed once, so a reader finds it by name
+// whatever mesh wrote it.
 // Invariant: the manifest is written last, after every rank file is complete and fsynced.
 #pragma once
 
@@ -25,7 +30,8 @@
 namespace zest {
 
 // Bumped when a reader of the old version could not read the new one correctly.
-inline constexpr int kCheckpointFormatVersion = 1;
+// 2: pipeline_stages (a plain checkpoint reads as before).
+inline constexpr int kCheckpointFormatVersion = 2;
 
 struct CheckpointParam {
   std::string name;  // within its unit; the full name is "<unit>.<name>"
@@ -40,6 +46,7 @@ struct CheckpointUnit {
   std::size_t flat_length = 0;   // numel plus padding: world_size × shard_length
   std::size_t shard_length = 0;  // elements per rank
   std::vector<CheckpointParam> params;
+  int pipeline_stage = 0;  // the part whose files hold it
 };
 
 struct CheckpointTensor {
@@ -57,7 +64,8 @@ struct CheckpointManifest {
   int format_version = kCheckpointFormatVersion;
   std::string zest_version;
   std::int64_t step = 0;  // optimizer steps taken (TrainerCounters::steps_taken)
-  int world_size = 1;
+  int world_size = 1;       // ranks each unit is sharded over
+  int pipeline_stages = 1;  // parts; files = pipeline_stages × world_size
   int stage = 0;
   DType compute_dtype = DType::kFloat32;
   std::size_t shard_alignment = kDefaultShardAlignment;
@@ -66,14 +74,19 @@ struct CheckpointManifest {
   nlohmann::json extra = nlohmann::json::object();  // the caller's: the data position, ...
   std::vector<CheckpointUnit> units;
   std::vector<CheckpointTensor> tensors;
-  std::vector<CheckpointFile> files;  // one per rank, in rank order
+  std::vector<CheckpointFile> files;  // one per rank, in rank order (part-major)
   // Set by read_manifest: manifest.json's own checksum, when it had one (then it matched); none
   // for a manifest written before zest checksummed manifests. Ignored when writing.
   std::optional<std::uint64_t> manifest_xxh3;
 
-  // Byte offset of block (unit, tensor) in every rank file, and a rank file's length.
+  // Byte offset of block (unit, tensor) in its part's rank files, and the length of a rank file
+  // of part `part`.
   std::uint64_t block_offset(std::size_t unit, std::size_t tensor) const;
-  std::uint64_t rank_file_bytes() const;
+  std::uint64_t rank_file_bytes(int part = 0) const;
+  // The file that holds shard `shard` of `unit`.
+  int file_of(std::size_t unit, int shard) const {
+    return units.at(unit).pipeline_stage * world_size + shard;
+  }
   // Index into `tensors`, or -1.
   int find_tensor(const std::string& name) const;
 };
@@ -113,8 +126,14 @@ CheckpointManifest read_manifest(const std::string& dir,
 std::uint64_t write_manifest(const std::string& dir, const CheckpointManifest& manifest,
                              std::optional<std::uint64_t>* budget = nullptr);
 
-// The units and parameters of `layouts` in manifest form (world-size dependent lengths included).
-std::vector<CheckpointUnit> describe_units(const std::vector<ShardLayout>& layouts);
+// The units and parameters of `layouts` in manifest form (world-size dependent lengths
+// included); unit i in part parts[i] when `parts` is given.
+std::vector<CheckpointUnit> describe_units(const std::vector<ShardLayout>& layouts,
+                                           const std::vector<int>& parts = {});
+// The trainer's placement (Trainer::checkpoint_placement), or a plain trainer's: one part, the
+// whole model (layouts() in order) sharded over the world, the rank's shard its own. A kInternal
+// Error when the placement does not fit the rank (its file would not be its world rank).
+CheckpointPlacement placement_of(const Trainer& trainer, int rank, int world_size);
 // Where the checkpoint's model and this one differ (unit names and order, parameter names and
 // shapes), the first `limit` of them as readable lines; empty when they match.
 std::vector<std::string> model_differences(const std::vector<CheckpointUnit>& checkpoint,

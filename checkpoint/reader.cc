@@ -34,12 +34,14 @@ std::size_t vocab_pieces_of(const Units& units, Name name) {
   return pieces;
 }
 
-void check_fits(const CheckpointSource& source, Trainer& trainer) {
+void check_fits(const CheckpointSource& source, Trainer& trainer,
+                const CheckpointPlacement& placement) {
   const CheckpointManifest& manifest = source.manifest();
   const std::size_t saved_pieces =
       vocab_pieces_of(manifest.units, [](const CheckpointUnit& unit) { return unit.name; });
+  // The whole model's units: a pipeline stage's layouts() hold only some of the pieces.
   const std::size_t pieces = vocab_pieces_of(
-      trainer.layouts(), [](const ShardLayout& layout) { return layout.unit_name(); });
+      placement.units, [](const ShardLayout& layout) { return layout.unit_name(); });
   if (saved_pieces != pieces) {
     // Note: pieces are units, so a checkpoint of another count has other units; what the user
     // must change is the config key, not the checkpoint (export and import cut it anew).
@@ -48,7 +50,7 @@ void check_fits(const CheckpointSource& source, Trainer& trainer) {
                             "this model has {}; set model.vocab_pieces to {} to load it",
                             source.dir(), saved_pieces, pieces, saved_pieces));
   }
-  const std::vector<std::string> differences = model_differences(manifest.units, trainer.layouts());
+  const std::vector<std::string> differences = model_differences(manifest.units, placement.units);
   if (!differences.empty()) {
     throw Error(ErrorKind::kCheckpoint,
                 fmt::format("checkpoint {} was saved from another model: {}", source.dir(),
@@ -109,7 +111,8 @@ std::string latest_step_directory(const std::string& root) {
 
 // Opens the checkpoint, adding to a manifest that failed to read how it differs from this model
 // when it still parses: a changed bit in a name then says which name.
-std::unique_ptr<CheckpointSource> open_for(const std::string& dir, Trainer& trainer) {
+std::unique_ptr<CheckpointSource> open_for(const std::string& dir,
+                                           const CheckpointPlacement& placement) {
   try {
     return std::make_unique<CheckpointSource>(dir);
   } catch (const Error& error) {
@@ -117,7 +120,7 @@ std::unique_ptr<CheckpointSource> open_for(const std::string& dir, Trainer& trai
     std::vector<std::string> differences;
     try {
       differences = model_differences(read_manifest(dir, ManifestChecksum::kIgnore).units,
-                                      trainer.layouts());
+                                      placement.units);
     } catch (const Error&) {
       throw error;
     }
@@ -148,11 +151,14 @@ LoadedCheckpoint load_checkpoint(RankContext& context, Trainer& trainer, const s
   TrainerCounters counters;
   PhaseRecord record;
   const std::optional<Error> failure = capture(record, [&] {
+    // Units are matched by their place in the whole model, which check_fits holds equal to the
+    // checkpoint's: a pipeline stage reads its units wherever the saved mesh put them.
+    const CheckpointPlacement placement = placement_of(trainer, context.rank, context.world_size);
     loaded.path = resolve_checkpoint(path);
-    const std::unique_ptr<CheckpointSource> opened = open_for(loaded.path, trainer);
+    const std::unique_ptr<CheckpointSource> opened = open_for(loaded.path, placement);
     const CheckpointSource& source = *opened;
     const CheckpointManifest& manifest = source.manifest();
-    check_fits(source, trainer);
+    check_fits(source, trainer, placement);
 
     // Which saved tensor fills each wanted one, and which old ranks' files this rank reads.
     const std::vector<ShardLayout>& layouts = trainer.layouts();
@@ -162,7 +168,9 @@ LoadedCheckpoint load_checkpoint(RankContext& context, Trainer& trainer, const s
       shards.push_back(trainer.state_shards(u));
       if (shards.back().empty()) continue;
       const StateShard& first = shards.back().front();
-      for (int rank : source.ranks_holding(u, first.begin, first.end)) needed.insert(rank);
+      for (int rank : source.ranks_holding(placement.local_units[u], first.begin, first.end)) {
+        needed.insert(rank);
+      }
     }
     for (int rank : needed) source.verify(rank);
     for (std::size_t u = 0; u < shards.size(); ++u) {
@@ -170,7 +178,8 @@ LoadedCheckpoint load_checkpoint(RankContext& context, Trainer& trainer, const s
         const int tensor = source.source_for(shard.name, shard.dtype);
         write_state_elements(context, shard.data, shard.dtype, shard.end - shard.begin,
                              [&](void* host, std::size_t first, std::size_t count) {
-                               source.read(u, static_cast<std::size_t>(tensor),
+                               source.read(placement.local_units[u],
+                                           static_cast<std::size_t>(tensor),
                                            shard.begin + first, shard.begin + first + count, host,
                                            shard.dtype);
                              });
@@ -179,7 +188,8 @@ LoadedCheckpoint load_checkpoint(RankContext& context, Trainer& trainer, const s
     loaded.step = manifest.step;
     loaded.saved_world_size = manifest.world_size;
     loaded.saved_stage = manifest.stage;
-    loaded.resharded = manifest.world_size != context.world_size;
+    loaded.saved_pipeline_stages = manifest.pipeline_stages;
+    loaded.resharded = manifest.world_size != placement.shards;
     loaded.config = manifest.config;
     loaded.extra = manifest.extra;
     loaded.manifest_checksum = manifest.manifest_xxh3.has_value();

@@ -3,7 +3,9 @@
 // shard file it needs, and fills its own shard of every state tensor — straight from its own
 // file when the world size is unchanged, otherwise by reading the element ranges of its new
 // shard from the old ranks' files (resharding at load; any stage to any stage, since files have
-// the same shape at every stage). Invariant: either every rank loads and the trainer continues
+// the same shape at every stage). Units are found by their place in the whole model, so a
+// pipeline's checkpoint loads at any pipeline stages × data-parallel ranks, or into a plain
+// trainer, and back (Trainer::checkpoint_placement). Invariant: either every rank loads and the trainer continues
 // exactly where the saved run stood, or every rank throws (a failed load leaves the trainer's
 // state undefined: build a new one).
 #pragma once
@@ -27,9 +29,10 @@ std::string resolve_checkpoint(const std::string& path);
 struct LoadedCheckpoint {
   std::string path;  // the step directory loaded
   std::int64_t step = 0;
-  int saved_world_size = 1;
+  int saved_world_size = 1;       // ranks each unit was sharded over (per pipeline stage)
+  int saved_pipeline_stages = 1;
   int saved_stage = 0;
-  bool resharded = false;  // the world size differed: shards were cut anew
+  bool resharded = false;  // the shard count differed: shards were cut anew
   nlohmann::json config;   // the saved run's resolved config
   nlohmann::json extra;    // what save_checkpoint was given (the data position)
   // manifest.json carried its checksum (and it matched); false: an older zest wrote it, so its

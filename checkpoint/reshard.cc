@@ -49,7 +49,10 @@ ReshardResult reshard_checkpoint(const std::string& source_path, const std::stri
   source.verify_all();
   const CheckpointManifest& old = source.manifest();
   CheckpointManifest manifest = old;
+  // The output is plain (one part): it loads into a trainer of any mesh all the same.
+  manifest.format_version = kCheckpointFormatVersion;
   manifest.world_size = world_size;
+  manifest.pipeline_stages = 1;
   manifest.stage = stage.value_or(old.stage);
   manifest.units = describe_units(layouts_for(old, world_size));
   manifest.files.clear();

@@ -20,7 +20,7 @@ constexpr std::size_t kConvertChunk = std::size_t{1} << 18;
 
 CheckpointSource::CheckpointSource(std::string dir)
     : dir_(std::move(dir)), manifest_(read_manifest(dir_)) {
-  files_.resize(static_cast<std::size_t>(manifest_.world_size));
+  files_.resize(manifest_.files.size());
 }
 
 CheckpointSource::~CheckpointSource() = default;
@@ -57,7 +57,7 @@ void CheckpointSource::verify(int rank) const {
 }
 
 void CheckpointSource::verify_all() const {
-  for (int rank = 0; rank < manifest_.world_size; ++rank) verify(rank);
+  for (std::size_t file = 0; file < manifest_.files.size(); ++file) verify(static_cast<int>(file));
 }
 
 std::vector<int> CheckpointSource::ranks_holding(std::size_t unit, std::size_t begin,
@@ -67,7 +67,7 @@ std::vector<int> CheckpointSource::ranks_holding(std::size_t unit, std::size_t b
   std::vector<int> ranks;
   if (begin >= end) return ranks;
   for (std::size_t r = begin / u.shard_length; r <= (end - 1) / u.shard_length; ++r) {
-    ranks.push_back(static_cast<int>(r));
+    ranks.push_back(manifest_.file_of(unit, static_cast<int>(r)));
   }
   return ranks;
 }
@@ -83,7 +83,7 @@ void CheckpointSource::read(std::size_t unit, std::size_t tensor, std::size_t be
   std::vector<char> staging;
   std::size_t e = begin;
   while (e < stored_end) {
-    const int rank = static_cast<int>(e / u.shard_length);
+    const int rank = manifest_.file_of(unit, static_cast<int>(e / u.shard_length));
     const std::size_t within = e % u.shard_length;
     const std::size_t count = std::min(stored_end - e, u.shard_length - within);
     const std::uint64_t offset =

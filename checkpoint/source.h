@@ -26,12 +26,13 @@ class CheckpointSource {
   const std::string& dir() const { return dir_; }
   const CheckpointManifest& manifest() const { return manifest_; }
 
-  // Checks that rank `rank`'s file exists, has the manifest's size and its checksum; a
-  // kCheckpoint Error names the file otherwise. verify_all() checks every rank's file.
+  // Checks that file `rank` (the manifest's files[rank]) exists, has the manifest's size and its
+  // checksum; a kCheckpoint Error names the file otherwise. verify_all() checks every file.
   void verify(int rank) const;
   void verify_all() const;
 
-  // The old ranks whose files hold flat elements [begin, end) of `unit` (padding excluded).
+  // The files (their index in the manifest: the old ranks) that hold flat elements [begin, end)
+  // of `unit` (padding excluded).
   std::vector<int> ranks_holding(std::size_t unit, std::size_t begin, std::size_t end) const;
 
   // Reads flat elements [begin, end) of checkpoint tensor `tensor` (an index into the

@@ -33,13 +33,38 @@ std::vector<CheckpointTensor> state_tensors(Trainer& trainer) {
   return tensors;
 }
 
-// Writes this rank's shard of every unit's state tensors, unit by unit, tensor by tensor.
+// The layouts() entries this rank writes, in the whole model's order: its part's units, each
+// once (a lent copy belongs to its lender's part).
+std::vector<std::size_t> saved_units(const CheckpointPlacement& placement) {
+  std::vector<std::size_t> saved;
+  for (std::size_t i = 0; i < placement.local_units.size(); ++i) {
+    if (placement.unit_parts[placement.local_units[i]] == placement.part) saved.push_back(i);
+  }
+  std::sort(saved.begin(), saved.end(), [&](std::size_t a, std::size_t b) {
+    return placement.local_units[a] < placement.local_units[b];
+  });
+  const auto part_units = static_cast<std::size_t>(
+      std::count(placement.unit_parts.begin(), placement.unit_parts.end(), placement.part));
+  if (saved.size() != part_units) {
+    throw Error(ErrorKind::kInternal,
+                fmt::format("pipeline stage {} holds {} of its {} units", placement.part,
+                            saved.size(), part_units));
+  }
+  return saved;
+}
+
+// Writes this rank's shard of its units' state tensors, unit by unit, tensor by tensor.
 FileDigest write_rank_file(const RankContext& context, Trainer& trainer,
+                           const CheckpointPlacement& placement,
                            const std::vector<CheckpointTensor>& tensors, const std::string& path,
                            std::optional<std::uint64_t>* budget) {
   HashingFileWriter writer(path, budget);
   const std::vector<ShardLayout>& layouts = trainer.layouts();
-  for (std::size_t u = 0; u < layouts.size(); ++u) {
+  for (std::size_t u : saved_units(placement)) {
+    if (layouts[u].shard_length() != placement.units[placement.local_units[u]].shard_length()) {
+      throw Error(ErrorKind::kInternal,
+                  "unit '" + layouts[u].unit_name() + "' is sharded over other ranks than its part");
+    }
     const std::vector<StateShard> shards = trainer.state_shards(u);
     const bool same = shards.size() == tensors.size() &&
                       std::equal(shards.begin(), shards.end(), tensors.begin(),
@@ -174,11 +199,13 @@ SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
 
   // Phase 2: every rank writes and fsyncs its own file.
   const std::vector<CheckpointTensor> tensors = state_tensors(trainer);
+  CheckpointPlacement placement;
   record = PhaseRecord{};
   failure = capture(record, [&] {
+    placement = placement_of(trainer, context.rank, context.world_size);
     const FileDigest digest =
-        write_rank_file(context, trainer, tensors, join(temporary, rank_file_name(context.rank)),
-                        &budget);
+        write_rank_file(context, trainer, placement, tensors,
+                        join(temporary, rank_file_name(context.rank)), &budget);
     record.bytes = digest.bytes;
     record.xxh3 = digest.xxh3;
   });
@@ -195,14 +222,16 @@ SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
       CheckpointManifest manifest;
       manifest.zest_version = zest_version();
       manifest.step = counters.steps_taken;
-      manifest.world_size = context.world_size;
+      manifest.format_version = kCheckpointFormatVersion;
+      manifest.world_size = placement.shards;
+      manifest.pipeline_stages = placement.parts;
       manifest.stage = trainer.stage();
       manifest.compute_dtype = trainer.options().compute_dtype;
       manifest.shard_alignment = trainer.options().shard_alignment;
       manifest.config = config;
       manifest.counters = counters;
       manifest.extra = extra;
-      manifest.units = describe_units(trainer.layouts());
+      manifest.units = describe_units(placement.units, placement.unit_parts);
       manifest.tensors = tensors;
       std::uint64_t total = 0;
       for (int r = 0; r < context.world_size; ++r) {

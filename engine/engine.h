@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -132,6 +133,22 @@ struct StateShard {
   std::size_t end = 0;
 };
 
+// Where a rank's state goes in a checkpoint (checkpoint/manifest.h) when its units are not the
+// whole model sharded over the world — a pipeline's. The model's units are split into `parts`
+// (pipeline stages), each part's units sharded over `shards` ranks (its data-parallel group);
+// this rank holds shard `shard` of part `part`, and its file is number part × shards + shard,
+// which must be its world rank. A unit lent to another part (the tied embedding's copy) is saved
+// by its own part only and restored into both.
+struct CheckpointPlacement {
+  int parts = 1;
+  int part = 0;
+  int shards = 1;
+  int shard = 0;
+  std::vector<ShardLayout> units;  // the whole model's units, at `shards` ranks, in model order
+  std::vector<int> unit_parts;     // the part that saves each of `units`
+  std::vector<std::size_t> local_units;  // per layouts() entry: its index in `units`
+};
+
 // The counters a resumed run needs to continue exactly.
 struct TrainerCounters {
   std::int64_t steps_taken = 0;
@@ -193,6 +210,9 @@ class Trainer {
   virtual void state_loaded() = 0;
   virtual TrainerCounters counters() const = 0;
   virtual void set_counters(const TrainerCounters& counters) = 0;
+  // How this rank's units sit in the whole model for a checkpoint; none (the default): layouts()
+  // is the whole model, sharded over the world.
+  virtual std::optional<CheckpointPlacement> checkpoint_placement() const { return std::nullopt; }
 };
 
 }  // namespace zest

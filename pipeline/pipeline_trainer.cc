@@ -127,10 +127,29 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
     }
     chunk.trainer = std::make_unique<ZeroTrainer>(*chunk.context, options, *chunk.replicas.front(),
                                                   make_optimizer(optimizer));
-    for (const ShardLayout& layout : chunk.trainer->layouts()) layouts_.push_back(layout);
+    const std::vector<ShardLayout>& chunk_layouts = chunk.trainer->layouts();
+    for (std::size_t u = 0; u < chunk_layouts.size(); ++u) {
+      layouts_.push_back(chunk_layouts[u]);
+      layout_units_.emplace_back(chunks_.size(), u);
+      placement_.local_units.push_back(static_cast<std::size_t>(part.whole_indices()[u]));
+    }
     chunks_.push_back(std::move(chunk));
   }
   std::sort(tied_units_.begin(), tied_units_.end());
+
+  // A checkpoint lists the whole model, each unit laid out as its stage's data-parallel group
+  // shards it (the same size on every stage).
+  placement_.parts = pipeline_.stages;
+  placement_.part = at_.pipeline_stage;
+  placement_.shards = mesh_.data_parallel_size();
+  placement_.shard = at_.data_parallel_index;
+  for (std::size_t w = 0; w < whole.size(); ++w) {
+    std::vector<ParamShape> shapes;
+    for (const ParamSpec& spec : whole[w]->parameters()) shapes.push_back({spec.name, spec.shape});
+    placement_.units.push_back(ShardLayout::build(whole[w]->name(), shapes, placement_.shards,
+                                                  engine_.shard_alignment));
+    placement_.unit_parts.push_back(schedule_.stage_of(owner[w]));
+  }
 }
 
 PipelineTrainer::~PipelineTrainer() {
@@ -217,12 +236,20 @@ MemoryPrediction PipelineTrainer::predicted_memory() const {
 }
 
 std::vector<StateShard> PipelineTrainer::state_shards(std::size_t unit) {
-  (void)unit;
-  throw Error(ErrorKind::kUsage, "checkpoints of pipeline stages: not built yet");
+  if (unit >= layout_units_.size()) {
+    throw Error(ErrorKind::kUsage, "state_shards: this rank holds " +
+                                       std::to_string(layout_units_.size()) + " units, not " +
+                                       std::to_string(unit + 1));
+  }
+  const auto [chunk, index] = layout_units_[unit];
+  return chunks_[chunk].trainer->state_shards(index);
 }
 
 void PipelineTrainer::state_loaded() {
-  throw Error(ErrorKind::kUsage, "checkpoints of pipeline stages: not built yet");
+  if (step_pending_) {
+    throw Error(ErrorKind::kUsage, "state_loaded between forward_backward() and step()");
+  }
+  for (Chunk& chunk : chunks_) chunk.trainer->state_loaded();
 }
 
 void PipelineTrainer::set_counters(const TrainerCounters& counters) {

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -79,9 +80,12 @@ class PipelineTrainer final : public Trainer {
   int stage() const override { return engine_.stage; }
   std::int64_t steps_taken() const override { return chunks_.front().trainer->steps_taken(); }
   const EngineOptions& options() const override { return engine_; }
-  // Checkpoints of a pipeline are not built yet: kUsage Errors.
+  // Checkpoints: `unit` indexes layouts(); each chunk makes its replicated copies agree in its
+  // data-parallel group. The placement lists the whole model once, each unit in the pipeline
+  // stage that owns it (a lent copy is saved by its lender's stage and loaded from it).
   std::vector<StateShard> state_shards(std::size_t unit) override;
   void state_loaded() override;
+  std::optional<CheckpointPlacement> checkpoint_placement() const override { return placement_; }
   TrainerCounters counters() const override { return chunks_.front().trainer->counters(); }
   void set_counters(const TrainerCounters& counters) override;
 
@@ -120,6 +124,8 @@ class PipelineTrainer final : public Trainer {
   std::vector<std::size_t> parameter_sizes_;
   std::vector<int> parameter_stage_;  // the stage that owns each parameter
   std::vector<ShardLayout> layouts_;
+  std::vector<std::pair<std::size_t, std::size_t>> layout_units_;  // per layouts_: (chunk, unit)
+  CheckpointPlacement placement_;
   std::unique_ptr<Communicator> data_parallel_;
   std::unique_ptr<Communicator> activations_;
   std::unique_ptr<Communicator> gradients_;

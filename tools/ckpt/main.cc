@@ -94,6 +94,10 @@ int inspect(const std::string& path) {
   std::cout << fmt::format("  step {} (optimizer steps {}), world size {}, stage {}, compute {}\n",
                            m.step, m.counters.optimizer_steps, m.world_size, m.stage,
                            zest::dtype_name(m.compute_dtype));
+  if (m.pipeline_stages > 1) {
+    std::cout << fmt::format("  {} pipeline stages, each unit sharded over {} ranks\n",
+                             m.pipeline_stages, m.world_size);
+  }
   const zest::LossScalerState& s = m.counters.loss_scaler;
   std::cout << fmt::format("  loss scale {} (skipped steps {})\n", s.scale, s.skipped);
   std::cout << fmt::format("  {} parameters in {} units; state tensors:", parameters,
@@ -137,7 +141,8 @@ int verify(const std::string& path) {
     zest::refuse_non_regular_file((std::filesystem::path(source.dir()) / file.name).string(),
                                   zest::ErrorKind::kCheckpoint, "shard file");
   }
-  for (int rank = 0; rank < source.manifest().world_size; ++rank) {
+  const int files = static_cast<int>(source.manifest().files.size());
+  for (int rank = 0; rank < files; ++rank) {
     try {
       source.verify(rank);
     } catch (const zest::Error& error) {
@@ -147,8 +152,7 @@ int verify(const std::string& path) {
     const std::string& name = source.manifest().files[static_cast<std::size_t>(rank)].name;
     std::cout << fmt::format("{}: ok\n", zest::printable(name));
   }
-  std::cout << fmt::format("{}: {} files verified\n", zest::printable(source.dir()),
-                           source.manifest().world_size);
+  std::cout << fmt::format("{}: {} files verified\n", zest::printable(source.dir()), files);
   return 0;
 }
 
