@@ -7,6 +7,7 @@
 // checksum checked, to the same rank file size.
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "base/error.h"
 #include "memory/shard_layout.h"
@@ -19,9 +20,9 @@ using Exact = unsigned __int128;  // sizes recomputed without wrapping around
 
 // What an accepted manifest promises, recomputed exactly: every unit's flat length is world_size
 // shard lengths and holds its numel, its parameters tile [0, numel), and every rank file's size
-// is the sum of the blocks.
+// is the sum of the blocks of its pipeline stage's units.
 void check_sizes(const zest::CheckpointManifest& manifest) {
-  Exact file_bytes = 0;
+  std::vector<Exact> file_bytes(static_cast<std::size_t>(manifest.pipeline_stages), 0);
   for (const zest::CheckpointUnit& unit : manifest.units) {
     zest::fuzz::check(Exact{unit.shard_length} * Exact(manifest.world_size) == unit.flat_length,
                       "flat_length is not world_size x shard_length");
@@ -36,11 +37,17 @@ void check_sizes(const zest::CheckpointManifest& manifest) {
     }
     zest::fuzz::check(next == unit.numel, "parameters do not add up to numel");
     for (const zest::CheckpointTensor& tensor : manifest.tensors) {
-      file_bytes += Exact{unit.shard_length} * zest::dtype_size(tensor.dtype);
+      file_bytes.at(static_cast<std::size_t>(unit.pipeline_stage)) +=
+          Exact{unit.shard_length} * zest::dtype_size(tensor.dtype);
     }
   }
-  for (const zest::CheckpointFile& file : manifest.files) {
-    zest::fuzz::check(file.bytes == file_bytes, "a file's size differs from the layout's");
+  zest::fuzz::check(manifest.files.size() == file_bytes.size() *
+                                                static_cast<std::size_t>(manifest.world_size),
+                    "the files are not world_size x pipeline_stages");
+  for (std::size_t f = 0; f < manifest.files.size(); ++f) {
+    zest::fuzz::check(manifest.files[f].bytes ==
+                          file_bytes[f / static_cast<std::size_t>(manifest.world_size)],
+                      "a file's size differs from the layout's");
   }
 }
 
