@@ -7,7 +7,7 @@
 // it, and flat element e of unit u lives in rank e / shard_length at e % shard_length.
 // manifest.json carries its own checksum on its last line (manifest_text), so a changed bit in
 // the manifest is found as surely as one in a rank file.
-// A pipeline's checkpoint (format version 2) splits the units into `pipeline_stages` parts, each
+// A pipeline's checkpoint splits the units into `pipeline_stages` parts, each
 // unit naming its part, and has world_size files per part: file part × world_size + r holds rank
 // r's shard of that part's units only, in the order above; world_size is then the data-parallel
 // size, the ranks each unit is sharded over. A unit is listed once, so a reader finds it by name
@@ -30,8 +30,11 @@
 namespace zest {
 
 // Bumped when a reader of the old version could not read the new one correctly.
-// 2: pipeline_stages (a plain checkpoint reads as before).
-inline constexpr int kCheckpointFormatVersion = 2;
+// Note: a pipeline's checkpoint is version 1 too. Its keys (pipeline_stages, a unit's
+// pipeline_stage) are written only when there are several stages, and a reader that does not know
+// them still refuses it, never misreads it: it counts pipeline_stages × world_size files where it
+// expects world_size.
+inline constexpr int kCheckpointFormatVersion = 1;
 
 struct CheckpointParam {
   std::string name;  // within its unit; the full name is "<unit>.<name>"

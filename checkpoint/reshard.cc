@@ -50,7 +50,6 @@ ReshardResult reshard_checkpoint(const std::string& source_path, const std::stri
   const CheckpointManifest& old = source.manifest();
   CheckpointManifest manifest = old;
   // The output is plain (one part): it loads into a trainer of any mesh all the same.
-  manifest.format_version = kCheckpointFormatVersion;
   manifest.world_size = world_size;
   manifest.pipeline_stages = 1;
   manifest.stage = stage.value_or(old.stage);

@@ -222,7 +222,6 @@ SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
       CheckpointManifest manifest;
       manifest.zest_version = zest_version();
       manifest.step = counters.steps_taken;
-      manifest.format_version = kCheckpointFormatVersion;
       manifest.world_size = placement.shards;
       manifest.pipeline_stages = placement.parts;
       manifest.stage = trainer.stage();

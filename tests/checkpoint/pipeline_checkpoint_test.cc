@@ -172,7 +172,7 @@ TEST_P(PipelineCheckpoint, ResumesOnTheSameMeshBitIdentically) {
   const Outcome reference = save_and_reference(run, scratch.path("ckpt"));
 
   const CheckpointManifest manifest = read_manifest(scratch.path("ckpt") + "/step-2");
-  EXPECT_EQ(manifest.format_version, 2);
+  EXPECT_EQ(manifest.format_version, kCheckpointFormatVersion);
   EXPECT_EQ(manifest.pipeline_stages, 2);
   EXPECT_EQ(manifest.world_size, 2);
   ASSERT_EQ(manifest.units.size(), 5u);  // every layer once
