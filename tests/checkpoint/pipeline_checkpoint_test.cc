@@ -5,6 +5,7 @@
 // where the fp32 sums are taken in another order. Ranks are threads.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -42,6 +43,7 @@ struct RunSpec {
   std::string resume;
   std::string save_dir;  // saved when steps_taken reaches save_at
   std::int64_t save_at = -1;
+  CheckpointOptions save_options;  // dir is save_dir
 };
 
 struct Outcome {
@@ -64,7 +66,7 @@ void train_steps(RankContext& context, Trainer& trainer, const RunSpec& run, int
     const StepStats stats = trainer.step();
     if (context.rank == 0) outcome.losses[step] = stats.loss;
     if (trainer.steps_taken() == run.save_at) {
-      CheckpointOptions options;
+      CheckpointOptions options = run.save_options;
       options.dir = run.save_dir;
       save_checkpoint(context, trainer, options, {{"pipeline", {{"stages", run.stages}}}},
                       {{"next_batch", trainer.steps_taken()}});
@@ -284,6 +286,37 @@ TEST(PipelineCheckpointReshard, OfflineReshardOfAPipelineCheckpoint) {
   three_stages.data_parallel = 1;
   three_stages.resume = scratch.path("three");
   expect_parity(train(three_stages), reference, 2);
+}
+
+// A save that fails on the last pipeline stage's rank (its disk full) fails on every rank and
+// leaves the previous checkpoint and `latest` as they were, with nothing half-written beside them.
+TEST(PipelineCheckpointErrors, AFailedSaveLeavesThePreviousCheckpoint) {
+  Scratch scratch;
+  RunSpec run;
+  run.steps = 2;
+  run.save_dir = scratch.path("ckpt");
+  run.save_at = 2;
+  train(run);
+  RunSpec failing = run;
+  failing.steps = 3;
+  failing.save_at = 3;
+  failing.resume = scratch.path("ckpt");
+  failing.save_options.fail_rank = 3;
+  failing.save_options.fail_after_bytes = 100;
+  try {
+    train(failing);
+    FAIL() << "the save did not fail";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("No space left"), std::string::npos) << error.what();
+  }
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(scratch.path("ckpt"))) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-2"}));
+  verify_checkpoint(scratch.path("ckpt"));
+  EXPECT_EQ(read_manifest(scratch.path("ckpt") + "/step-2").step, 2);
 }
 
 TEST(PipelineCheckpointErrors, AnotherModelIsRefusedNamingTheDifference) {
