@@ -114,8 +114,11 @@ int inspect(const std::string& path) {
   }
   std::cout << fmt::format("  {:<20} {:>12} {:>12} {:>12}\n", "unit", "numel", "flat", "shard");
   for (const zest::CheckpointUnit& u : m.units) {
-    std::cout << fmt::format("  {:<20} {:>12} {:>12} {:>12}\n", zest::printable(u.name),
-                             u.numel, u.flat_length, u.shard_length);
+    std::cout << fmt::format("  {:<20} {:>12} {:>12} {:>12}{}\n", zest::printable(u.name),
+                             u.numel, u.flat_length, u.shard_length,
+                             m.pipeline_stages > 1
+                                 ? fmt::format("  (pipeline stage {})", u.pipeline_stage)
+                                 : std::string());
     for (const zest::CheckpointParam& p : u.params) {
       std::cout << fmt::format("    {:<18} {:>12} at {:<10} {}\n", zest::printable(p.name),
                                p.numel, p.offset, shape_text(p.shape));
