@@ -397,8 +397,8 @@ TEST(TrainConfig, UnknownKeySuggestsTheClosestKnownKey) {
   config["world"]["flavour"] = "x";
   EXPECT_THAT(config_error(config),
               AllOf(HasSubstr("world.flavour: unknown key"),
-                    HasSubstr("allowed here: backend, ranks, device, device_memory, "
-                              "host_memory or timeout_s")));
+                    HasSubstr("allowed here: backend, ranks, ranks_per_node, link, device, "
+                              "device_memory, host_memory or timeout_s")));
 }
 
 TEST(TrainConfig, WrongTypeNamesWhatIsAllowed) {

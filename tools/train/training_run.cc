@@ -220,14 +220,15 @@ void train_rank(RankContext& context, RunState& run) {
   // an error the trainer's destructor (which waits for the streams) runs before they are freed.
   std::vector<HostBatch> held;
   std::unique_ptr<Module> model;
+  std::unique_ptr<Engine> engine;  // outlives the trainer (Engine::shard's contract)
   std::unique_ptr<Trainer> trainer;
   const bool pipelined = config.pipeline.enabled();
   if (pipelined) {
     trainer = make_pipeline_trainer(context, config);
   } else {
     model = make_model(config.model);
-    Engine engine(context, config.engine);
-    trainer = engine.shard(*model, make_optimizer(config.optimizer));
+    engine = std::make_unique<Engine>(context, config.engine);
+    trainer = engine->shard(*model, make_optimizer(config.optimizer));
   }
 
   TrainCheckpoints checkpoints(config);
