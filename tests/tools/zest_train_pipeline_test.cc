@@ -2,8 +2,10 @@
 // job and its losses and gradient norms, step by step, are those of the same job without
 // pipeline stages (ZeRO over every rank at the same global batch); a block of one pipeline stage
 // trains to the bit as no block; the held-out loss is the same rows' as without pipeline stages;
-// what a pipeline cannot do yet (checkpoints, loading) is one line and exit status 2.
+// a checkpoint saved with pipeline stages resumes with them to the bit and without them within
+// rounding; what a pipeline cannot do yet (loading, exporting) is one line and exit status 2.
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -136,10 +138,36 @@ TEST_F(ZestTrainPipeline, OnePipelineStageTrainsToTheBitAsNoBlock) {
   }
 }
 
+TEST_F(ZestTrainPipeline, ACheckpointSavedWithPipelineStagesResumesWithAndWithoutThem) {
+  const std::string pipeline = R"(pipeline={"stages": 2})";
+  const std::vector<StepRecord> uninterrupted = steps_of({pipeline, "steps=4"});
+  ASSERT_EQ(uninterrupted.size(), 4u);
+  const std::string dir = "checkpoint.dir=" + path("ckpt");
+  ASSERT_EQ(steps_of({pipeline, "steps=2", dir, "checkpoint.every_steps=2"}).size(), 2u);
+  // A resumed run appends to its metrics file: start each from none.
+  std::remove(path("metrics.jsonl").c_str());
+  // The same mesh (2 pipeline stages x 2 data-parallel ranks): steps 3 and 4 to the bit.
+  const std::vector<StepRecord> resumed =
+      steps_of({pipeline, "steps=4", dir, R"(checkpoint.resume="auto")"});
+  ASSERT_EQ(resumed.size(), 2u);
+  for (std::size_t i = 0; i < resumed.size(); ++i) {
+    EXPECT_EQ(resumed[i].loss, uninterrupted[i + 2].loss) << "step " << i + 3;
+    EXPECT_EQ(resumed[i].grad_norm, uninterrupted[i + 2].grad_norm) << "step " << i + 3;
+  }
+  // Without pipeline stages (ZeRO over the 4 ranks): the same state, summed in another order.
+  std::remove(path("metrics.jsonl").c_str());
+  // (From step 2 by its path: the resumed run above saved step 4 on exit.)
+  const std::vector<StepRecord> plain =
+      steps_of({"steps=4", "checkpoint.resume=\"" + path("ckpt") + "/step-2\""});
+  ASSERT_EQ(plain.size(), 2u);
+  for (std::size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_NEAR(plain[i].loss, uninterrupted[i + 2].loss, 1e-5 * uninterrupted[i + 2].loss)
+        << "step " << i + 3;
+  }
+}
+
 TEST_F(ZestTrainPipeline, WhatAPipelineCannotDoYetIsOneLine) {
   const std::string pipeline = R"(pipeline={"stages": 2})";
-  expect_input_error({pipeline, "checkpoint.dir=" + path("ckpt")}, {},
-                     "checkpoint.dir: a checkpoint with pipeline stages");
   expect_input_error({pipeline, "model.init_from=" + path("none.safetensors")}, {},
                      "model.init_from: loading parameters with pipeline stages");
   expect_input_error({pipeline}, {"--export-initial", path("initial.safetensors")},

@@ -89,7 +89,8 @@ std::int64_t TrainCheckpoints::resume(RankContext& context, Trainer& trainer) {
   if (leader) {
     Console::say(fmt::format(
         "zest-train: resumed from {} at step {} (saved by {} rank{} at stage {}{})", loaded.path,
-        loaded.step, loaded.saved_world_size, loaded.saved_world_size == 1 ? "" : "s",
+        loaded.step, loaded.saved_world_size * loaded.saved_pipeline_stages,
+        loaded.saved_world_size * loaded.saved_pipeline_stages == 1 ? "" : "s",
         loaded.saved_stage, loaded.resharded ? "; resharded" : ""));
     if (!loaded.manifest_checksum) {
       Console::say("zest-train: warning: " + loaded.path +

@@ -400,16 +400,11 @@ void write_report(const RunState& run, const RunOptions& options, const std::str
   Console::say("zest-train: report written to " + options.report_path);
 }
 
-// What a run with pipeline stages cannot do yet (the PipelineTrainer's checkpoints and loading
-// are not built): refused before any rank starts, naming the key.
+// What a run with pipeline stages cannot do yet (loading or exporting parameters): refused
+// before any rank starts, naming the key.
 void check_pipeline_run(const TrainConfig& config, const RunOptions& options) {
   const std::string why = " with pipeline stages (pipeline.stages " +
                           std::to_string(config.pipeline.stages) + ") is not built yet; ";
-  if (!config.checkpoint.dir.empty() || !config.checkpoint.resume.empty()) {
-    throw Error(ErrorKind::kConfig,
-                std::string(config.checkpoint.dir.empty() ? "checkpoint.resume" : "checkpoint.dir") +
-                    ": a checkpoint" + why + "remove the checkpoint block");
-  }
   if (!config.model.init_from.empty()) {
     throw Error(ErrorKind::kConfig, "model.init_from: loading parameters" + why +
                                         "remove model.init_from");
