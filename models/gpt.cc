@@ -172,14 +172,7 @@ class GptHead final : public Unit {
 
  private:
   const std::int32_t* checked_targets(const Batch& batch, std::int64_t B, std::int64_t T) const {
-    const Tensor& targets = batch.targets;
-    if (targets.dtype != DType::kInt32 || targets.shape != std::vector<std::int64_t>{B, T} ||
-        targets.empty()) {
-      throw Error(ErrorKind::kUsage, name_ + ": targets must be int32 " +
-                                         shape_to_string({B, T}) + " like the inputs, got " +
-                                         describe_tensor(targets));
-    }
-    return targets.as<const std::int32_t>();
+    return checked_head_targets(name_, batch, B, T);
   }
 
   const std::string name_ = "head";
@@ -197,6 +190,17 @@ void check_positive(const char* key, int value) {
 }
 
 }  // namespace
+
+const std::int32_t* checked_head_targets(const std::string& unit, const Batch& batch, std::int64_t B,
+                                         std::int64_t T) {
+  const Tensor& targets = batch.targets;
+  if (targets.dtype != DType::kInt32 || targets.shape != std::vector<std::int64_t>{B, T} ||
+      targets.empty()) {
+    throw Error(ErrorKind::kUsage, unit + ": targets must be int32 " + shape_to_string({B, T}) +
+                                       " like the inputs, got " + describe_tensor(targets));
+  }
+  return targets.as<const std::int32_t>();
+}
 
 void validate(const GptConfig& config) {
   check_positive("n_layer", config.n_layer);

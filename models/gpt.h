@@ -36,6 +36,10 @@ int resolved_vocab_pieces(const GptConfig& config);
 // Throws a kConfig Error naming "model.<key>" when `config` is not allowed.
 void validate(const GptConfig& config);
 
+// The language-model head's targets: int32 [B, T] like the inputs (kUsage naming `unit` otherwise).
+const std::int32_t* checked_head_targets(const std::string& unit, const Batch& batch, std::int64_t B,
+                                         std::int64_t T);
+
 class Gpt final : public Module {
  public:
   explicit Gpt(GptConfig config);

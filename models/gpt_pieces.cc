@@ -239,14 +239,7 @@ class GptPiecedHead final : public Unit {
 
  private:
   const std::int32_t* checked_targets(const Batch& batch, std::int64_t B, std::int64_t T) const {
-    const Tensor& targets = batch.targets;
-    if (targets.dtype != DType::kInt32 || targets.shape != std::vector<std::int64_t>{B, T} ||
-        targets.empty()) {
-      throw Error(ErrorKind::kUsage, name_ + ": targets must be int32 " +
-                                         shape_to_string({B, T}) + " like the inputs, got " +
-                                         describe_tensor(targets));
-    }
-    return targets.as<const std::int32_t>();
+    return checked_head_targets(name_, batch, B, T);
   }
 
   const std::string name_ = "head";
