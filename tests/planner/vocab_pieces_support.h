@@ -73,7 +73,8 @@ inline std::vector<MemoryUsage> train(const GptConfig& config, std::int64_t sequ
 
 // Stage 3: every category's peak on every rank equals the plan. Frees run in stream order, so a
 // host descheduled on a loaded machine measures less (never more): the largest peaks of up to
-// five runs must reach the plan.
+// twelve runs must reach the plan (one core shared by the host and its streams misses it about
+// one run in three).
 inline void expect_measured_equals_planned(const GptConfig& config, std::int64_t sequences,
                                            int world, DType dtype, int accumulation,
                                            RecomputePolicy recompute = RecomputePolicy::kNone) {
@@ -92,7 +93,7 @@ inline void expect_measured_equals_planned(const GptConfig& config, std::int64_t
     return train(config, sequences, world, dtype, accumulation, recompute);
   };
   std::vector<MemoryUsage> measured = train_once();
-  for (int run = 1; run < 5 && !equal(measured); ++run) {
+  for (int run = 1; run < 12 && !equal(measured); ++run) {
     const std::vector<MemoryUsage> again = train_once();
     for (std::size_t rank = 0; rank < measured.size(); ++rank) {
       for (std::size_t c = 0; c < kCategoryCount; ++c) {
