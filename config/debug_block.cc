@@ -1,7 +1,9 @@
 // The `debug` block (zest's own): checks and faults for finding and testing failures, never for
 // production runs. `check_collectives` turns on the collective-order check
 // (runtime/checked_communicator.h); `collective_delay_ms` delays every collective (to widen race
-// windows); `fault` injects one fault on one rank at one step (engine/fault_injection.h).
+// windows); `hold_frees` runs the CPU device's stream-ordered frees only when a wait proves
+// them (the order the planner replays: runtime/cpu_stream.h); `fault` injects one fault on one
+// rank at one step (engine/fault_injection.h).
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -59,13 +61,17 @@ void parse_fault(json& value, TrainConfig& out) {
 
 void parse_debug(Block& root, TrainConfig& out) {
   json& value = root.object_or_empty("debug");
-  Block block(value, "debug", {"check_collectives", "collective_delay_ms", "fault"});
+  Block block(value, "debug", {"check_collectives", "collective_delay_ms", "hold_frees",
+                                       "fault"});
   if (const json* check = block.find("check_collectives")) {
     out.world.check_collectives = read_bool(*check, block.path("check_collectives"));
   }
   const std::int64_t delay = read_integer_at_least(block.get_or("collective_delay_ms", 0),
                                                    block.path("collective_delay_ms"), 0);
   out.world.collective_delay = std::chrono::milliseconds(delay);
+  if (const json* hold = block.find("hold_frees")) {
+    out.world.hold_frees = read_bool(*hold, block.path("hold_frees"));
+  }
   if (json* fault = block.find("fault")) parse_fault(*fault, out);
 }
 

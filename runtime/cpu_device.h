@@ -5,6 +5,7 @@
 #pragma once
 
 #include "memory/host_allocator.h"
+#include "runtime/cpu_stream.h"
 #include "runtime/device.h"
 
 namespace zest::cpu {
@@ -12,7 +13,8 @@ namespace zest::cpu {
 class CpuDevice final : public Device {
  public:
   CpuDevice(int index, std::size_t capacity = kUnlimitedCapacity,
-            std::size_t host_capacity = kUnlimitedCapacity);
+            std::size_t host_capacity = kUnlimitedCapacity,
+            FreeTiming frees = FreeTiming::kWhenReached);
 
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   const std::string& name() const override { return name_; }
@@ -29,6 +31,7 @@ class CpuDevice final : public Device {
 
  private:
   std::string name_;
+  FreeTiming frees_;
   HostAllocator allocator_;
   HostAllocator host_allocator_;
 };

@@ -1,11 +1,58 @@
 #include "runtime/cpu_stream.h"
 
+#include <tuple>
 #include <utility>
 
 #include "base/error.h"
 #include "runtime/thread_start.h"
 
 namespace zest::cpu {
+
+void ParkedFree::run() {
+  if (done_.exchange(true)) return;
+  free_();
+  free_ = nullptr;
+}
+
+void ParkedFrees::park(std::uint64_t task, std::shared_ptr<ParkedFree> free) {
+  std::lock_guard lock(mutex_);
+  if (!held_.insert(free.get()).second) return;
+  parked_.emplace_back(task, std::move(free));
+}
+
+std::vector<std::shared_ptr<ParkedFree>> ParkedFrees::take_through(std::uint64_t task) {
+  std::vector<std::shared_ptr<ParkedFree>> taken;
+  std::lock_guard lock(mutex_);
+  auto kept = parked_.begin();
+  for (auto& entry : parked_) {
+    if (entry.first <= task) {
+      held_.erase(entry.second.get());
+      taken.push_back(std::move(entry.second));
+    } else {
+      if (&*kept != &entry) *kept = std::move(entry);
+      ++kept;
+    }
+  }
+  parked_.erase(kept, parked_.end());
+  return taken;
+}
+
+std::vector<std::shared_ptr<ParkedFree>> ParkedFrees::copy_through(std::uint64_t task) {
+  std::vector<std::shared_ptr<ParkedFree>> copies;
+  std::lock_guard lock(mutex_);
+  auto kept = parked_.begin();
+  for (auto& entry : parked_) {
+    if (entry.second->done()) {  // run through another holder: nothing left to prove
+      held_.erase(entry.second.get());
+      continue;
+    }
+    if (entry.first <= task) copies.push_back(entry.second);
+    if (&*kept != &entry) *kept = std::move(entry);
+    ++kept;
+  }
+  parked_.erase(kept, parked_.end());
+  return copies;
+}
 
 void CpuEvent::synchronize() {
   std::uint64_t sequence;
@@ -26,16 +73,33 @@ void CpuEvent::complete(std::uint64_t sequence, const std::string& failure) {
   completed_cv_.notify_all();
 }
 
-void CpuEvent::wait_for(std::uint64_t sequence) {
+void CpuEvent::wait_for(std::uint64_t sequence, ParkedFrees* adopter,
+                        std::uint64_t adopter_task) {
   std::unique_lock lock(mutex_);
   completed_cv_.wait(lock, [&] { return completed_ >= sequence; });
   if (!failure_.empty()) {
     throw Error(ErrorKind::kPeerFailure, "waited on an event of " + failure_);
   }
+  std::shared_ptr<ParkedFrees> parked;
+  std::uint64_t task = 0;
+  for (const RecordPlace& place : places_) {
+    if (place.sequence == sequence) std::tie(parked, task) = std::tie(place.parked, place.task);
+  }
+  if (adopter == nullptr) {
+    while (!places_.empty() && places_.front().sequence <= sequence) places_.pop_front();
+  }
+  lock.unlock();
+  if (parked == nullptr) return;
+  if (adopter == nullptr) {
+    for (auto& free : parked->take_through(task)) free->run();
+  } else {
+    for (auto& free : parked->copy_through(task)) adopter->park(adopter_task, std::move(free));
+  }
 }
 
-CpuStream::CpuStream(std::string name)
+CpuStream::CpuStream(std::string name, FreeTiming frees)
     : name_(std::move(name)),
+      parked_(frees == FreeTiming::kWhenWaited ? std::make_shared<ParkedFrees>() : nullptr),
       worker_(start_thread("the thread of stream '" + name_ + "'", [this] { run_worker(); })) {}
 
 CpuStream::~CpuStream() {
@@ -45,17 +109,29 @@ CpuStream::~CpuStream() {
   }
   queue_cv_.notify_all();
   worker_.join();
+  if (parked_ != nullptr) run_parked_through(pushed_);  // nothing waits any more
 }
 
-void CpuStream::push(Task task) {
+std::uint64_t CpuStream::push(Task task) {
+  std::uint64_t number;
   {
     std::lock_guard lock(mutex_);
+    number = task.number = ++pushed_;
     queue_.push_back(std::move(task));
   }
   queue_cv_.notify_one();
+  return number;
 }
 
 void CpuStream::enqueue(std::function<void()> work) { push({std::move(work), false}); }
+
+void CpuStream::enqueue_free(std::function<void()> free) {
+  push({std::move(free), false, parked_ != nullptr});
+}
+
+void CpuStream::run_parked_through(std::uint64_t task) {
+  for (auto& free : parked_->take_through(task)) free->run();
+}
 
 void CpuStream::record(Event& event) {
   auto* own_kind = dynamic_cast<CpuEvent*>(&event);
@@ -71,7 +147,7 @@ void CpuStream::record(Event& event) {
   }
   // Note: the completion runs even when the stream has failed, carrying the failure, so a
   // stream waiting on this event fails too instead of waiting forever.
-  push({[this, &cpu_event, sequence] {
+  const std::uint64_t task = push({[this, &cpu_event, sequence] {
           std::string failure;
           {
             std::lock_guard lock(mutex_);
@@ -80,6 +156,11 @@ void CpuStream::record(Event& event) {
           cpu_event.complete(sequence, failure);
         },
         true});
+  if (parked_ == nullptr) return;
+  // Note: added after the push; waits on this record come from the host after record() returns.
+  std::lock_guard lock(cpu_event.mutex_);
+  cpu_event.places_.push_back({sequence, parked_, task});
+  if (cpu_event.places_.size() > CpuEvent::kPlacesKept) cpu_event.places_.pop_front();
 }
 
 void CpuStream::wait(Event& event) {
@@ -114,7 +195,7 @@ void CpuStream::wait(Event& event) {
   // them); without the wait, that free would overtake the other stream's use of the buffer.
   push({[this, &cpu_event, sequence] {
           try {
-            cpu_event.wait_for(sequence);
+            cpu_event.wait_for(sequence, parked_.get(), running_task_);
           } catch (...) {
             std::lock_guard lock(mutex_);
             if (!failure_) throw;  // this stream's own failure, from now on
@@ -126,6 +207,12 @@ void CpuStream::wait(Event& event) {
 void CpuStream::synchronize() {
   std::unique_lock lock(mutex_);
   idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  if (parked_ != nullptr) {
+    const std::uint64_t pushed = pushed_;
+    lock.unlock();
+    run_parked_through(pushed);
+    lock.lock();
+  }
   rethrow_failure_locked();
 }
 
@@ -149,7 +236,12 @@ void CpuStream::run_worker() {
     queue_.pop_front();
     bool skip = failure_ && !task.runs_after_failure;
     busy_ = true;
+    running_task_ = task.number;
     lock.unlock();
+    if (task.parks && !skip) {
+      parked_->park(task.number, std::make_shared<ParkedFree>(std::move(task.work)));
+      skip = true;
+    }
     std::exception_ptr error;
     if (!skip) {
       try {

@@ -57,7 +57,9 @@ void run_process_rank(const WorldOptions& options, const DetectedWorld& world,
   try {
     MpiCommunicator communicator(options.timeout);
     try {
-      cpu::CpuDevice device(rank, options.device_memory, options.host_memory);
+      cpu::CpuDevice device(rank, options.device_memory, options.host_memory,
+                          options.hold_frees ? cpu::FreeTiming::kWhenWaited
+                                               : cpu::FreeTiming::kWhenReached);
       RankResources resources(rank, world.size, device, communicator, options);
       work(resources.context());
       resources.context().synchronize();

@@ -3,6 +3,8 @@
 #include <memory>
 #include <utility>
 
+#include "runtime/cpu_stream.h"
+
 namespace zest {
 
 void release_after(Device& device, Stream& stream, Buffer buffer) {
@@ -16,7 +18,12 @@ void release_after(Device& device, Stream& stream, Buffer buffer) {
   (void)device;
   // Note: std::function needs a copyable closure; the shared_ptr makes the move-only Buffer one.
   auto owned = std::make_shared<Buffer>(std::move(buffer));
-  stream.enqueue([owned] { owned->reset(); });
+  auto free = [owned] { owned->reset(); };
+  if (auto* cpu_stream = dynamic_cast<cpu::CpuStream*>(&stream)) {
+    cpu_stream->enqueue_free(std::move(free));  // parked until proven, when the world says so
+  } else {
+    stream.enqueue(std::move(free));
+  }
 }
 
 }  // namespace zest

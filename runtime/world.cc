@@ -157,7 +157,9 @@ void run_rank(int rank, const WorldOptions& options, LocalCommunicator& communic
     group.poison(rank, kind_of(error), error.what());
   };
   try {
-    cpu::CpuDevice device(rank, options.device_memory, options.host_memory);
+    cpu::CpuDevice device(rank, options.device_memory, options.host_memory,
+                          options.hold_frees ? cpu::FreeTiming::kWhenWaited
+                                               : cpu::FreeTiming::kWhenReached);
     // Note: streams are destroyed (drained) before the device, and only after a failure has
     // poisoned the group, so queued collectives fail fast instead of waiting out the timeout.
     detail::RankResources resources(rank, options.ranks, device, communicator, options);

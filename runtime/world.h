@@ -46,6 +46,11 @@ struct WorldOptions {
   // Debug: every collective sleeps this long before it starts, to widen race windows in tests
   // (config debug.collective_delay_ms, or env ZEST_DEBUG_COLLECTIVE_DELAY_MS when this is 0).
   std::chrono::milliseconds collective_delay{0};
+  // Debug, CPU device: a stream-ordered free runs only once a wait proves its stream passed it
+  // (runtime/cpu_stream.h, FreeTiming::kWhenWaited), the order the planner replays, so measured
+  // peaks equal the plan however the threads are scheduled (config debug.hold_frees; the plan's
+  // tests set it).
+  bool hold_frees = false;
   // Debug: ranks compare a record of every collective before issuing it, so ranks that issue
   // different collectives fail with a message naming the first difference instead of hanging
   // (checked_communicator.h; config debug.check_collectives). Unset: env ZEST_CHECK_COLLECTIVES=1

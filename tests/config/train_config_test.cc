@@ -150,6 +150,15 @@ TEST(TrainConfig, DeviceMemoryTakesBytesOrAUnit) {
               AllOf(HasSubstr("world.device_memory"), HasSubstr("GiB"), HasSubstr("\"lots\"")));
 }
 
+TEST(TrainConfig, DebugHoldFreesReachesTheWorld) {
+  json config = base_config();
+  EXPECT_FALSE(parse_train_config(config).world.hold_frees);
+  config["debug"]["hold_frees"] = true;
+  EXPECT_TRUE(parse_train_config(config).world.hold_frees);
+  config["debug"]["hold_frees"] = "yes";
+  EXPECT_THAT(config_error(config), HasSubstr("debug.hold_frees"));
+}
+
 TEST(TrainConfig, OptimizerTypeIsCaseInsensitiveAndCanonical) {
   json config = base_config();
   config["optimizer"] = json::parse(R"({"type": "sgd", "params": {"lr": 0.1, "momentum": 0.9}})");

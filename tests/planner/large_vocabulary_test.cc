@@ -94,6 +94,7 @@ std::vector<MemoryUsage> train(int world, DType dtype, int accumulation) {
   std::vector<MemoryUsage> usage(world);
   WorldOptions world_options;
   world_options.ranks = world;
+  world_options.hold_frees = true;  // frees when a wait proves them, as the plan replays
   World(world_options).run([&](RankContext& context) {
     Gpt model(kWideVocabulary);
     EngineOptions options = at_stage(3, dtype);

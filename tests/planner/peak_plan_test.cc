@@ -93,6 +93,7 @@ std::vector<MemoryUsage> train(const PeakCase& job) {
   std::vector<MemoryUsage> usage(job.world);
   WorldOptions world_options;
   world_options.ranks = job.world;
+  world_options.hold_frees = true;  // frees when a wait proves them, as the plan replays
   World(world_options).run([&](RankContext& context) {
     std::unique_ptr<Module> model = make(job);
     EngineOptions options = engine_options(job);

@@ -46,6 +46,7 @@ inline std::vector<MemoryUsage> train(const GptConfig& config, std::int64_t sequ
   std::vector<MemoryUsage> usage(world);
   WorldOptions world_options;
   world_options.ranks = world;
+  world_options.hold_frees = true;  // frees when a wait proves them, as the plan replays
   World(world_options).run([&](RankContext& context) {
     Gpt model(config);
     EngineOptions options = at_stage(3, dtype);
