@@ -97,7 +97,7 @@ sanitize: deps
 # zest-train's (its ranks are threads; the tool is built with TSan too). Only these are built:
 # TSan slows everything 5-15x, and single-threaded suites have nothing for it to find. Suites not
 # built show up in ctest as <target>_NOT_BUILT without labels, so -L quick skips them.
-TSAN_SUITES ?= runtime_cpu_stream_test runtime_local_communicator_test runtime_local_communicator_failures_test \
+TSAN_SUITES ?= runtime_cpu_stream_test runtime_held_frees_test runtime_local_communicator_test runtime_local_communicator_failures_test \
                runtime_checked_communicator_test runtime_world_test engine_parity_test \
                engine_overlap_test engine_mixed_precision_test engine_max_live_parameters_test \
                checkpoint_resume_test checkpoint_reshard_test \
