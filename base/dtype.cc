@@ -11,6 +11,7 @@ std::size_t dtype_size(DType dtype) {
     case DType::kFloat16: return 2;
     case DType::kFloat64: return 8;
     case DType::kInt32: return 4;
+    case DType::kInt8: return 1;
   }
   return 0;
 }
@@ -22,6 +23,7 @@ const char* dtype_name(DType dtype) {
     case DType::kFloat16: return "fp16";
     case DType::kFloat64: return "fp64";
     case DType::kInt32: return "int32";
+    case DType::kInt8: return "int8";
   }
   return "unknown";
 }

@@ -9,7 +9,8 @@
 
 namespace zest {
 
-enum class DType { kFloat32, kBFloat16, kFloat16, kFloat64, kInt32 };
+// kInt8: the packed bytes of the quantized collectives (kernels/quantize.h); moved, never reduced.
+enum class DType { kFloat32, kBFloat16, kFloat16, kFloat64, kInt32, kInt8 };
 
 std::size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);

@@ -75,6 +75,8 @@ const char* safetensors_dtype_name(DType dtype) {
       return "F64";
     case DType::kInt32:
       return "I32";
+    case DType::kInt8:
+      return "I8";
   }
   return "?";
 }

@@ -33,6 +33,7 @@ MPI_Datatype element_type(DType dtype) {
     case DType::kFloat32: return MPI_FLOAT;
     case DType::kFloat64: return MPI_DOUBLE;
     case DType::kInt32: return MPI_INT32_T;
+    case DType::kInt8: return MPI_INT8_T;
     case DType::kBFloat16:
     case DType::kFloat16: return MPI_UINT16_T;  // moved as bits; reduced through fp32
   }

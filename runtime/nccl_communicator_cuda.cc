@@ -27,6 +27,8 @@ ncclDataType_t nccl_type(DType dtype) {
       return ncclFloat64;
     case DType::kInt32:
       return ncclInt32;
+    case DType::kInt8:
+      return ncclInt8;
   }
   throw Error(ErrorKind::kInternal, "no NCCL type for this dtype");
 }

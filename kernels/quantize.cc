@@ -1,0 +1,187 @@
+#include "kernels/quantize.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "base/error.h"
+#include "kernels/dispatch.h"
+
+#if ZEST_HAVE_CUDA
+#include "kernels/quantize_cuda.h"
+#include "kernels/scale_cuda.h"
+#include "runtime/cuda_stream.h"
+#endif
+
+namespace zest {
+
+namespace {
+
+inline float to_float(float value) { return value; }
+inline float to_float(BFloat16 value) { return static_cast<float>(value); }
+inline float to_float(Float16 value) { return static_cast<float>(value); }
+
+template <typename T>
+inline T from_float(float value) {
+  if constexpr (std::is_same_v<T, float>) {
+    return value;
+  } else {
+    return T(value);
+  }
+}
+
+template <typename Body>
+void with_type(DType type, const char* kernel, Body&& body) {
+  switch (type) {
+    case DType::kFloat32: return body(float{});
+    case DType::kBFloat16: return body(BFloat16{});
+    case DType::kFloat16: return body(Float16{});
+    default:
+      throw Error(ErrorKind::kUsage, std::string(kernel) + ": " + dtype_name(type) +
+                                         " is not supported (fp32, bf16, fp16)");
+  }
+}
+
+void check_block(std::size_t block, const char* kernel) {
+  if (block == 0) throw Error(ErrorKind::kUsage, std::string(kernel) + ": block size 0");
+}
+
+std::size_t block_count(std::size_t count, std::size_t block) { return (count + block - 1) / block; }
+
+}  // namespace
+
+std::size_t quantized_scales_offset(std::size_t count) { return (count + 3) / 4 * 4; }
+
+std::size_t quantized_bytes(std::size_t count, std::size_t block) {
+  return quantized_scales_offset(count) + block_count(count, block) * sizeof(float);
+}
+
+namespace cpu {
+
+void quantize_blocks(const void* source, DType type, std::size_t count, std::size_t block,
+                     void* packed) {
+  check_block(block, "quantize_blocks");
+  auto* values = static_cast<std::int8_t*>(packed);
+  auto* scales = reinterpret_cast<float*>(static_cast<char*>(packed) + quantized_scales_offset(count));
+  with_type(type, "quantize_blocks", [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = static_cast<const T*>(source);
+    for (std::size_t b = 0, first = 0; first < count; ++b, first += block) {
+      const std::size_t last = std::min(count, first + block);
+      float largest = 0.0f;
+      bool finite = true;
+      for (std::size_t i = first; i < last; ++i) {
+        const float x = to_float(in[i]);
+        finite = finite && std::isfinite(x);
+        largest = std::max(largest, std::fabs(x));
+      }
+      if (!finite || largest == 0.0f) {
+        // Note: the NaN scale makes the whole block NaN when dequantized; zeros stay zeros.
+        scales[b] = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+        std::memset(values + first, 0, last - first);
+        continue;
+      }
+      // Note: a block of subnormals would get a scale that underflows; the smallest normal
+      // scale still holds every value within s/2 (the values become 0 or +-1).
+      const float scale = std::max(largest / 127.0f, FLT_MIN);
+      const float inverse = 1.0f / scale;
+      scales[b] = scale;
+      for (std::size_t i = first; i < last; ++i) {
+        const float q = std::nearbyint(to_float(in[i]) * inverse);
+        values[i] = static_cast<std::int8_t>(std::clamp(q, -127.0f, 127.0f));
+      }
+    }
+  });
+  // The padding bytes travel on the wire too: keep them defined.
+  std::memset(values + count, 0, quantized_scales_offset(count) - count);
+}
+
+void dequantize_blocks(const void* packed, std::size_t count, std::size_t block,
+                       void* destination, DType type) {
+  check_block(block, "dequantize_blocks");
+  const auto* values = static_cast<const std::int8_t*>(packed);
+  const auto* scales = reinterpret_cast<const float*>(static_cast<const char*>(packed) +
+                                                      quantized_scales_offset(count));
+  with_type(type, "dequantize_blocks", [&](auto tag) {
+    using T = decltype(tag);
+    T* out = static_cast<T*>(destination);
+    for (std::size_t i = 0; i < count; ++i) {
+      out[i] = from_float<T>(static_cast<float>(values[i]) * scales[i / block]);
+    }
+  });
+}
+
+void dequantize_accumulate(const void* packed, std::size_t count, std::size_t block,
+                           float* destination) {
+  check_block(block, "dequantize_accumulate");
+  const auto* values = static_cast<const std::int8_t*>(packed);
+  const auto* scales = reinterpret_cast<const float*>(static_cast<const char*>(packed) +
+                                                      quantized_scales_offset(count));
+  for (std::size_t i = 0; i < count; ++i) {
+    destination[i] += static_cast<float>(values[i]) * scales[i / block];
+  }
+}
+
+void scale_values(float* data, std::size_t count, float factor) {
+  for (std::size_t i = 0; i < count; ++i) data[i] *= factor;
+}
+
+}  // namespace cpu
+
+void quantize_blocks(Stream& stream, const void* source, DType type, std::size_t count,
+                     std::size_t block, void* packed) {
+  check_block(block, "quantize_blocks");
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::quantize_blocks(source, type, count, block, packed,
+                          cuda::stream_handle(stream, "quantize_blocks"));
+    return;
+  }
+#endif
+  dispatch_kernel(stream, "quantize_blocks",
+                  [=] { cpu::quantize_blocks(source, type, count, block, packed); });
+}
+
+void dequantize_blocks(Stream& stream, const void* packed, std::size_t count, std::size_t block,
+                       void* destination, DType type) {
+  check_block(block, "dequantize_blocks");
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::dequantize_blocks(packed, count, block, destination, type,
+                            cuda::stream_handle(stream, "dequantize_blocks"));
+    return;
+  }
+#endif
+  dispatch_kernel(stream, "dequantize_blocks",
+                  [=] { cpu::dequantize_blocks(packed, count, block, destination, type); });
+}
+
+void dequantize_accumulate(Stream& stream, const void* packed, std::size_t count,
+                           std::size_t block, float* destination) {
+  check_block(block, "dequantize_accumulate");
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::dequantize_accumulate(packed, count, block, destination,
+                                cuda::stream_handle(stream, "dequantize_accumulate"));
+    return;
+  }
+#endif
+  dispatch_kernel(stream, "dequantize_accumulate",
+                  [=] { cpu::dequantize_accumulate(packed, count, block, destination); });
+}
+
+void scale_values(Stream& stream, float* data, std::size_t count, float factor) {
+#if ZEST_HAVE_CUDA
+  if (on_cuda(stream)) {
+    cuda::scale(data, count, factor, cuda::stream_handle(stream, "scale_values"));
+    return;
+  }
+#endif
+  dispatch_kernel(stream, "scale_values", [=] { cpu::scale_values(data, count, factor); });
+}
+
+}  // namespace zest
