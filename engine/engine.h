@@ -92,6 +92,13 @@ struct EngineOptions {
   // consecutive ranks and replicate across the groups. 0 or the world size: plain ZeRO;
   // kHybridShardNode: a node's ranks (RankContext::topology).
   int hybrid_shard_size = 0;
+  // ZeRO++'s quantized collectives (engine/quantized_collectives.h), in int8 blocks of
+  // quantization_block elements with an fp32 scale each: stage 3's parameter gathers (qwZ,
+  // zero_optimization.zero_quantized_weights) and the gradient reduce-scatter of stages 1-3
+  // (qgZ, zero_quantized_gradients; accumulated in fp32, communication_dtype unused).
+  bool quantized_weights = false;
+  bool quantized_gradients = false;
+  std::size_t quantization_block = 256;  // zero_optimization.zero_quantized_block_size
   FaultInjection fault;         // debug: none unless a test or debug.fault asks
   OutOfMemoryAdvice out_of_memory_advice;
 };

@@ -143,8 +143,13 @@ void* GatherRing::pin(const FlatUnit& unit, Stream& comm, Stream& compute,
     // The slot's previous unit may still be read by work already enqueued.
     comm.wait(*slot->unpinned);
     communicator.label_next(("gather " + unit.layout.unit_name()).c_str());
-    communicator.all_gather(comm, unit.params.data(), slot->buffer.data(),
-                            unit.layout.shard_length(), dtype_);
+    if (quantized_) {
+      quantized_->all_gather(communicator, comm, unit.params.data(), slot->buffer.data(),
+                             unit.layout.shard_length(), dtype_);
+    } else {
+      communicator.all_gather(comm, unit.params.data(), slot->buffer.data(),
+                              unit.layout.shard_length(), dtype_);
+    }
     comm.record(*slot->gathered);
     slot->resident = unit.index;
   }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/flat_unit.h"
+#include "engine/quantized_collectives.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 
@@ -72,6 +73,8 @@ class GatherRing {
   void gradient_reduced(const FlatUnit& unit, Stream& comm);
   // Forgets what the slots hold (the shards changed, or the step ended).
   void clear();
+  // qwZ: gathers go through `gather` (int8 blocks; owned by the caller, outlives the ring).
+  void quantize_gathers(QuantizedGather* gather) { quantized_ = gather; }
 
   std::size_t slot_count() const { return slots_.size(); }
   // How many slots hold a unit now (for tests: zero between steps).
@@ -93,6 +96,7 @@ class GatherRing {
   Slot& take_free_slot(int unit_index);
 
   DType dtype_;
+  QuantizedGather* quantized_ = nullptr;
   std::vector<int> class_of_;
   std::vector<Slot> slots_;
   std::vector<std::size_t> cursor_;  // per class, round-robin: the least recently gathered next

@@ -1,5 +1,6 @@
 #include "engine/gradient_reducer.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "kernels/convert.h"
@@ -22,6 +23,13 @@ GradientReducer::GradientReducer(RankContext& context, const EngineOptions& opti
     bucket_released_.push_back(context.device.create_event());
   }
   serialize_ = context.device.create_event();
+  if (options.quantized_gradients && plan.reduction == GradientReduction::kReduceScatter) {
+    std::size_t largest = 0;
+    for (const FlatUnit& unit : units) largest = std::max(largest, unit.layout.shard_length());
+    quantized_ = std::make_unique<QuantizedReduceScatter>(
+        context.device, context.communicator, context.topology, largest,
+        options.quantization_block);
+  }
 }
 
 void* GradientReducer::target(FlatUnit& unit) {
@@ -88,33 +96,37 @@ void GradientReducer::reduce(FlatUnit& unit) {
   const DType wire = options_.communication_dtype;
   const std::size_t shard = unit.layout.shard_length();
   const std::size_t first = context_.rank * shard;
-  // Reduce in the communication dtype: in place when it is the dtype gradients are held in,
-  // else through a converted copy (charged to buckets).
-  Buffer converted;
-  void* reduced = source;
-  if (wire != held) {
-    converted = context_.allocator().allocate(full * dtype_size(wire), Category::kBuckets);
-    convert(comm, source, held, converted.data(), wire, full);
-    reduced = converted.data();
-  }
-  void* reduced_shard = byte_offset(reduced, first * dtype_size(wire));
-  Communicator& communicator = context_.communicator;
-  communicator.label_next(("reduce " + unit.layout.unit_name()).c_str());
-  if (plan_.reduction == GradientReduction::kAllReduce) {
-    communicator.all_reduce(comm, reduced, reduced, full, wire, Reduction::kMean);
-    if (wire != held) convert(comm, reduced, wire, source, held, full);
+  if (quantized_) {
+    reduce_quantized(unit, source, shard, first);
   } else {
-    communicator.reduce_scatter(comm, reduced, reduced_shard, shard, wire, Reduction::kMean);
-    if (!plan_.grads_sharded) {  // the full buffer keeps the reduced shard at its place
-      if (wire != held) {
-        convert(comm, reduced_shard, wire, byte_offset(source, first * dtype_size(held)), held,
-                shard);
-      }
-    } else {
-      accumulate_into(comm, unit.grads.data(), held, reduced_shard, wire, shard);
+    // Reduce in the communication dtype: in place when it is the dtype gradients are held in,
+    // else through a converted copy (charged to buckets).
+    Buffer converted;
+    void* reduced = source;
+    if (wire != held) {
+      converted = context_.allocator().allocate(full * dtype_size(wire), Category::kBuckets);
+      convert(comm, source, held, converted.data(), wire, full);
+      reduced = converted.data();
     }
+    void* reduced_shard = byte_offset(reduced, first * dtype_size(wire));
+    Communicator& communicator = context_.communicator;
+    communicator.label_next(("reduce " + unit.layout.unit_name()).c_str());
+    if (plan_.reduction == GradientReduction::kAllReduce) {
+      communicator.all_reduce(comm, reduced, reduced, full, wire, Reduction::kMean);
+      if (wire != held) convert(comm, reduced, wire, source, held, full);
+    } else {
+      communicator.reduce_scatter(comm, reduced, reduced_shard, shard, wire, Reduction::kMean);
+      if (!plan_.grads_sharded) {  // the full buffer keeps the reduced shard at its place
+        if (wire != held) {
+          convert(comm, reduced_shard, wire, byte_offset(source, first * dtype_size(held)), held,
+                  shard);
+        }
+      } else {
+        accumulate_into(comm, unit.grads.data(), held, reduced_shard, wire, shard);
+      }
+    }
+    release_after(context_.device, comm, std::move(converted));
   }
-  release_after(context_.device, comm, std::move(converted));
   if (in_slot) {
     gatherer_.gradient_reduced(unit);
   } else if (plan_.reduce_per_unit) {
@@ -124,6 +136,21 @@ void GradientReducer::reduce(FlatUnit& unit) {
   }
   // The step's gradient shard is final after the last micro-batch's reduction.
   if (last_micro_batch_ && final_shard_) final_shard_(unit);
+}
+
+// qgZ: the reduce-scatter through int8 blocks, the mean in fp32 (quantized_collectives.h).
+void GradientReducer::reduce_quantized(FlatUnit& unit, void* source, std::size_t shard,
+                                       std::size_t first) {
+  Stream& comm = context_.comm;
+  const DType held = options_.compute_dtype;
+  quantized_->reduce_scatter(comm, source, held, shard,
+                             ("reduce " + unit.layout.unit_name()).c_str());
+  if (!plan_.grads_sharded) {  // the full buffer keeps the reduced shard at its place
+    convert(comm, quantized_->result(), DType::kFloat32,
+            byte_offset(source, first * dtype_size(held)), held, shard);
+  } else {
+    accumulate_into(comm, unit.grads.data(), held, quantized_->result(), DType::kFloat32, shard);
+  }
 }
 
 }  // namespace zest

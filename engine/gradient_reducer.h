@@ -19,6 +19,7 @@
 #include "engine/flat_unit.h"
 #include "engine/gradient_checks.h"
 #include "engine/parameter_gatherer.h"
+#include "engine/quantized_collectives.h"
 #include "engine/stage_plan.h"
 #include "runtime/world.h"
 
@@ -48,6 +49,7 @@ class GradientReducer {
 
  private:
   void reduce(FlatUnit& unit);
+  void reduce_quantized(FlatUnit& unit, void* source, std::size_t shard, std::size_t first);
 
   RankContext& context_;
   const EngineOptions& options_;
@@ -65,6 +67,7 @@ class GradientReducer {
   std::vector<std::unique_ptr<Event>> bucket_released_;  // per unit: its bucket is freed
   std::deque<int> buckets_in_flight_;  // units whose bucket the comm stream has yet to free
   std::unique_ptr<Event> serialize_;   // overlap_comm false: compute waits for each reduction
+  std::unique_ptr<QuantizedReduceScatter> quantized_;  // qgZ
 };
 
 }  // namespace zest

@@ -61,6 +61,7 @@ class ParameterGatherer {
   RankContext& context_;
   const EngineOptions& options_;
   const StagePlan& plan_;
+  std::unique_ptr<QuantizedGather> quantized_;  // qwZ; before ring_, which points to it
   std::unique_ptr<GatherRing> ring_;
   GatherRingLayout layout_;
   std::vector<std::unique_ptr<Event>> ready_;  // per unit: recorded on comm after its update
