@@ -1,0 +1,188 @@
+// ZeRO++'s quantized collectives in the engine (EngineOptions::quantized_weights / _gradients):
+// the MLP trains as plain ZeRO does, within the int8 error, with qwZ at stage 3 and qgZ at stages
+// 1-3 on 2 nodes x 2 ranks; every rank ends with the same parameters; what crosses nodes per
+// step shrinks by the packed bytes' ratio; the options the engine refuses are refused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/quantized_collectives.h"
+#include "kernels/quantize.h"
+#include "memory/shard_layout.h"
+#include "runtime/link_model.h"
+#include "tests/engine/engine_test_support.h"
+#include "tests/support/capture_error.h"
+
+namespace zest {
+namespace {
+
+using testing::RunResult;
+using testing::RunSpec;
+using testing::run_mlp;
+
+RunSpec spec(int stage, bool weights, bool gradients) {
+  RunSpec spec;
+  spec.stage = stage;
+  spec.world = 4;
+  spec.configure_world = [](WorldOptions& world) {
+    world.ranks_per_node = 2;
+    world.link.modelled = false;
+  };
+  spec.configure_engine = [weights, gradients](EngineOptions& engine) {
+    engine.quantized_weights = weights;
+    engine.quantized_gradients = gradients;
+  };
+  return spec;
+}
+
+// Note: int8 blocks carry up to 1/254 of each block's largest value as error into every gather
+// and reduction; over 20 AdamW steps on this problem the loss moved by at most 2.4e-4 of itself
+// (qwZ + qgZ at stage 3; 5e-5 with qgZ alone), so 3e-3 leaves a tenfold margin. The runs are
+// deterministic (no timing enters the sums), so the margin is for other compilers' rounding.
+constexpr double kLossTolerance = 3e-3;
+
+void expect_trains_like(const RunResult& plain, const RunResult& quantized) {
+  ASSERT_EQ(plain.losses.size(), quantized.losses.size());
+  for (std::size_t step = 0; step < plain.losses.size(); ++step) {
+    EXPECT_NEAR(quantized.losses[step], plain.losses[step], kLossTolerance * plain.losses[step])
+        << "step " << step;
+  }
+  // And it learned: the last loss below the first.
+  EXPECT_LT(quantized.losses.back(), 0.95 * quantized.losses.front());
+}
+
+TEST(QuantizedTraining, Stage3WithQwzAndQgzTrainsAsPlainZeroWithinInt8Error) {
+  const RunResult plain = run_mlp(spec(3, false, false));
+  const RunResult quantized = run_mlp(spec(3, true, true));
+  expect_trains_like(plain, quantized);
+  // Not the same numbers: the collectives were quantized.
+  EXPECT_NE(plain.losses.back(), quantized.losses.back());
+}
+
+TEST(QuantizedTraining, QwzAloneAndQgzAloneAtEachStageTheyServe) {
+  for (int stage : {1, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    const RunResult plain = run_mlp(spec(stage, false, false));
+    expect_trains_like(plain, run_mlp(spec(stage, false, true)));
+    if (stage == 3) expect_trains_like(plain, run_mlp(spec(stage, true, false)));
+  }
+}
+
+TEST(QuantizedTraining, EveryRankEndsWithTheSameParameters) {
+  RunSpec quantized = spec(3, true, true);
+  std::mutex mutex;
+  std::vector<std::vector<float>> firsts(4);
+  quantized.after_step = [&](int rank, int step, const StepStats&, Trainer& trainer) {
+    if (step != 19) return;
+    std::vector<float> mine = trainer.full_parameter(trainer.parameter_names().front());
+    std::lock_guard lock(mutex);
+    firsts[static_cast<std::size_t>(rank)] = std::move(mine);
+  };
+  run_mlp(quantized);
+  for (int rank = 1; rank < 4; ++rank) EXPECT_EQ(firsts[rank], firsts[0]) << rank;
+}
+
+// What each rank put on the wire in two steps of the MLP at stage 3 on 2 nodes x 2 ranks, and
+// the units' layouts.
+std::vector<WireBytes> wire_of_two_steps(bool quantized, std::vector<ShardLayout>* layouts) {
+  const RunSpec run = spec(3, quantized, quantized);
+  std::mutex mutex;
+  std::vector<WireBytes> bytes(4);
+  WorldOptions world;
+  world.ranks = 4;
+  run.configure_world(world);
+  World(world).run([&](RankContext& context) {
+    Mlp model(MlpConfig{{13, 31, 17, 7}});
+    EngineOptions options;
+    options.stage = 3;
+    run.configure_engine(options);
+    Engine engine(context, options);
+    auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
+    std::vector<float> inputs;
+    std::vector<std::int32_t> targets;
+    const WireBytes start = context.wire->snapshot();
+    for (int step = 0; step < 2; ++step) {
+      testing::make_global_batch(step, 60, 13, 7, inputs, targets);
+      const std::size_t first = static_cast<std::size_t>(context.rank) * 15;
+      Batch batch;
+      batch.inputs = Tensor{inputs.data() + first * 13, {15, 13}, DType::kFloat32};
+      batch.targets = Tensor{targets.data() + first, {15}, DType::kInt32};
+      trainer->forward_backward(batch);
+      trainer->step();
+    }
+    context.synchronize();
+    std::lock_guard lock(mutex);
+    bytes[context.rank] = context.wire->snapshot() - start;
+    if (layouts && context.rank == 0) *layouts = trainer->layouts();
+  });
+  return bytes;
+}
+
+TEST(QuantizedTrainingWire, InterNodeBytesShrinkByThePackedRatio) {
+  constexpr int kAllGather = static_cast<int>(WireKind::kAllGather);
+  constexpr int kReduceScatter = static_cast<int>(WireKind::kReduceScatter);
+  constexpr int kSend = static_cast<int>(WireKind::kSend);
+  std::vector<ShardLayout> layouts;
+  const std::vector<WireBytes> plain = wire_of_two_steps(false, nullptr);
+  const std::vector<WireBytes> quantized = wire_of_two_steps(true, &layouts);
+  // Per unit, qwZ's gather moves P(S) = quantized_bytes(S, 256) bytes per shard of S fp32 (4S
+  // bytes), the same ring; qgZ sends each other node one packed partial, P(S), where the ring's
+  // reduce-scatter over 4 ranks on 2 nodes sends 2/4 of 3/4 of 4 shards of 4S bytes, 6S. Each
+  // unit is gathered and reduced as often in both runs, so the ratios of the totals lie between
+  // the units' own.
+  double gather_low = 1e9, gather_high = 0, reduce_low = 1e9, reduce_high = 0;
+  for (const ShardLayout& layout : layouts) {
+    const double shard = static_cast<double>(layout.shard_length());
+    const double packed = static_cast<double>(quantized_bytes(layout.shard_length(), 256));
+    gather_low = std::min(gather_low, packed / (4 * shard));
+    gather_high = std::max(gather_high, packed / (4 * shard));
+    reduce_low = std::min(reduce_low, packed / (6 * shard));
+    reduce_high = std::max(reduce_high, packed / (6 * shard));
+  }
+  ASSERT_FALSE(layouts.empty());
+  for (int rank = 0; rank < 4; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const double gathers = quantized[rank].inter_node[kAllGather] / plain[rank].inter_node[kAllGather];
+    EXPECT_GE(gathers, gather_low - 1e-12);
+    EXPECT_LE(gathers, gather_high + 1e-12);
+    // qgZ's bytes are sends, none a reduce-scatter.
+    EXPECT_EQ(quantized[rank].inter_node[kReduceScatter], 0.0);
+    EXPECT_EQ(plain[rank].inter_node[kSend], 0.0);
+    const double reduces = quantized[rank].inter_node[kSend] / plain[rank].inter_node[kReduceScatter];
+    EXPECT_GE(reduces, reduce_low - 1e-12);
+    EXPECT_LE(reduces, reduce_high + 1e-12);
+    EXPECT_LT(quantized[rank].inter_total(), 0.3 * plain[rank].inter_total());
+  }
+}
+
+TEST(QuantizedTraining, RefusedCombinationsAreOneLineConfigErrors) {
+  const Error weights = testing::capture_error([] { run_mlp(spec(2, true, false)); });
+  EXPECT_EQ(weights.kind(), ErrorKind::kConfig);
+  EXPECT_NE(std::string(weights.what()).find("zero_optimization.zero_quantized_weights"),
+            std::string::npos);
+  EXPECT_EQ(std::string(weights.what()).find('\n'), std::string::npos);
+  const Error gradients = testing::capture_error([] { run_mlp(spec(0, false, true)); });
+  EXPECT_NE(std::string(gradients.what()).find("zero_optimization.zero_quantized_gradients"),
+            std::string::npos);
+  RunSpec hybrid = spec(3, false, true);
+  hybrid.configure_engine = [](EngineOptions& engine) {
+    engine.quantized_gradients = true;
+    engine.hybrid_shard_size = kHybridShardNode;
+  };
+  const Error both = testing::capture_error([&] { run_mlp(hybrid); });
+  EXPECT_NE(std::string(both.what()).find("hybrid_shard_size"), std::string::npos);
+  // qwZ with hybrid sharding gathers inside the node through int8 as well.
+  RunSpec hybrid_weights = spec(3, true, false);
+  hybrid_weights.configure_engine = [](EngineOptions& engine) {
+    engine.quantized_weights = true;
+    engine.hybrid_shard_size = kHybridShardNode;
+  };
+  expect_trains_like(run_mlp(spec(3, false, false)), run_mlp(hybrid_weights));
+}
+
+}  // namespace
+}  // namespace zest
