@@ -203,11 +203,41 @@ static void parse_hybrid_shard_size(Block& block, TrainConfig& out) {
   out.engine.hybrid_shard_size = static_cast<int>(size);
 }
 
+// ZeRO++'s quantized collectives (engine/quantized_collectives.h): DeepSpeed's booleans
+// zero_quantized_weights (qwZ, stage 3) and zero_quantized_gradients (qgZ, stages 1-3), and
+// zest's zero_quantized_block_size, the elements that share one scale in both. Note: DeepSpeed
+// sizes its quantization groups itself; zest names the one number the wire format has.
+static void parse_quantized(Block& block, TrainConfig& out) {
+  EngineOptions& engine = out.engine;
+  engine.quantized_weights = read_bool(block.get_or("zero_quantized_weights", false),
+                                       block.path("zero_quantized_weights"));
+  engine.quantized_gradients = read_bool(block.get_or("zero_quantized_gradients", false),
+                                         block.path("zero_quantized_gradients"));
+  const std::string size_path = block.path("zero_quantized_block_size");
+  engine.quantization_block = static_cast<std::size_t>(read_integer_at_least(
+      block.get_or("zero_quantized_block_size", engine.quantization_block), size_path, 1));
+  if (engine.quantization_block > (std::size_t{1} << 24)) {
+    config_error(size_path, "must be at most 16777216 elements, got " +
+                                std::to_string(engine.quantization_block));
+  }
+  if (engine.quantized_weights && engine.stage != 3) {
+    config_error(block.path("zero_quantized_weights"),
+                 "true needs zero_optimization.stage 3 (got " + std::to_string(engine.stage) +
+                     "): only stage 3 gathers parameters before each use");
+  }
+  if (engine.quantized_gradients && engine.stage == 0) {
+    config_error(block.path("zero_quantized_gradients"),
+                 "true needs zero_optimization.stage 1, 2 or 3 (got 0): stage 0 all-reduces "
+                 "gradients instead of reduce-scattering them");
+  }
+}
+
 void parse_zero(Block& root, TrainConfig& out) {
   Block block(root.object_or_empty("zero_optimization"), "zero_optimization",
               {"stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
                "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
-               "contiguous_gradients", "offload_optimizer", "hybrid_shard_size"});
+               "contiguous_gradients", "offload_optimizer", "hybrid_shard_size",
+               "zero_quantized_weights", "zero_quantized_gradients", "zero_quantized_block_size"});
   const json& stage = block.get_or("stage", 0);
   const std::int64_t value = read_integer(stage, block.path("stage"));
   if (value < 0 || value > 3) {
@@ -216,6 +246,7 @@ void parse_zero(Block& root, TrainConfig& out) {
   out.engine.stage = static_cast<int>(value);
 
   parse_hybrid_shard_size(block, out);
+  parse_quantized(block, out);
 
   ZeroOverlapConfig& overlap = out.zero_overlap;
   EngineOptions& engine = out.engine;

@@ -292,6 +292,24 @@ static void refuse_hybrid_pipeline(const TrainConfig& out) {
                    "; set hybrid_shard_size to \"off\" or leave the pipeline block out");
 }
 
+// Note: qgZ quantizes the reduce-scatter inside a shard group but not the all-reduce across
+// replicas, so with hybrid sharding in effect it would send most of the inter-node bytes
+// unquantized; refused until that all-reduce is quantized too (the engine checks it as well,
+// where a "node" group is known only once the launcher has told the nodes).
+static void refuse_quantized_gradients_hybrid(const TrainConfig& out) {
+  const int asked = out.engine.hybrid_shard_size;
+  const int ranks = out.world.ranks;
+  if (!out.engine.quantized_gradients || asked == 0 || out.engine.stage == 0 || asked == ranks) {
+    return;
+  }
+  if (asked == kHybridShardNode && out.world.ranks_per_node <= 0) return;
+  if (asked == kHybridShardNode && out.world.ranks_per_node >= ranks) return;
+  config_error("zero_optimization.zero_quantized_gradients",
+               "true is not supported with hybrid sharding yet (the replicas' all-reduce would "
+               "stay unquantized); set zero_optimization.hybrid_shard_size to \"off\" or "
+               "zero_quantized_gradients to false");
+}
+
 void parse_checkpoint(Block& root, TrainConfig& out) {
   Block block(root.object_or_empty("checkpoint"), "checkpoint",
               {"dir", "every_steps", "keep_last", "save_on_exit", "resume"});
@@ -390,6 +408,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   parse_monitor(root, out);
   parse_pipeline(root, out);
   refuse_hybrid_pipeline(out);
+  refuse_quantized_gradients_hybrid(out);
   // The engine takes the planner's out-of-memory advice as a hook (it never includes the planner).
   out.engine.out_of_memory_advice = training_memory_advice;
   return out;

@@ -1,0 +1,118 @@
+// ZeRO++'s quantized collectives in the config: DeepSpeed's zero_optimization.zero_quantized_weights
+// and zero_quantized_gradients (booleans, default false) and zest's zero_quantized_block_size;
+// their defaults in the resolved config and the one-line errors for bad values and combinations.
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+#include "config/train_config.h"
+
+namespace zest {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+json base_config() {
+  return json::parse(R"({
+    "model": {"type": "mlp", "sizes": [8, 16, 4]},
+    "world": {"backend": "local", "ranks": 4},
+    "steps": 10,
+    "train_batch_size": 8,
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+    "zero_optimization": {"stage": 3}
+  })");
+}
+
+std::string config_error(const json& config) {
+  try {
+    parse_train_config(config, {});
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kConfig) << error.what();
+    EXPECT_EQ(std::string(error.what()).find('\n'), std::string::npos);
+    return error.what();
+  }
+  ADD_FAILURE() << "expected a kConfig error";
+  return "";
+}
+
+TEST(QuantizedConfig, OffByDefaultAndShownInTheResolvedConfig) {
+  const TrainConfig plain = parse_train_config(base_config(), {});
+  EXPECT_FALSE(plain.engine.quantized_weights);
+  EXPECT_FALSE(plain.engine.quantized_gradients);
+  EXPECT_EQ(plain.engine.quantization_block, 256u);
+  EXPECT_EQ(plain.json["zero_optimization"]["zero_quantized_weights"], false);
+  EXPECT_EQ(plain.json["zero_optimization"]["zero_quantized_gradients"], false);
+  EXPECT_EQ(plain.json["zero_optimization"]["zero_quantized_block_size"], 256);
+}
+
+TEST(QuantizedConfig, DeepSpeedsKeysReachTheEngine) {
+  json config = base_config();
+  config["zero_optimization"]["zero_quantized_weights"] = true;
+  config["zero_optimization"]["zero_quantized_gradients"] = true;
+  config["zero_optimization"]["zero_quantized_block_size"] = 128;
+  const TrainConfig parsed = parse_train_config(config, {});
+  EXPECT_TRUE(parsed.engine.quantized_weights);
+  EXPECT_TRUE(parsed.engine.quantized_gradients);
+  EXPECT_EQ(parsed.engine.quantization_block, 128u);
+}
+
+TEST(QuantizedConfig, BadValuesAreOneLineNamingTheKey) {
+  json config = base_config();
+  config["zero_optimization"]["zero_quantized_weights"] = "yes";
+  EXPECT_THAT(config_error(config), HasSubstr("zero_optimization.zero_quantized_weights: must be"));
+  config = base_config();
+  config["zero_optimization"]["zero_quantized_gradients"] = 1;
+  EXPECT_THAT(config_error(config),
+              HasSubstr("zero_optimization.zero_quantized_gradients: must be"));
+  config = base_config();
+  config["zero_optimization"]["zero_quantized_block_size"] = 0;
+  EXPECT_THAT(config_error(config), HasSubstr("zero_optimization.zero_quantized_block_size"));
+  config["zero_optimization"]["zero_quantized_block_size"] = 1 << 25;
+  EXPECT_EQ(config_error(config),
+            "zero_optimization.zero_quantized_block_size: must be at most 16777216 elements, got "
+            "33554432");
+}
+
+TEST(QuantizedConfig, RefusedWhereMeaningless) {
+  json config = base_config();
+  config["zero_optimization"]["stage"] = 2;
+  config["zero_optimization"]["zero_quantized_weights"] = true;
+  EXPECT_EQ(config_error(config),
+            "zero_optimization.zero_quantized_weights: true needs zero_optimization.stage 3 (got "
+            "2): only stage 3 gathers parameters before each use");
+  config = base_config();
+  config["zero_optimization"]["stage"] = 0;
+  config["zero_optimization"]["zero_quantized_gradients"] = true;
+  EXPECT_THAT(config_error(config),
+              HasSubstr("zero_optimization.zero_quantized_gradients: true needs "
+                        "zero_optimization.stage 1, 2 or 3 (got 0)"));
+  // qgZ at stages 1-2 is served.
+  config["zero_optimization"]["stage"] = 1;
+  EXPECT_TRUE(parse_train_config(config, {}).engine.quantized_gradients);
+}
+
+TEST(QuantizedConfig, QuantizedGradientsWithHybridShardingAreRefused) {
+  json config = base_config();
+  config["zero_optimization"]["zero_quantized_gradients"] = true;
+  config["zero_optimization"]["hybrid_shard_size"] = 2;
+  EXPECT_THAT(config_error(config),
+              HasSubstr("zero_optimization.zero_quantized_gradients: true is not supported with "
+                        "hybrid sharding yet"));
+  config["world"]["ranks_per_node"] = 2;
+  config["zero_optimization"]["hybrid_shard_size"] = "node";
+  EXPECT_THAT(config_error(config), HasSubstr("hybrid_shard_size"));
+  // A shard group of the whole world is plain ZeRO: nothing to refuse.
+  config["zero_optimization"]["hybrid_shard_size"] = 4;
+  EXPECT_TRUE(parse_train_config(config, {}).engine.quantized_gradients);
+  // qwZ with hybrid sharding is served (its gathers stay inside the node, in int8).
+  config = base_config();
+  config["zero_optimization"]["zero_quantized_weights"] = true;
+  config["zero_optimization"]["hybrid_shard_size"] = 2;
+  EXPECT_TRUE(parse_train_config(config, {}).engine.quantized_weights);
+}
+
+}  // namespace
+}  // namespace zest
