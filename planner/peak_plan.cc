@@ -9,6 +9,7 @@
 #include "memory/shard_layout.h"
 #include "engine/flat_unit.h"
 #include "engine/gather_ring.h"
+#include "engine/quantized_collectives.h"
 #include "engine/recompute.h"
 #include "engine/stage_plan.h"
 #include "planner/peak_ledger.h"
@@ -46,6 +47,12 @@ class Replay {
  private:
   bool two_byte() const { return options_.compute_dtype != DType::kFloat32; }
   std::size_t element() const { return dtype_size(options_.compute_dtype); }
+  // The quantized collectives' buffers are sized by it (engine/quantized_collectives.h).
+  std::size_t largest_shard() const {
+    std::size_t largest = 0;
+    for (const PlannedUnit& unit : units_) largest = std::max(largest, unit.shard);
+    return largest;
+  }
   // ZeroTrainer::prepare_call: fp32 copies of 2-byte parameters, gradient buckets
   // (GradientReducer::target), fp32 gradient accumulators, for the unit and the units it borrows.
   void prepare(int u, bool backward, std::vector<Handle>& scratch);
@@ -147,10 +154,23 @@ void Replay::construct() {
         ledger_.allocate(size_class.slot_elements * element(), Category::kGather);
       }
     }
+    // ParameterGatherer::allocate_ring: qwZ's staging buffer after the ring.
+    if (options_.quantized_weights) {
+      ledger_.allocate(quantized_gather_bytes(largest_shard(), input_.world_size,
+                                              options_.quantization_block),
+                       Category::kGather);
+    }
     // ParameterGatherer::gradient_in_slot: such a unit's gradient costs no bucket.
     for (std::size_t u = 0; u < units_.size(); ++u) {
       units_[u].gradient_in_slot = units_[u].replaces_parameters &&
                                    layout.alone_in_class(static_cast<int>(u));
+    }
+  }
+  // GradientReducer's constructor: qgZ's buffers, wherever gradients are reduce-scattered.
+  if (options_.quantized_gradients && plan_.reduction == GradientReduction::kReduceScatter) {
+    for (std::size_t bytes : quantized_reduction_bytes(largest_shard(), input_.world_size,
+                                                       options_.quantization_block)) {
+      ledger_.allocate(bytes, Category::kBuckets);
     }
   }
   ledger_.allocate(sizeof(float), Category::kWorkspace);  // the loss

@@ -178,6 +178,12 @@ TEST_P(PeakPlan, EveryCategoryWithinFivePercentOfTheMeasuredPeak) {
   }
 }
 
+// ZeRO++'s qwZ + qgZ (qwZ only at stage 3): their staging buffers are gather and buckets.
+void quantized(EngineOptions& options) {
+  options.quantized_weights = options.stage == 3;
+  options.quantized_gradients = true;
+}
+
 void small_buckets(EngineOptions& options) {
   options.reduce_bucket_size = 20000;
   options.communication_dtype = DType::kBFloat16;  // fp32 gradients reduced through bf16 copies
@@ -262,7 +268,15 @@ INSTANTIATE_TEST_SUITE_P(
         PeakCase{"gpt_stage1_world2_bf16_offload_offloaded_selective_recompute_accumulate", true,
                  1, 2, DType::kBFloat16, true, offloaded_selective_recompute_accumulate},
         PeakCase{"mlp_stage0_world1_fp32_offloaded_full_recompute", false, 0, 1,
-                 DType::kFloat32, false, offloaded_full_recompute}),
+                 DType::kFloat32, false, offloaded_full_recompute},
+        PeakCase{"gpt_stage3_world4_fp32_quantized", true, 3, 4, DType::kFloat32, false,
+                 quantized},
+        PeakCase{"gpt_stage3_world2_bf16_quantized", true, 3, 2, DType::kBFloat16, false,
+                 quantized},
+        PeakCase{"mlp_stage2_world4_fp32_quantized_gradients", false, 2, 4, DType::kFloat32,
+                 false, quantized},
+        PeakCase{"mlp_stage1_world2_bf16_quantized_gradients", false, 1, 2, DType::kBFloat16,
+                 false, quantized}),
     [](const auto& info) { return info.param.name; });
 
 bool all_equal(const std::vector<MemoryUsage>& measured, const PeakPrediction& predicted) {
