@@ -51,7 +51,7 @@ __global__ void quantize_kernel(const typename T::Storage* __restrict__ in, std:
   const std::size_t blocks = (count + block - 1) / block;
   for (std::size_t b = blockIdx.x; b < blocks; b += gridDim.x) {
     const std::size_t first = b * block;
-    const std::size_t last = min(count, first + block);
+    const std::size_t last = first + block < count ? first + block : count;
     float mine = 0.0f;
     int ok = 1;
     for (std::size_t i = first + threadIdx.x; i < last; i += blockDim.x) {
@@ -103,50 +103,63 @@ __global__ void dequantize_accumulate_kernel(const std::int8_t* __restrict__ val
   }
 }
 
-template <typename Body>
-void with_type(DType type, const char* kernel, Body&& body) {
-  switch (type) {
-    case DType::kFloat32: return body(Fp32{});
-    case DType::kBFloat16: return body(Bf16{});
-    case DType::kFloat16: return body(Fp16{});
-    default:
-      throw Error(ErrorKind::kUsage, std::string(kernel) + ": " + dtype_name(type) +
-                                         " is not supported (fp32, bf16, fp16)");
+template <typename T>
+void launch_quantize(const void* source, std::size_t count, std::size_t block, void* packed,
+                     cudaStream_t stream) {
+  auto* values = static_cast<std::int8_t*>(packed);
+  auto* scales = reinterpret_cast<float*>(values + scales_offset(count));
+  const std::size_t blocks = (count + block - 1) / block;
+  const auto grid = static_cast<unsigned>(std::min<std::size_t>(blocks, kMaxBlocks));
+  quantize_kernel<T><<<grid, kThreadsPerBlock, 0, stream>>>(
+      static_cast<const typename T::Storage*>(source), count, block, values, scales);
+  ZEST_CUDA_CHECK(cudaGetLastError());
+  if (scales_offset(count) > count) {
+    zero_padding_kernel<<<1, 32, 0, stream>>>(values, count, scales_offset(count));
+    ZEST_CUDA_CHECK(cudaGetLastError());
   }
+}
+
+template <typename T>
+void launch_dequantize(const void* packed, std::size_t count, std::size_t block,
+                       void* destination, cudaStream_t stream) {
+  const auto* values = static_cast<const std::int8_t*>(packed);
+  const auto* scales = reinterpret_cast<const float*>(values + scales_offset(count));
+  dequantize_kernel<T><<<block_count(count), kThreadsPerBlock, 0, stream>>>(
+      values, scales, count, block, static_cast<typename T::Storage*>(destination));
+  ZEST_CUDA_CHECK(cudaGetLastError());
+}
+
+[[noreturn]] void unsupported(const char* kernel, DType type) {
+  throw Error(ErrorKind::kUsage, std::string(kernel) + ": " + dtype_name(type) +
+                                     " is not supported (fp32, bf16, fp16)");
 }
 
 }  // namespace
 
 void quantize_blocks(const void* source, DType type, std::size_t count, std::size_t block,
                      void* packed, cudaStream_t stream) {
-  with_type(type, "quantize_blocks", [&](auto tag) {
-    using T = decltype(tag);
-    if (count == 0) return;
-    auto* values = static_cast<std::int8_t*>(packed);
-    auto* scales = reinterpret_cast<float*>(values + scales_offset(count));
-    const std::size_t blocks = (count + block - 1) / block;
-    const unsigned grid = static_cast<unsigned>(std::min<std::size_t>(blocks, kMaxBlocks));
-    quantize_kernel<T><<<grid, kThreadsPerBlock, 0, stream>>>(
-        static_cast<const typename T::Storage*>(source), count, block, values, scales);
-    ZEST_CUDA_CHECK(cudaGetLastError());
-    if (scales_offset(count) > count) {
-      zero_padding_kernel<<<1, 32, 0, stream>>>(values, count, scales_offset(count));
-      ZEST_CUDA_CHECK(cudaGetLastError());
-    }
-  });
+  if (type != DType::kFloat32 && type != DType::kBFloat16 && type != DType::kFloat16) {
+    unsupported("quantize_blocks", type);
+  }
+  if (count == 0) return;
+  switch (type) {
+    case DType::kFloat32: return launch_quantize<Fp32>(source, count, block, packed, stream);
+    case DType::kBFloat16: return launch_quantize<Bf16>(source, count, block, packed, stream);
+    default: return launch_quantize<Fp16>(source, count, block, packed, stream);
+  }
 }
 
 void dequantize_blocks(const void* packed, std::size_t count, std::size_t block,
                        void* destination, DType type, cudaStream_t stream) {
-  with_type(type, "dequantize_blocks", [&](auto tag) {
-    using T = decltype(tag);
-    if (count == 0) return;
-    const auto* values = static_cast<const std::int8_t*>(packed);
-    const auto* scales = reinterpret_cast<const float*>(values + scales_offset(count));
-    dequantize_kernel<T><<<block_count(count), kThreadsPerBlock, 0, stream>>>(
-        values, scales, count, block, static_cast<typename T::Storage*>(destination));
-    ZEST_CUDA_CHECK(cudaGetLastError());
-  });
+  if (type != DType::kFloat32 && type != DType::kBFloat16 && type != DType::kFloat16) {
+    unsupported("dequantize_blocks", type);
+  }
+  if (count == 0) return;
+  switch (type) {
+    case DType::kFloat32: return launch_dequantize<Fp32>(packed, count, block, destination, stream);
+    case DType::kBFloat16: return launch_dequantize<Bf16>(packed, count, block, destination, stream);
+    default: return launch_dequantize<Fp16>(packed, count, block, destination, stream);
+  }
 }
 
 void dequantize_accumulate(const void* packed, std::size_t count, std::size_t block,
