@@ -114,5 +114,23 @@ TEST(QuantizedConfig, QuantizedGradientsWithHybridShardingAreRefused) {
   EXPECT_TRUE(parse_train_config(config, {}).engine.quantized_weights);
 }
 
+TEST(QuantizedConfig, QuantizedGradientsInsidePipelineStagesAreRefused) {
+  json config = json::parse(R"({
+    "model": {"type": "gpt", "n_layer": 4, "n_head": 2, "n_embd": 32, "vocab_size": 256,
+              "seq_len": 16},
+    "data": {"type": "text", "path": "unused.txt"},
+    "world": {"backend": "local", "ranks": 4},
+    "steps": 10,
+    "train_batch_size": 16,
+    "train_micro_batch_size_per_gpu": 2,
+    "zero_optimization": {"stage": 1, "zero_quantized_gradients": true},
+    "pipeline": {"stages": 2, "partition": "uniform"}
+  })");
+  EXPECT_EQ(config_error(config),
+            "zero_optimization.zero_quantized_gradients: true is not supported inside pipeline "
+            "stages yet, and pipeline.stages is 2; set zero_quantized_gradients to false or "
+            "leave the pipeline block out");
+}
+
 }  // namespace
 }  // namespace zest
