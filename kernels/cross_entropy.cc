@@ -64,6 +64,8 @@ void row_softmax_portable(const float* row, std::int64_t classes, float max, flo
   softmax_tail(row, 0, classes, max, inv_sum, scale, out);
 }
 
+}  // namespace
+
 RowBody row_body(CpuBody body) {
   switch (body) {
 #if defined(ZEST_HAVE_X86_BODIES)
@@ -77,8 +79,6 @@ RowBody row_body(CpuBody body) {
   }
   return {row_max_portable, row_exp_sum_portable, row_softmax_portable};
 }
-
-}  // namespace
 
 // Note: lane l runs (lane > x ? lane : x) over its elements, which is maxps(lane, x); then the
 // lanes are folded in index order, the same in every body.

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu_body.h"
+
 namespace zest::cpu {
 
 inline constexpr std::int64_t kRowLanes = 16;
@@ -29,6 +31,9 @@ struct RowBody {
   void (*softmax)(const float* row, std::int64_t classes, float max, float inv_sum, float scale,
                   float* out);
 };
+
+// The three row functions of `body` (supported: the caller has checked cpu_body_supported()).
+RowBody row_body(CpuBody body);
 
 float row_max_avx2(const float* row, std::int64_t classes);
 double row_exp_sum_avx2(const float* row, std::int64_t classes, float max);
