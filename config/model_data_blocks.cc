@@ -60,7 +60,7 @@ void read_vocab_pieces(Block& block, GptConfig& gpt) {
 void parse_gpt(json& model, const json& data, TrainConfig& out) {
   Block block(model, "model",
               {"type", "n_layer", "n_head", "n_embd", "vocab_size", "seq_len", "vocab_pieces",
-               "init_from"});
+               "logits_by_pieces", "init_from"});
   GptConfig& gpt = out.model.gpt;
   gpt.n_layer = read_gpt_size(block, "n_layer", 1, "the number of transformer blocks, e.g. 4");
   gpt.n_head = read_gpt_size(block, "n_head", 1, "the attention heads per block, e.g. 4");
@@ -76,6 +76,12 @@ void parse_gpt(json& model, const json& data, TrainConfig& out) {
   // config and manifests are today's.
   const bool pieces_given = model.contains("vocab_pieces");
   if (pieces_given) read_vocab_pieces(block, gpt);
+  // Absent, absent from the resolved JSON too (as vocab_pieces). Checkpoints do not depend on it:
+  // the units are the same either way.
+  if (model.contains("logits_by_pieces")) {
+    gpt.logits_by_pieces =
+        read_bool(block.get_or("logits_by_pieces", false), block.path("logits_by_pieces"));
+  }
   validate(gpt);  // n_embd divisible by n_head, naming model.<key>
   // The resolved JSON (--print-config, a checkpoint's manifest) shows the resolved count.
   if (pieces_given) block.get_or("vocab_pieces", 1) = resolved_vocab_pieces(gpt);

@@ -214,6 +214,11 @@ void validate(const GptConfig& config) {
                                         "] (the vocabulary size), got " +
                                         std::to_string(config.vocab_pieces));
   }
+  if (config.logits_by_pieces && config.vocab_pieces == 1) {
+    throw Error(ErrorKind::kConfig,
+                "model.logits_by_pieces: needs model.vocab_pieces > 1 or \"auto\" (the logits are "
+                "computed a piece of the vocabulary at a time), got vocab_pieces 1");
+  }
   if (config.n_embd % config.n_head != 0) {
     throw Error(ErrorKind::kConfig, "model.n_embd: must be divisible by model.n_head (" +
                                         std::to_string(config.n_embd) + " % " +
@@ -295,6 +300,8 @@ std::string Gpt::describe() const {
          ", seq " + std::to_string(config_.seq_len) +
          (config_.vocab_pieces > 1 ? ", " + std::to_string(config_.vocab_pieces) + " vocab pieces"
                                    : std::string()) +
+         (config_.vocab_pieces > 1 && config_.logits_by_pieces ? ", logits by pieces"
+                                                               : std::string()) +
          ": " + std::to_string(parameter_count()) + " parameters";
 }
 

@@ -26,6 +26,10 @@ struct GptConfig {
   // model.vocab_pieces: wte cut into this many units of vocabulary rows (models/gpt_pieces.h);
   // kAutoVocabPieces picks a piece about a block's size. 1 is the uncut model.
   int vocab_pieces = 1;
+  // model.logits_by_pieces: with vocab_pieces > 1, the head keeps a log-sum-exp per row instead of
+  // the [N, vocab] logits and computes a piece's logits as scratch in its forward, its backward and
+  // the piece's backward (two more products of N x vocab x n_embd a step; models/gpt_pieces.h).
+  bool logits_by_pieces = false;
 };
 inline constexpr int kAutoVocabPieces = 0;
 

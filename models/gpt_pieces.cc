@@ -1,10 +1,12 @@
 #include "models/gpt_pieces.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
 #include "base/error.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/cross_entropy_pieces.h"
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
@@ -18,7 +20,8 @@ std::string describe_tensor(const Tensor& tensor) {
 }
 
 // What the head keeps for backward and the pieces read in theirs: ln_f(x) [N, C], its mean and
-// rstd [N] each, and the logits [N, V], which the head's backward turns into d(logits).
+// rstd [N] each, and the logits [N, V], which the head's backward turns into d(logits); with the
+// logits by pieces, a log-sum-exp [N] in their place.
 struct HeadSaved {
   Buffer buffer;
   std::int64_t batch = 0;
@@ -30,6 +33,27 @@ std::size_t head_saved_elements(std::int64_t N, std::int64_t C, std::int64_t V) 
 }
 std::size_t head_workspace_elements(std::int64_t N, std::int64_t C) {
   return static_cast<std::size_t>(N * C);
+}
+
+// The logits by pieces: the head keeps ln_f(x), mean, rstd and the log-sum-exp; its forward's
+// scratch is the loss's running state and one piece's logits, its backward's d(ln_f out) and one
+// piece's logits, a piece's backward its own logits.
+std::size_t lse_head_saved_bytes(std::int64_t N, std::int64_t C) {
+  return static_cast<std::size_t>(N * C + 3 * N) * sizeof(float);
+}
+std::int64_t widest_piece(const std::vector<VocabPiece>& pieces) {
+  std::int64_t widest = 0;
+  for (const VocabPiece& piece : pieces) widest = std::max(widest, piece.rows);
+  return widest;
+}
+std::size_t lse_head_forward_bytes(std::int64_t N, std::int64_t widest) {
+  return cross_entropy_running_bytes(N) + static_cast<std::size_t>(N * widest) * sizeof(float);
+}
+std::size_t lse_head_backward_bytes(std::int64_t N, std::int64_t C, std::int64_t widest) {
+  return static_cast<std::size_t>(N * C + N * widest) * sizeof(float);
+}
+std::size_t piece_logits_bytes(std::int64_t N, std::int64_t rows) {
+  return static_cast<std::size_t>(N * rows) * sizeof(float);
 }
 
 const std::int32_t* checked_tokens(const std::string& unit, const Tensor& tokens,
@@ -66,8 +90,9 @@ class GptVocabPiece final : public Unit {
 
   const std::string& name() const override { return name_; }
   // Its d(wte) product reads the head's saved values and its rows only d(out): at stage 3 a
-  // piece is not gathered for its backward (the head's were the piece's last reads).
-  bool backward_reads_parameters() const override { return false; }
+  // piece is not gathered for its backward (the head's were the piece's last reads). With the
+  // logits by pieces it recomputes its logits from its rows.
+  bool backward_reads_parameters() const override { return config_.logits_by_pieces; }
   std::vector<ParamSpec> parameters() const override {
     const std::int64_t C = config_.n_embd;
     // Note: drawn as the uncut wte's rows (unit 0, parameter 0), so that every k starts from
@@ -115,20 +140,36 @@ class GptVocabPiece final : public Unit {
     Stream& stream = context.stream();
     const std::int64_t N = B * T;
     const float* ln = head_->buffer.as<const float>();
-    const float* dlogits = ln + N * C + 2 * N;
+    float* dx = piece_ == 0 ? nullptr
+                            : context.make_grad_input({B, T, C}, DType::kFloat32).as<float>();
     float* dwte = context.grad(0).as<float>();
+    Buffer logits;
+    const float* dlogits = ln + N * C + 2 * N + rows_.begin;  // columns of the head's [N, V]
+    std::int64_t ld = V;
+    if (config_.logits_by_pieces) {
+      // This piece's d(logits) again, from its logits and the head's log-sum-exp.
+      logits = context.allocate(piece_logits_bytes(N, rows_.rows), Category::kWorkspace);
+      float* piece_logits = logits.as<float>();
+      matmul_ld(stream, false, true, N, rows_.rows, C, 1.0f, ln, C,
+                context.param(0).as<const float>(), C, 0.0f, piece_logits, rows_.rows);
+      cross_entropy_piece_backward(stream, piece_logits, rows_.rows,
+                                   checked_head_targets(name_, context.batch(), B, T), N,
+                                   rows_.begin, rows_.rows, ln + N * C + 2 * N,
+                                   context.loss_scale(), piece_logits, rows_.rows);
+      dlogits = piece_logits;
+      ld = rows_.rows;
+    }
     // The tied head's part of d(wte) for these rows: d(logits)[:, rows]ᵀ · ln_f(x).
-    matmul_ld(stream, true, false, rows_.rows, C, N, 1.0f, dlogits + rows_.begin, V, ln, C, 1.0f,
-              dwte, C);
+    matmul_ld(stream, true, false, rows_.rows, C, N, 1.0f, dlogits, ld, ln, C, 1.0f, dwte, C);
     embedding_rows_backward(stream, ids, B, T, grad_output.as<const float>(), rows_.begin,
                             rows_.rows, V, C, dwte,
                             piece_ == 0 ? context.grad(1).as<float>() : nullptr);
+    if (!logits.empty()) context.release(std::move(logits));
     if (piece_ == 0) {
       // The last reader of the head's saved buffer.
       context.release(std::move(head_->buffer));
       return;
     }
-    float* dx = context.make_grad_input({B, T, C}, DType::kFloat32).as<float>();
     context.device().copy(stream, dx, grad_output.data, grad_output.bytes());
   }
 
@@ -184,10 +225,13 @@ class GptPiecedHead final : public Unit {
 
     // A forward whose backward never ran (evaluation, a failed step) may leave a buffer behind.
     if (!saved_->buffer.empty()) context.release(std::move(saved_->buffer));
-    saved_->buffer =
-        context.allocate(head_saved_elements(N, C, V) * sizeof(float), Category::kActivations);
+    saved_->buffer = context.allocate(config_.logits_by_pieces
+                                          ? lse_head_saved_bytes(N, C)
+                                          : head_saved_elements(N, C, V) * sizeof(float),
+                                      Category::kActivations);
     saved_->batch = B;
     saved_->seq = T;
+    if (config_.logits_by_pieces) return forward_by_pieces(context, input, targets);
     float* ln = saved_->buffer.as<float>();
     float* logits = ln + N * C + 2 * N;
     layernorm_forward(stream, input.as<const float>(), context.param(0).as<const float>(),
@@ -214,6 +258,7 @@ class GptPiecedHead final : public Unit {
     const std::int64_t V = config_.vocab_size;
     const std::int32_t* targets = checked_targets(context.batch(), B, T);
     Stream& stream = context.stream();
+    if (config_.logits_by_pieces) return backward_by_pieces(context, targets);
     float* ln = saved_->buffer.as<float>();
     float* logits = ln + N * C + 2 * N;
     Buffer workspace = context.allocate(head_workspace_elements(N, C) * sizeof(float),
@@ -240,6 +285,69 @@ class GptPiecedHead final : public Unit {
  private:
   const std::int32_t* checked_targets(const Batch& batch, std::int64_t B, std::int64_t T) const {
     return checked_head_targets(name_, batch, B, T);
+  }
+
+  // ln_f(x) is in saved (allocated); each piece's logits are made in scratch and folded into
+  // the rows' running log-sum-exp, which ends in saved beside ln_f(x).
+  void forward_by_pieces(UnitContext& context, const Tensor& input, const std::int32_t* targets) {
+    const std::int64_t N = input.dim(0) * input.dim(1);
+    const std::int64_t C = config_.n_embd;
+    const std::int64_t V = config_.vocab_size;
+    Stream& stream = context.stream();
+    float* ln = saved_->buffer.as<float>();
+    layernorm_forward(stream, input.as<const float>(), context.param(0).as<const float>(),
+                      context.param(1).as<const float>(), N, C, kLayerNormEps, ln, ln + N * C,
+                      ln + N * C + N);
+    Buffer workspace =
+        context.allocate(lse_head_forward_bytes(N, widest_piece(pieces_)), Category::kWorkspace);
+    void* running = workspace.data();
+    float* logits = reinterpret_cast<float*>(static_cast<char*>(workspace.data()) +
+                                             cross_entropy_running_bytes(N));
+    for (std::size_t i = 0; i < pieces_.size(); ++i) {
+      const VocabPiece& piece = pieces_[i];
+      matmul_ld(stream, false, true, N, piece.rows, C, 1.0f, ln, C,
+                context.borrowed_param(i, 0).as<const float>(), C, 0.0f, logits, piece.rows);
+      context.unpin_borrowed(i);
+      cross_entropy_piece_forward(stream, logits, piece.rows, targets, N, piece.begin, piece.rows,
+                                  V, running);
+    }
+    cross_entropy_pieces_finish(stream, running, N, ln + N * C + 2 * N, context.loss());
+    context.release(std::move(workspace));
+    if (!context.backward_follows()) context.release(std::move(saved_->buffer));
+  }
+
+  // d(ln_f out) = Σ d(logits)[:, piece] · wte_piece, each piece's d(logits) from its logits made
+  // again; d(wte) is left to the pieces, which make their logits a third time.
+  void backward_by_pieces(UnitContext& context, const std::int32_t* targets) {
+    const std::int64_t B = saved_->batch;
+    const std::int64_t T = saved_->seq;
+    const std::int64_t N = B * T;
+    const std::int64_t C = config_.n_embd;
+    Stream& stream = context.stream();
+    float* ln = saved_->buffer.as<float>();
+    const float* lse = ln + N * C + 2 * N;
+    float* dx = context.make_grad_input({B, T, C}, DType::kFloat32).as<float>();
+    Buffer workspace = context.allocate(lse_head_backward_bytes(N, C, widest_piece(pieces_)),
+                                        Category::kWorkspace);
+    float* dln = workspace.as<float>();
+    float* logits = dln + N * C;
+    for (std::size_t i = pieces_.size(); i-- > 0;) {
+      const VocabPiece& piece = pieces_[i];
+      const float* wte = context.borrowed_param(i, 0).as<const float>();
+      matmul_ld(stream, false, true, N, piece.rows, C, 1.0f, ln, C, wte, C, 0.0f, logits,
+                piece.rows);
+      cross_entropy_piece_backward(stream, logits, piece.rows, targets, N, piece.begin,
+                                   piece.rows, lse, context.loss_scale(), logits, piece.rows);
+      matmul_ld(stream, false, false, N, C, piece.rows, 1.0f, logits, piece.rows, wte, C,
+                i + 1 == pieces_.size() ? 0.0f : 1.0f, dln, C);
+      context.unpin_borrowed(i);
+    }
+    context.device().fill_zero(stream, dx, static_cast<std::size_t>(N * C) * sizeof(float));
+    layernorm_backward(stream, dln, context.input().as<const float>(),
+                       context.param(0).as<const float>(), ln + N * C, ln + N * C + N, N, C, dx,
+                       context.grad(0).as<float>(), context.grad(1).as<float>());
+    context.release(std::move(workspace));
+    // Note: saved stays for the pieces' backward; the embedding frees it.
   }
 
   const std::string name_ = "head";
@@ -305,10 +413,12 @@ std::vector<UnitMemory> pieced_unit_memory(const GptConfig& config, std::int64_t
   const std::int64_t C = config.n_embd;
   const std::size_t stream_bytes = Tensor{nullptr, {batch, seq, C}, DType::kFloat32}.bytes();
   std::vector<UnitMemory> memory;
+  const std::vector<VocabPiece> pieces = vocab_pieces(config.vocab_size, config.vocab_pieces);
   for (int i = 0; i < config.vocab_pieces; ++i) {
     UnitMemory piece;
     piece.output = stream_bytes;
     if (i > 0) piece.grad_input = stream_bytes;  // the first unit makes no input gradient
+    if (config.logits_by_pieces) piece.backward_workspace = piece_logits_bytes(N, pieces[i].rows);
     piece.backward_stream_scratch = kCudaMatmulWorkspaceBytes;  // the deferred d(wte) product
     memory.push_back(piece);
   }
@@ -320,6 +430,11 @@ std::vector<UnitMemory> pieced_unit_memory(const GptConfig& config, std::int64_t
   head.saved_freed_by = 0;  // the embedding's backward reads it last
   head.grad_input = stream_bytes;
   head.backward_workspace = head_workspace_elements(N, C) * sizeof(float);
+  if (config.logits_by_pieces) {
+    head.saved = lse_head_saved_bytes(N, C);
+    head.forward_workspace = lse_head_forward_bytes(N, widest_piece(pieces));
+    head.backward_workspace = lse_head_backward_bytes(N, C, widest_piece(pieces));
+  }
   head.forward_stream_scratch = kCudaMatmulWorkspaceBytes;
   head.backward_stream_scratch = kCudaMatmulWorkspaceBytes;
   memory.push_back(head);

@@ -53,5 +53,36 @@ TEST(VocabPiecesConfig, OutOfRangeOrNotAutoIsAOneLineErrorNamingTheKey) {
   EXPECT_NE(error_of(513).find("at most model.vocab_size (512)"), std::string::npos);
 }
 
+// model.logits_by_pieces: a boolean beside vocab_pieces, absent from the resolved JSON unless
+// given, refused without vocabulary pieces.
+TEST(VocabPiecesConfig, LogitsByPiecesIsABooleanThatNeedsVocabularyPieces) {
+  json config = gpt_config("auto");
+  EXPECT_FALSE(parse_train_config(config, {}).model.gpt.logits_by_pieces);
+  EXPECT_FALSE(parse_train_config(config, {}).json["model"].contains("logits_by_pieces"));
+  config["model"]["logits_by_pieces"] = true;
+  const TrainConfig parsed = parse_train_config(config, {});
+  EXPECT_TRUE(parsed.model.gpt.logits_by_pieces);
+  EXPECT_EQ(parsed.json["model"]["logits_by_pieces"], true);
+  for (const json& bad : {json(1), json("yes")}) {
+    config["model"]["logits_by_pieces"] = bad;
+    try {
+      parse_train_config(config, {});
+      ADD_FAILURE() << bad.dump() << " accepted";
+    } catch (const Error& error) {
+      EXPECT_EQ(std::string(error.what()).rfind("model.logits_by_pieces", 0), 0u) << error.what();
+    }
+  }
+  json uncut = gpt_config(nullptr);
+  uncut["model"]["logits_by_pieces"] = true;
+  try {
+    parse_train_config(uncut, {});
+    ADD_FAILURE() << "accepted without vocab_pieces";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kConfig);
+    const std::string message = error.what();
+    EXPECT_EQ(message.rfind("model.logits_by_pieces: needs model.vocab_pieces", 0), 0u) << message;
+  }
+}
+
 }  // namespace
 }  // namespace zest

@@ -24,7 +24,9 @@ namespace zest {
 namespace {
 
 // An embedding 2.5 blocks large: auto cuts it in 3.
-GptConfig small_gpt(int pieces) { return {2, 2, 16, 512, 8, pieces}; }
+GptConfig small_gpt(int pieces, bool logits_by_pieces = false) {
+  return {2, 2, 16, 512, 8, pieces, logits_by_pieces};
+}
 constexpr std::int64_t kSequences = 2;
 
 struct TrainedRun {
@@ -182,6 +184,52 @@ TEST(GptPieces, AdamWAndBf16LossesMatchTheUncutModel) {
   for (std::size_t i = 0; i < whole.losses.size(); ++i) {
     EXPECT_NEAR(cut.losses[i], whole.losses[i], 4e-3 * std::abs(whole.losses[i]));
   }
+}
+
+// The logits by pieces (GptConfig::logits_by_pieces): a log-sum-exp per row instead of the
+// logits, each piece's logits made again in the head's and the piece's backward.
+TEST(GptPieces, LogitsByPiecesMatchTheUncutModelAtEveryStageAndWorld) {
+  for (int world : {1, 4}) {
+    const TrainedRun whole = train(small_gpt(1), world, 0, DType::kFloat32, sgd());
+    const TrainedRun start = train(small_gpt(1), world, 0, DType::kFloat32, sgd(), 0);
+    for (int stage = 0; stage <= 3; ++stage) {
+      for (int pieces : {kAutoVocabPieces, 5}) {
+        SCOPED_TRACE("world " + std::to_string(world) + " stage " + std::to_string(stage) +
+                     " pieces " + std::to_string(pieces));
+        expect_close(train(small_gpt(pieces, true), world, stage, DType::kFloat32, sgd()), whole,
+                     true, &start);
+      }
+    }
+  }
+}
+
+TEST(GptPieces, LogitsByPiecesRecomputedAdamWAndBf16MatchTheUncutModel) {
+  const TrainedRun start = train(small_gpt(1), 2, 3, DType::kFloat32, sgd(), 0);
+  for (RecomputePolicy policy : {RecomputePolicy::kFull, RecomputePolicy::kSelective}) {
+    expect_close(train(small_gpt(kAutoVocabPieces, true), 2, 3, DType::kFloat32, sgd(), 3, policy),
+                 train(small_gpt(1), 2, 3, DType::kFloat32, sgd(), 3, policy), true, &start);
+  }
+  const OptimizerOptions adamw;
+  expect_close(train(small_gpt(kAutoVocabPieces, true), 4, 3, DType::kFloat32, adamw),
+               train(small_gpt(1), 4, 3, DType::kFloat32, adamw), false);
+  const TrainedRun cut = train(small_gpt(kAutoVocabPieces, true), 2, 3, DType::kBFloat16, sgd());
+  const TrainedRun whole = train(small_gpt(1), 2, 3, DType::kBFloat16, sgd());
+  for (std::size_t i = 0; i < whole.losses.size(); ++i) {
+    EXPECT_NEAR(cut.losses[i], whole.losses[i], 4e-3 * std::abs(whole.losses[i]));
+  }
+}
+
+TEST(GptPieces, LogitsByPiecesNeedVocabularyPieces) {
+  try {
+    Gpt model(small_gpt(1, true));
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kConfig);
+    EXPECT_EQ(std::string(error.what()).rfind("model.logits_by_pieces: ", 0), 0u) << error.what();
+  }
+  Gpt model(small_gpt(kAutoVocabPieces, true));
+  EXPECT_TRUE(model.units().front()->backward_reads_parameters());  // its logits again
+  EXPECT_NE(model.describe().find("3 vocab pieces, logits by pieces"), std::string::npos);
 }
 
 TEST(GptPieces, VocabPiecesOutsideOneToTheVocabularyAreConfigErrors) {

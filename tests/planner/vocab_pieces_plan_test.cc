@@ -67,6 +67,7 @@ TEST(VocabPiecesPlan, AHeadBorrowingInTurnNeedsOneSlotOfTheBlocksClass) {
 }
 
 const GptConfig kWideVocabulary{2, 2, 16, 512, 8, kAutoVocabPieces};
+const GptConfig kWideVocabularyLogitsByPieces{2, 2, 16, 512, 8, kAutoVocabPieces, true};
 
 TEST(VocabPiecesPlan, EveryCategoryEqualsTheMeasuredPeakToTheByte) {
   struct Case {
@@ -85,6 +86,45 @@ TEST(VocabPiecesPlan, EveryCategoryEqualsTheMeasuredPeakToTheByte) {
     pieces_support::expect_measured_equals_planned(kWideVocabulary, 2, job.world, job.dtype,
                                                    job.accumulation, job.recompute);
   }
+}
+
+// The logits by pieces: the head's saved log-sum-exp, its forward's and backward's piece of
+// logits and each piece's own in its backward, in every category to the byte.
+TEST(VocabPiecesPlan, LogitsByPiecesEqualTheMeasuredPeakToTheByte) {
+  struct Case {
+    int world;
+    DType dtype;
+    int accumulation;
+    RecomputePolicy recompute;
+  };
+  for (const Case& job : {Case{2, DType::kFloat32, 1, RecomputePolicy::kNone},
+                          Case{4, DType::kFloat32, 2, RecomputePolicy::kNone},
+                          Case{2, DType::kBFloat16, 1, RecomputePolicy::kNone},
+                          Case{2, DType::kFloat32, 1, RecomputePolicy::kFull},
+                          Case{2, DType::kBFloat16, 1, RecomputePolicy::kSelective}}) {
+    SCOPED_TRACE("world " + std::to_string(job.world) + " " + dtype_name(job.dtype) +
+                 " recompute " + std::to_string(static_cast<int>(job.recompute)));
+    pieces_support::expect_measured_equals_planned(kWideVocabularyLogitsByPieces, 2, job.world,
+                                                   job.dtype, job.accumulation, job.recompute);
+  }
+}
+
+// 6 x 384 at seq 256 (4 sequences per rank): the [N, V] logits (196 MiB) decide the peak, so
+// vocabulary pieces alone miss stage 3 <= 0.5 x stage 0 (0.584); the logits by pieces meet it.
+TEST(VocabPiecesPlan, SixLayersOf384AtSeq256MeetTheBoundsWithTheLogitsByPieces) {
+  GptConfig config{6, 6, 384, 50257, 256, 1};
+  const PeakPrediction whole0 = plan_gpt(config, 4, 0, 4);
+  config.vocab_pieces = kAutoVocabPieces;
+  const PeakPrediction pieces3 = plan_gpt(config, 4, 3, 4);
+  EXPECT_GT(static_cast<double>(pieces3.device_total), 0.5 * whole0.device_total);
+  config.logits_by_pieces = true;
+  const PeakPrediction stage3 = plan_gpt(config, 4, 3, 4);
+  EXPECT_LE(static_cast<double>(stage3.device_total), 0.5 * whole0.device_total);
+  EXPECT_LE(static_cast<double>(working_memory(stage3)), 0.6 * stage3.model_state.total());
+  std::printf("6x384 seq 256: stage 0 %zu, pieces %zu (%.3f), logits by pieces %zu (%.3f)\n",
+              whole0.device_total, pieces3.device_total,
+              double(pieces3.device_total) / whole0.device_total, stage3.device_total,
+              double(stage3.device_total) / whole0.device_total);
 }
 
 }  // namespace
