@@ -52,7 +52,25 @@ std::string smaller_micro_batch(const PeakPlanInput& input, std::size_t capacity
   return "";
 }
 
-std::string larger_setup(const PeakPlanInput& input, std::size_t capacity) {
+// The model built another way, at stage 3 with the rest as given.
+std::string model_variant(const PeakPlanInput& input, std::size_t capacity,
+                          std::int64_t micro_batch, const std::vector<ModelVariant>& variants) {
+  for (const ModelVariant& variant : variants) {
+    if (input.units.empty() || !variant.units || micro_batch < 1) break;
+    PeakPlanInput changed = input;
+    changed.engine.stage = 3;
+    changed.model = variant.model;
+    changed.units = variant.units(micro_batch);
+    changed.recompute.clear();  // a plan per unit of the model as given
+    const std::string fits = try_change(
+        changed, capacity, fmt::format("with {} at zero_optimization.stage 3", variant.change));
+    if (!fits.empty()) return fits;
+  }
+  return "";
+}
+
+std::string larger_setup(const PeakPlanInput& input, std::size_t capacity,
+                         std::int64_t micro_batch, const std::vector<ModelVariant>& variants) {
   const int stage = input.engine.stage;
   const bool offloaded = input.engine.offload_optimizer.enabled();
   for (int higher = stage + 1; higher <= 3; ++higher) {
@@ -70,6 +88,9 @@ std::string larger_setup(const PeakPlanInput& input, std::size_t capacity) {
         changed, capacity,
         fmt::format("with zero_optimization.offload_optimizer.device \"cpu\" at stage {}", at));
     if (!fits.empty()) return fits;
+  }
+  if (std::string fits = model_variant(input, capacity, micro_batch, variants); !fits.empty()) {
+    return fits;
   }
   for (int ranks = input.world_size * 2; ranks <= input.world_size * 64; ranks *= 2) {
     PeakPlanInput changed = input;
@@ -106,7 +127,8 @@ std::size_t fixed_bytes(const PeakPrediction& prediction) {
 }
 
 std::string memory_advice(const PeakPlanInput& input, std::size_t capacity,
-                          std::int64_t micro_batch, const MicroBatchMemory& resize) {
+                          std::int64_t micro_batch, const MicroBatchMemory& resize,
+                          const std::vector<ModelVariant>& variants) {
   const PeakPrediction now = predict_peak(input);
   std::string advice = "the planner estimates " + estimate(now);
   if (now.device_total <= capacity) return advice + fmt::format(", which fits in {}", format_bytes(capacity));
@@ -117,11 +139,13 @@ std::string memory_advice(const PeakPlanInput& input, std::size_t capacity,
   // micro-batch fits, else the alternative that keeps the micro-batch.
   std::string recompute = transient ? recomputation(input, capacity) : "";
   if (fits.empty()) fits = std::exchange(recompute, "");
-  if (fits.empty()) fits = larger_setup(input, capacity);
+  if (fits.empty()) fits = larger_setup(input, capacity, micro_batch, variants);
   if (fits.empty()) fits = smaller_micro_batch(input, capacity, micro_batch, resize);
   if (fits.empty()) {
-    return advice + "; no higher stage, offload, up to 64 times the ranks or smaller "
-                    "micro-batch fits devices of " + format_bytes(capacity);
+    return advice + "; no higher stage, offload, " +
+           (variants.empty() ? std::string() : variants.back().change + ", ") +
+           "up to 64 times the ranks or smaller micro-batch fits devices of " +
+           format_bytes(capacity);
   }
   advice += "; " + fits + ", which fits in " + format_bytes(capacity);
   if (!recompute.empty()) advice += "; or, keeping the micro-batch, " + recompute;
@@ -129,11 +153,18 @@ std::string memory_advice(const PeakPlanInput& input, std::size_t capacity,
 }
 
 std::string training_memory_advice(const TrainingMemory& memory) {
-  try {
-    return memory_advice(memory.input, memory.capacity, memory.micro_batch, memory.resize);
-  } catch (const Error& error) {
-    return std::string("no estimate: ") + error.what();
-  }
+  return training_memory_advice_with({})(memory);
+}
+
+OutOfMemoryAdvice training_memory_advice_with(std::vector<ModelVariant> variants) {
+  return [variants = std::move(variants)](const TrainingMemory& memory) {
+    try {
+      return memory_advice(memory.input, memory.capacity, memory.micro_batch, memory.resize,
+                           variants);
+    } catch (const Error& error) {
+      return std::string("no estimate: ") + error.what();
+    }
+  };
 }
 
 }  // namespace zest

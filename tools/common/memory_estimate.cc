@@ -117,6 +117,50 @@ EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> m
   return job;
 }
 
+namespace {
+
+// The GPT's other builds model_variants proposes, each with how it is named.
+std::vector<std::pair<std::string, GptConfig>> gpt_variants(const TrainConfig& config) {
+  std::vector<std::pair<std::string, GptConfig>> variants;
+  if (config.model.type != "gpt" || config.pipeline.enabled()) return variants;
+  const GptConfig& gpt = config.model.gpt;
+  auto add = [&](const std::string& change, int pieces, bool logits) {
+    GptConfig changed = gpt;
+    changed.vocab_pieces = pieces;
+    changed.logits_by_pieces = logits;
+    if (resolved_vocab_pieces(changed) >= 2) variants.emplace_back(change, changed);
+  };
+  const std::string logits = "model.logits_by_pieces true";
+  if (gpt.vocab_pieces == 1) {
+    add("model.vocab_pieces \"auto\"", kAutoVocabPieces, false);
+    add("model.vocab_pieces \"auto\" and " + logits, kAutoVocabPieces, true);
+  } else if (!gpt.logits_by_pieces) {
+    add(logits, gpt.vocab_pieces, true);
+  }
+  return variants;
+}
+
+}  // namespace
+
+std::vector<ModelVariant> model_variants(const TrainConfig& config) {
+  std::vector<ModelVariant> variants;
+  for (const auto& [change, gpt] : gpt_variants(config)) {
+    ModelSpec spec = config.model;
+    spec.gpt = gpt;
+    std::shared_ptr<Module> model = make_model(spec);
+    ModelVariant variant;
+    variant.change = change;
+    variant.model = describe_model_state(*model, config.engine.compute_dtype,
+                                         make_optimizer(config.optimizer)->state_count(),
+                                         config.engine.shard_alignment);
+    variant.units = [model, spec](std::int64_t rows) {
+      return model->unit_memory(micro_batch_shape(spec, rows));
+    };
+    variants.push_back(std::move(variant));
+  }
+  return variants;
+}
+
 std::size_t PipelineEstimate::largest() const {
   std::size_t largest = 0;
   for (std::size_t s = 1; s < stages.size(); ++s) {
@@ -192,7 +236,7 @@ std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity
       return fits(job_from_config(candidate), capacity, host_capacity);
     };
     const GptConfig& gpt = config.model.gpt;
-    StageFit fit{stage, {}, {}, {}, {}};
+    StageFit fit{stage, {}, {}, {}, {}, {}, {}, {}};
     fit.n_layer = largest([&](std::int64_t layers) { return try_gpt(static_cast<int>(layers), gpt.n_embd); },
                           static_cast<std::int64_t>(kMaxModelUnits) - 2);
     // n_embd stays divisible by n_head: the search runs over n_embd / n_head.
@@ -219,6 +263,29 @@ std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity
                         return try_gpt(static_cast<int>(layers), gpt.n_embd);
                       },
                       static_cast<std::int64_t>(kMaxModelUnits) - 2));
+      changed = as_given;
+    }
+    // Stage 3: the model built another way (vocabulary pieces), where it fits more layers.
+    const auto variants =
+        stage == 3 ? gpt_variants(config) : std::vector<std::pair<std::string, GptConfig>>();
+    for (const auto& [change, variant] : variants) {
+      changed.model.gpt.vocab_pieces = variant.vocab_pieces;
+      changed.model.gpt.logits_by_pieces = variant.logits_by_pieces;
+      const auto layers = largest(
+          [&](std::int64_t n) { return try_gpt(static_cast<int>(n), gpt.n_embd); },
+          static_cast<std::int64_t>(kMaxModelUnits) - 2);
+      if (layers && (!fit.n_layer || *layers > *fit.n_layer) &&
+          (!fit.variant_n_layer || *layers > *fit.variant_n_layer)) {
+        fit.variant = change;
+        fit.variant_n_layer = layers;
+        const auto heads = largest(
+            [&](std::int64_t per_head) {
+              return try_gpt(gpt.n_layer, static_cast<int>(per_head * gpt.n_head));
+            },
+            INT_MAX / 4 / gpt.n_head);
+        fit.variant_n_embd =
+            heads ? std::optional<std::int64_t>(*heads * gpt.n_head) : std::nullopt;
+      }
       changed = as_given;
     }
     fits_by_stage.push_back(fit);
@@ -266,7 +333,7 @@ std::vector<StageFit> fit_pipeline(const TrainConfig& config, std::size_t capaci
         return false;  // a setup the config or the engine refuses fits nothing
       }
     };
-    StageFit fit{stage, {}, {}, {}, {}};
+    StageFit fit{stage, {}, {}, {}, {}, {}, {}, {}};
     fit.n_layer = largest([&](std::int64_t layers) { return try_gpt(layers, gpt.n_embd); },
                           static_cast<std::int64_t>(kMaxModelUnits) - 2, fewest_layers);
     const auto heads = largest(
@@ -284,7 +351,7 @@ std::vector<StageFit> fit_parameters(const BareModel& model, std::size_t capacit
   for (int stage = 0; stage < StagePlan::kStages; ++stage) {
     BareModel changed = model;
     changed.stage = stage;
-    StageFit fit{stage, {}, {}, {}, {}};
+    StageFit fit{stage, {}, {}, {}, {}, {}, {}, {}};
     const auto count = largest(
         [&](std::int64_t parameters) {
           changed.parameters = static_cast<std::size_t>(parameters);

@@ -25,8 +25,16 @@ struct EstimateJob {
   PeakPlanInput input;
   std::int64_t micro_batch = 0;  // rows per rank; 0 for a bare parameter count
   MicroBatchMemory resize;       // the units' memory at another micro-batch; empty if none
+  // The advice's other builds of the model: model_variants(config), which the caller adds where
+  // it gives advice (a --fit search plans many jobs and needs none).
+  std::vector<ModelVariant> variants;
   std::size_t parameters = 0;
 };
+
+// The same model built another way, for the memory advice: a GPT of one vocabulary piece gets
+// model.vocab_pieces "auto" and then "auto" with the logits by pieces; a GPT in pieces whose
+// logits are whole gets the logits by pieces. None for an MLP, or where "auto" makes one piece.
+std::vector<ModelVariant> model_variants(const TrainConfig& config);
 
 // `model`: config.model already declared (a run declares it once, for every use); declared here
 // when null. The job's `resize` keeps it.
@@ -70,6 +78,11 @@ struct StageFit {
   // Config mode: n_layer at the config's n_embd with each activation_checkpointing.policy
   // (none, selective, full; the config's units), so that the report can say which fits most.
   std::vector<std::pair<RecomputePolicy, std::optional<std::int64_t>>> n_layer_by_policy;
+  // Config mode, stage 3, a GPT of one vocabulary piece: n_layer and n_embd with
+  // model.vocab_pieces "auto" (and the logits by pieces), when that fits more than the config.
+  std::string variant;  // "model.vocab_pieces \"auto\"", empty when none fits more
+  std::optional<std::int64_t> variant_n_layer;
+  std::optional<std::int64_t> variant_n_embd;
 };
 std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity,
                                  std::size_t host_capacity);

@@ -22,7 +22,8 @@ std::string verdict(const EstimateJob& job, const PeakPrediction& prediction,
                   100.0 * static_cast<double>(prediction.device_total) /
                       static_cast<double>(capacity));
   if (fits) return verdict;
-  return verdict + ": " + memory_advice(job.input, capacity, job.micro_batch, job.resize);
+  return verdict + ": " +
+         memory_advice(job.input, capacity, job.micro_batch, job.resize, job.variants);
 }
 
 }  // namespace
@@ -70,6 +71,10 @@ void print_fit(const std::vector<StageFit>& fits, std::size_t capacity, int worl
                                best ? fmt::format(" ({} fits the most)",
                                                   recompute_policy_name(best->first))
                                     : std::string());
+      if (!fit.variant.empty()) {
+        std::cout << fmt::format("    with {}: n_layer {}, n_embd {}\n", fit.variant,
+                                 shown(fit.variant_n_layer), shown(fit.variant_n_embd));
+      }
     }
   }
 }
@@ -92,7 +97,8 @@ nlohmann::ordered_json estimate_json(const EstimateJob& job, const PeakPredictio
   } else {
     out["device_memory"] = capacity;
     out["fits"] = prediction.device_total <= capacity;
-    out["advice"] = memory_advice(job.input, capacity, job.micro_batch, job.resize);
+    out["advice"] =
+        memory_advice(job.input, capacity, job.micro_batch, job.resize, job.variants);
   }
   return out;
 }
@@ -111,6 +117,14 @@ nlohmann::ordered_json fit_json(const std::vector<StageFit>& fits) {
             layers ? nlohmann::ordered_json(*layers) : nlohmann::ordered_json(nullptr);
       }
       row["n_layer_by_policy"] = std::move(by_policy);
+    }
+    if (!fit.variant.empty()) {
+      auto shown = [](const std::optional<std::int64_t>& value) {
+        return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json(nullptr);
+      };
+      row["variant"] = {{"change", fit.variant},
+                        {"n_layer", shown(fit.variant_n_layer)},
+                        {"n_embd", shown(fit.variant_n_embd)}};
     }
     out.push_back(std::move(row));
   }

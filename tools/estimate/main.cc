@@ -122,6 +122,7 @@ int estimate(const Options& options, bool parameter_mode) {
     const char* source = options.device_memory.empty() ? "world.device_memory" : "--device-memory";
     zest::check_model_fits_at_all(*config, {capacity, source});
     job = zest::job_from_config(*config);
+    job.variants = zest::model_variants(*config);
   }
   if (config && config->pipeline.enabled()) return estimate_pipeline(options, *config, job, capacity);
   const zest::PeakPrediction prediction = zest::predict_peak(job.input);

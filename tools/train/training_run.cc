@@ -227,7 +227,12 @@ void train_rank(RankContext& context, RunState& run) {
     trainer = make_pipeline_trainer(context, config);
   } else {
     model = make_model(config.model);
-    engine = std::make_unique<Engine>(context, config.engine);
+    EngineOptions options = config.engine;
+    // An out-of-memory's advice may propose the model built another way (vocabulary pieces).
+    if (options.out_of_memory_advice) {
+      options.out_of_memory_advice = training_memory_advice_with(model_variants(config));
+    }
+    engine = std::make_unique<Engine>(context, options);
     trainer = engine->shard(*model, make_optimizer(config.optimizer));
   }
 
