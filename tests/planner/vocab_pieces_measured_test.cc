@@ -17,6 +17,11 @@ TEST(VocabPiecesMeasured, SixLayersOf384AtStage3EqualThePlanToTheByte) {
 
 // At seq 256 the [N, V] logits decide the peak: with the logits by pieces the head keeps a
 // log-sum-exp per row and each piece's logits are scratch (the bounds: vocab_pieces_plan_test.cc).
+TEST(VocabPiecesMeasured, SixLayersOf384WithLogitsByPiecesEqualThePlanToTheByte) {
+  pieces_support::expect_measured_equals_planned(
+      GptConfig{6, 6, 384, 50257, 64, kAutoVocabPieces, true}, 4, 4, DType::kFloat32, 1);
+}
+
 TEST(VocabPiecesMeasured, SixLayersOf384AtSeq256WithLogitsByPiecesEqualThePlanToTheByte) {
   pieces_support::expect_measured_equals_planned(
       GptConfig{6, 6, 384, 50257, 256, kAutoVocabPieces, true}, 4, 4, DType::kFloat32, 1);
