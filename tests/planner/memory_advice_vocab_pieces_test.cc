@@ -49,7 +49,8 @@ std::vector<ModelVariant> variants_of(GptConfig config) {
   config.vocab_pieces = kAutoVocabPieces;
   std::vector<ModelVariant> variants{variant(config, "model.vocab_pieces \"auto\"")};
   config.logits_by_pieces = true;
-  variants.push_back(variant(config, "model.vocab_pieces \"auto\" and model.logits_by_pieces true"));
+  variants.push_back(
+      variant(config, "model.vocab_pieces \"auto\" and model.logits_by_pieces true"));
   return variants;
 }
 

@@ -51,7 +51,8 @@ TEST_F(ZestEstimateVocabPieces, AdviceNamesAutoPiecesWhereNothingElseFits) {
   const json out = estimate({"--device-memory", "160MiB"});
   EXPECT_EQ(out["fits"], false);
   EXPECT_THAT(out["advice"].get<std::string>(),
-              HasSubstr("; with model.vocab_pieces \"auto\" at zero_optimization.stage 3 it needs"));
+              HasSubstr("; with model.vocab_pieces \"auto\" at zero_optimization.stage 3 it "
+                        "needs"));
   // Already in pieces: not proposed again.
   const json cut = estimate({"--device-memory", "100MiB", "--set", "model.vocab_pieces=\"auto\""});
   EXPECT_THAT(cut["advice"].get<std::string>(), Not(HasSubstr("vocab_pieces")));
