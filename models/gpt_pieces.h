@@ -4,7 +4,11 @@
 // residual stream), the blocks, and "head", which borrows the pieces in turn (one gathered at a
 // time at stage 3) for its logits and d(ln_f out). The head's product for d(wte) is deferred to
 // each piece's own backward, which reads the head's saved ln_f(x) and d(logits): the head's saved
-// buffer lives until the embedding's backward (UnitMemory::saved_freed_by). Invariant: the same
+// buffer lives until the embedding's backward (UnitMemory::saved_freed_by). With
+// config.logits_by_pieces the head keeps a log-sum-exp per row instead of the [N, V] logits and
+// each piece's logits are scratch, made in the head's forward, its backward and the piece's
+// backward (kernels/cross_entropy_pieces.h; the pieces then read their parameters in backward).
+// Invariant: the same
 // initial model, losses within fp32 rounding of the uncut model (not bit-identical: products on
 // a slice of the vocabulary are blocked differently by BLAS).
 #pragma once
