@@ -8,9 +8,8 @@
 // config.logits_by_pieces the head keeps a log-sum-exp per row instead of the [N, V] logits and
 // each piece's logits are scratch, made in the head's forward, its backward and the piece's
 // backward (kernels/cross_entropy_pieces.h; the pieces then read their parameters in backward).
-// Invariant: the same
-// initial model, losses within fp32 rounding of the uncut model (not bit-identical: products on
-// a slice of the vocabulary are blocked differently by BLAS).
+// Invariant: the same initial model, losses within fp32 rounding of the uncut model (not
+// bit-identical: products on a slice of the vocabulary are blocked differently by BLAS).
 #pragma once
 
 #include <cstdint>
