@@ -36,6 +36,10 @@ namespace zest {
 // seen freed, when it allocates the next one (one being reduced while backward writes the next).
 // The engine keeps to it and the memory planner counts with it.
 inline constexpr std::size_t kLiveGradientBuckets = 2;
+// Stages 2-3 at one rank, where gradients accumulate into their shard (GradientReducer's
+// accumulates_into_shard): the most units whose backward the host has enqueued and not yet
+// seen run when it starts the next one's; it starts the first only once the forward has run.
+inline constexpr std::size_t kLiveShardTargets = 1;
 
 struct FlatUnit {
   Unit* unit = nullptr;  // owned by the Module

@@ -25,6 +25,13 @@
 
 namespace zest {
 
+// Whether stages 2-3 accumulate each unit's gradient straight into its gradient shard: in a
+// shard group of one rank with no replicas, whose shard is the whole unit, reducing in the
+// compute dtype (a mean over one rank is the gradient itself). Else through a per-unit bucket.
+// The planner asks the same.
+bool accumulates_into_shard(const StagePlan& plan, const EngineOptions& options, int group_size,
+                            int replicas);
+
 class GradientReducer {
  public:
   // Called in comm-stream order right after a unit's reduction in the step's last micro-batch,
@@ -38,8 +45,9 @@ class GradientReducer {
                   ParameterGatherer& gatherer, FinalShard final_shard);
 
   // The full flat gradient buffer a unit's backward accumulates into: its gradients at stages
-  // 0-1, its bucket (allocated and zeroed on first use in the micro-batch) at stages 2-3, or
-  // its gather slot where ParameterGatherer::gradient_in_slot says so.
+  // 0-1 and where accumulates_into_shard says so, its bucket (allocated and zeroed on first use
+  // in the micro-batch) at stages 2-3, or its gather slot where
+  // ParameterGatherer::gradient_in_slot says so.
   void* target(FlatUnit& unit);
   // Before a micro-batch's backward: whether it is the step's last.
   void backward_begins(bool last_micro_batch);
@@ -50,6 +58,8 @@ class GradientReducer {
  private:
   void reduce(FlatUnit& unit);
   void reduce_quantized(FlatUnit& unit, void* source, std::size_t shard, std::size_t first);
+  // Until fewer than kLiveGradientBuckets (kLiveShardTargets) are in flight.
+  void wait_for_bucket();
 
   RankContext& context_;
   const EngineOptions& options_;
@@ -68,6 +78,10 @@ class GradientReducer {
   std::deque<int> buckets_in_flight_;  // units whose bucket the comm stream has yet to free
   std::unique_ptr<Event> serialize_;   // overlap_comm false: compute waits for each reduction
   std::unique_ptr<QuantizedReduceScatter> quantized_;  // qgZ
+  bool into_shard_ = false;            // accumulates_into_shard
+  std::vector<bool> targeted_;  // into_shard_: per unit, its shard is this micro-batch's target
+  std::unique_ptr<Event> forward_done_;  // into_shard_: compute at backward_begins
+  bool forward_pending_ = false;         // the next wait_for_bucket waits for it first
 };
 
 }  // namespace zest

@@ -21,13 +21,18 @@
 
 namespace zest {
 
+// Whether stage 3 gathers into a ring at a shard group of `group_size` ranks (the planner asks
+// the same): at one rank a shard is its whole unit and is used where it lies.
+inline bool gathers_at(int group_size) { return group_size > 1; }
+
 class ParameterGatherer {
  public:
   ParameterGatherer(RankContext& context, const EngineOptions& options, const StagePlan& plan,
                     std::size_t unit_count);
 
   // Stage 3: allocates the ring (category gather), laid out by gather_ring_layout from the
-  // options and the units.
+  // options and the units; none in a shard group of one rank (gathers_at), where pin() hands
+  // out the shard, which is the whole unit.
   void allocate_ring(const std::vector<FlatUnit>& units);
 
   // The unit's full flat parameters in the compute dtype, for compute work enqueued next (pinned

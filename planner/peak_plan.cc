@@ -10,6 +10,8 @@
 #include "engine/flat_unit.h"
 #include "engine/gather_ring.h"
 #include "engine/quantized_collectives.h"
+#include "engine/gradient_reducer.h"
+#include "engine/parameter_gatherer.h"
 #include "engine/recompute.h"
 #include "engine/stage_plan.h"
 #include "planner/peak_ledger.h"
@@ -74,6 +76,8 @@ class Replay {
   const PeakPlanInput& input_;
   const EngineOptions& options_;
   const StagePlan plan_;
+  // GradientReducer's accumulates_into_shard: no buckets, backward writes the gradient shard.
+  const bool into_shard_;
   PeakLedger ledger_;
   Handle stream_scratch_ = PeakLedger::kNone;
   std::size_t stream_scratch_bytes_ = 0;
@@ -81,6 +85,9 @@ class Replay {
   std::vector<Handle> outputs_, grad_inputs_, saved_, buckets_;
   std::vector<std::vector<Handle>> held_saved_;  // per unit: others' saved its backward frees
   std::vector<std::size_t> bucket_released_;
+  std::vector<bool> targeted_;  // into_shard_: per unit, its shard is this micro-batch's target
+  std::size_t forward_done_ = 0;  // into_shard_: compute's position at backward's start
+  bool forward_pending_ = false;
   std::deque<int> buckets_in_flight_;
   std::size_t recomputed_calls_ = 0;  // in this micro-batch
   std::array<std::size_t, kRecomputeLag> lag_positions_{};
@@ -92,7 +99,9 @@ class Replay {
 };
 
 Replay::Replay(const PeakPlanInput& input)
-    : input_(input), options_(input.engine), plan_(StagePlan::of(input.engine.stage)), ledger_(input.device == DeviceKind::kCuda) {
+    : input_(input), options_(input.engine), plan_(StagePlan::of(input.engine.stage)),
+      into_shard_(accumulates_into_shard(plan_, options_, input.world_size, input.replicas)),
+      ledger_(input.device == DeviceKind::kCuda) {
   for (std::size_t u = 0; u < input.model.units.size(); ++u) {
     const UnitShapes& shapes = input.model.units[u];
     const ShardLayout layout =
@@ -129,6 +138,7 @@ Replay::Replay(const PeakPlanInput& input)
   held_saved_.assign(n, {});
   buckets_.assign(n, kNone);
   bucket_released_.assign(n, 0);
+  targeted_.assign(n, false);
 }
 
 void Replay::construct() {
@@ -138,7 +148,7 @@ void Replay::construct() {
   ledger_.allocate(state.grads, Category::kGrads);
   ledger_.allocate(state.optimizer, Category::kOptimizer);
   if (input_.model_state_only) return;
-  if (plan_.gathers_before_each_use()) {
+  if (plan_.gathers_before_each_use() && gathers_at(input_.world_size)) {
     GatherRingSizing sizing;
     sizing.minimum_slots = options_.gather_slots;
     sizing.prefetch_elements = options_.stage3_prefetch_bucket_size;
@@ -179,10 +189,19 @@ void Replay::construct() {
 }
 
 void Replay::gradient_target(int u) {
-  if (!plan_.reduce_per_unit || buckets_[u] != kNone) return;
-  while (buckets_in_flight_.size() >= kLiveGradientBuckets) {
+  if (!plan_.reduce_per_unit || buckets_[u] != kNone || targeted_[u]) return;
+  if (forward_pending_) {  // GradientReducer::wait_for_bucket
+    ledger_.synchronize(Stream::kCompute, forward_done_);
+    forward_pending_ = false;
+  }
+  const std::size_t live = into_shard_ ? kLiveShardTargets : kLiveGradientBuckets;
+  while (buckets_in_flight_.size() >= live) {
     ledger_.synchronize(Stream::kComm, bucket_released_[buckets_in_flight_.front()]);
     buckets_in_flight_.pop_front();
+  }
+  if (into_shard_) {  // GradientReducer::target: the wait, no bucket
+    targeted_[u] = true;
+    return;
   }
   buckets_[u] = ledger_.allocate(units_[u].full * element(), Category::kBuckets);
 }
@@ -272,6 +291,10 @@ void Replay::forward() {
 }
 
 void Replay::backward(bool reduce_now) {
+  if (into_shard_) {  // GradientReducer::backward_begins
+    forward_done_ = ledger_.record(Stream::kCompute);
+    forward_pending_ = true;
+  }
   std::vector<int> bucket;
   std::size_t bucket_elements = 0;
   const int last = static_cast<int>(units_.size()) - 1;
@@ -345,7 +368,11 @@ void Replay::reduce(int u) {
     const std::size_t bytes = units_[u].full * dtype_size(options_.communication_dtype);
     ledger_.release_on(Stream::kComm, ledger_.allocate(bytes, Category::kBuckets));
   }
-  if (plan_.reduce_per_unit && !units_[u].gradient_in_slot) {
+  if (plan_.reduce_per_unit && into_shard_) {
+    targeted_[u] = false;
+    bucket_released_[u] = ledger_.record(Stream::kComm);
+    buckets_in_flight_.push_back(u);
+  } else if (plan_.reduce_per_unit && !units_[u].gradient_in_slot) {
     ledger_.release_on(Stream::kComm, std::exchange(buckets_[u], kNone));
     bucket_released_[u] = ledger_.record(Stream::kComm);
     buckets_in_flight_.push_back(u);

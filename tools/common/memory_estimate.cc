@@ -93,6 +93,8 @@ EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> m
   job.input = plan_input(*model, micro_batch_shape(config.model, config.micro_batch), config.engine,
                          states, shard_ranks(config));
   job.input.synchronize_between_steps = true;  // zest-train's stop check after every step
+  const int shard = shard_ranks(config);
+  if (shard > 0 && config.world.ranks > shard) job.input.replicas = config.world.ranks / shard;
   job.input.device = config.world.device;
   job.input.batch_bytes = micro_batch_bytes(config.model, config.micro_batch);
   job.micro_batch = config.micro_batch;
