@@ -40,6 +40,9 @@ inline constexpr std::size_t kLiveGradientBuckets = 2;
 // accumulates_into_shard): the most units whose backward the host has enqueued and not yet
 // seen run when it starts the next one's; it starts the first only once the forward has run.
 inline constexpr std::size_t kLiveShardTargets = 1;
+// There, in forward: the most unit calls the host has enqueued and not yet seen run when it
+// starts the next (one running, one queued behind it, so compute never waits for the host).
+inline constexpr std::size_t kForwardCallsAhead = 2;
 
 struct FlatUnit {
   Unit* unit = nullptr;  // owned by the Module

@@ -33,6 +33,21 @@ GradientReducer::GradientReducer(RankContext& context, const EngineOptions& opti
         options.quantization_block);
   }
   forward_done_ = context.device.create_event();
+  for (std::size_t i = 0; i < kForwardCallsAhead; ++i) {
+    forward_calls_.push_back(context.device.create_event());
+  }
+}
+
+void GradientReducer::forward_call_begins() {
+  if (into_shard_ && forward_calls_begun_ >= kForwardCallsAhead) {
+    forward_calls_[forward_calls_begun_ % kForwardCallsAhead]->synchronize();
+  }
+}
+
+void GradientReducer::forward_call_done() {
+  if (!into_shard_) return;
+  context_.compute.record(*forward_calls_[forward_calls_begun_ % kForwardCallsAhead]);
+  ++forward_calls_begun_;
 }
 
 bool accumulates_into_shard(const StagePlan& plan, const EngineOptions& options, int group_size,
@@ -87,6 +102,7 @@ void GradientReducer::backward_begins(bool last_micro_batch) {
   if (into_shard_) {  // the first target waits for the forward (wait_for_bucket)
     context_.compute.record(*forward_done_);
     forward_pending_ = true;
+    forward_calls_begun_ = 0;
   }
   bucket_.clear();
   bucket_elements_ = 0;

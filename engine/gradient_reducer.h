@@ -49,6 +49,11 @@ class GradientReducer {
   // in the micro-batch) at stages 2-3, or its gather slot where
   // ParameterGatherer::gradient_in_slot says so.
   void* target(FlatUnit& unit);
+  // Around each unit's forward call, in order: where gradients accumulate into their shard
+  // (one rank, nothing to overlap), the host starts a call only once compute has run the one
+  // before the previous, so the forward's workspaces are freed as it goes (kForwardCallsAhead).
+  void forward_call_begins();
+  void forward_call_done();
   // Before a micro-batch's backward: whether it is the step's last.
   void backward_begins(bool last_micro_batch);
   // After `unit`'s backward has been enqueued on compute (units in reverse order, unit 0 last):
@@ -82,6 +87,9 @@ class GradientReducer {
   std::vector<bool> targeted_;  // into_shard_: per unit, its shard is this micro-batch's target
   std::unique_ptr<Event> forward_done_;  // into_shard_: compute at backward_begins
   bool forward_pending_ = false;         // the next wait_for_bucket waits for it first
+  // into_shard_: the last kForwardCallsAhead forward calls' ends, round-robin
+  std::vector<std::unique_ptr<Event>> forward_calls_;
+  std::size_t forward_calls_begun_ = 0;
 };
 
 }  // namespace zest

@@ -467,6 +467,7 @@ void ZeroTrainer::run_forward(const Batch& batch) {
   for (FlatUnit& unit : units_) {
     if (!counted_[static_cast<std::size_t>(unit.index)]) continue;  // a lent copy runs nothing
     const RecomputePolicy recompute = recompute_of(static_cast<std::size_t>(unit.index));
+    reducer_->forward_call_begins();
     CallViews views = prepare_call(unit, false, recompute != RecomputePolicy::kNone);
     Context context(*this, unit, batch, views,
                     recompute == RecomputePolicy::kFull ? Pass::kCheckpoint : Pass::kPlain);
@@ -481,6 +482,7 @@ void ZeroTrainer::run_forward(const Batch& batch) {
       input.output_view.data = nullptr;
     }
     if (recompute != RecomputePolicy::kNone) recomputed_call_done();
+    reducer_->forward_call_done();
   }
 }
 

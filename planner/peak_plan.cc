@@ -87,6 +87,9 @@ class Replay {
   std::vector<std::size_t> bucket_released_;
   std::vector<bool> targeted_;  // into_shard_: per unit, its shard is this micro-batch's target
   std::size_t forward_done_ = 0;  // into_shard_: compute's position at backward's start
+  // into_shard_: GradientReducer::forward_call_begins / done
+  std::array<std::size_t, kForwardCallsAhead> forward_calls_{};
+  std::size_t forward_calls_begun_ = 0;
   bool forward_pending_ = false;
   std::deque<int> buckets_in_flight_;
   std::size_t recomputed_calls_ = 0;  // in this micro-batch
@@ -261,6 +264,10 @@ void Replay::recomputed_call_done() {
 void Replay::forward() {
   for (std::size_t u = 0; u < units_.size(); ++u) {
     const RecomputePolicy recompute = units_[u].recompute;
+    if (into_shard_ && forward_calls_begun_ >= kForwardCallsAhead) {
+      ledger_.synchronize(Stream::kCompute,
+                          forward_calls_[forward_calls_begun_ % kForwardCallsAhead]);
+    }
     if (recompute != RecomputePolicy::kNone) wait_for_lagging_call();
     std::vector<Handle> scratch;
     prepare(static_cast<int>(u), false, scratch);
@@ -287,6 +294,10 @@ void Replay::forward() {
       copies_in_flight_.push_back(ledger_.record(Stream::kCopy));
     }
     if (recompute != RecomputePolicy::kNone) recomputed_call_done();
+    if (into_shard_) {
+      forward_calls_[forward_calls_begun_ % kForwardCallsAhead] = ledger_.record(Stream::kCompute);
+      ++forward_calls_begun_;
+    }
   }
 }
 
@@ -294,6 +305,7 @@ void Replay::backward(bool reduce_now) {
   if (into_shard_) {  // GradientReducer::backward_begins
     forward_done_ = ledger_.record(Stream::kCompute);
     forward_pending_ = true;
+    forward_calls_begun_ = 0;
   }
   std::vector<int> bucket;
   std::size_t bucket_elements = 0;
