@@ -2,9 +2,11 @@
 // stream, while backward goes on with the earlier units. Follows the stage plan: stages 0-1
 // reduce the step's last micro-batch only, in buckets of reduce_bucket_size elements (all-reduce
 // at stage 0, reduce-scatter at stage 1); stages 2-3 reduce-scatter every unit as soon as its
-// backward ends, from a bucket of the unit's full gradient into its gradient shard. Owns those
-// per-unit buckets (category buckets), the events that order each reduction after the backward
-// that wrote it, and the units grouped into the bucket being filled.
+// backward ends, from a bucket of the unit's full gradient into its gradient shard (at one rank,
+// where the shard is the unit, backward writes the shard itself, and the host is kept close to
+// compute instead: accumulates_into_shard). Owns those per-unit buckets (category buckets), the
+// events that order each reduction after the backward that wrote it, and the units grouped into
+// the bucket being filled.
 // Invariant: at most kLiveGradientBuckets per-unit buckets exist at once (one written by backward,
 // one being reduced), so stage 2 never holds every unit's full gradients.
 #pragma once
