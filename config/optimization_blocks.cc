@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/secondary_partition.h"
 #include "optim/lr_schedule.h"
 #include "config/blocks.h"
 
@@ -232,12 +233,43 @@ static void parse_quantized(Block& block, TrainConfig& out) {
   }
 }
 
+// zero_optimization.zero_hpz_partition_size (DeepSpeed's ZeRO++ key): 1 is off; a larger group
+// of consecutive ranks inside a node keeps the secondary partition (engine/secondary_partition.h).
+// Stage 3 only, and not with hybrid sharding, whose gathers stay in the node already.
+static void parse_hpz_partition_size(Block& block, TrainConfig& out) {
+  const std::string path = block.path("zero_hpz_partition_size");
+  const json& value = block.get_or("zero_hpz_partition_size", 1);
+  if (!value.is_number() || value.is_boolean()) {
+    config_error(path, "must be 1 (off) or a number of ranks inside a node, got " + describe(value));
+  }
+  const std::int64_t size = read_integer(value, path);
+  if (size < 1 || size > 65536) {
+    config_error(path, "must be 1 (off) or a number of ranks inside a node, got " + value.dump());
+  }
+  out.engine.hpz_partition_size = static_cast<int>(size);
+  if (size == 1) return;
+  // world.ranks_per_node "auto" (0) is taken as one node here; the engine checks the nodes the
+  // launcher reports.
+  hpz_partition_size(static_cast<int>(size), out.engine.stage, out.world.ranks,
+                     out.world.ranks_per_node);
+  if (out.engine.quantized_weights) {
+    config_error(path, value.dump() + " with zero_optimization.zero_quantized_weights: the "
+                       "secondary partition of quantized gathers is not supported yet; set one "
+                       "of them off");
+  }
+  if (out.engine.hybrid_shard_size != 0) {
+    config_error(path, value.dump() + " with zero_optimization.hybrid_shard_size: a hybrid shard "
+                       "group's gathers stay inside its node already; set one of them off");
+  }
+}
+
 void parse_zero(Block& root, TrainConfig& out) {
   Block block(root.object_or_empty("zero_optimization"), "zero_optimization",
               {"stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
                "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
                "contiguous_gradients", "offload_optimizer", "hybrid_shard_size",
-               "zero_quantized_weights", "zero_quantized_gradients", "zero_quantized_block_size"});
+               "zero_quantized_weights", "zero_quantized_gradients", "zero_quantized_block_size",
+               "zero_hpz_partition_size"});
   const json& stage = block.get_or("stage", 0);
   const std::int64_t value = read_integer(stage, block.path("stage"));
   if (value < 0 || value > 3) {
@@ -247,6 +279,7 @@ void parse_zero(Block& root, TrainConfig& out) {
 
   parse_hybrid_shard_size(block, out);
   parse_quantized(block, out);
+  parse_hpz_partition_size(block, out);
 
   ZeroOverlapConfig& overlap = out.zero_overlap;
   EngineOptions& engine = out.engine;

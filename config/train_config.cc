@@ -321,6 +321,16 @@ static void refuse_quantized_gradients_pipeline(const TrainConfig& out) {
                    "; set zero_quantized_gradients to false or leave the pipeline block out");
 }
 
+// Note: hpZ inside pipeline stages would need each pipeline stage's data-parallel groups to lie
+// inside nodes in groups of zero_hpz_partition_size; untested, so refused as hybrid sharding is.
+static void refuse_hpz_pipeline(const TrainConfig& out) {
+  if (!out.pipeline.enabled() || out.engine.hpz_partition_size == 1) return;
+  config_error("zero_optimization.zero_hpz_partition_size",
+               "the secondary partition inside pipeline stages is not supported yet, and "
+               "pipeline.stages is " + std::to_string(out.pipeline.stages) +
+                   "; set zero_hpz_partition_size to 1 or leave the pipeline block out");
+}
+
 void parse_checkpoint(Block& root, TrainConfig& out) {
   Block block(root.object_or_empty("checkpoint"), "checkpoint",
               {"dir", "every_steps", "keep_last", "save_on_exit", "resume"});
@@ -421,6 +431,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   refuse_hybrid_pipeline(out);
   refuse_quantized_gradients_hybrid(out);
   refuse_quantized_gradients_pipeline(out);
+  refuse_hpz_pipeline(out);
   // The engine takes the planner's out-of-memory advice as a hook (it never includes the planner).
   out.engine.out_of_memory_advice = training_memory_advice;
   return out;

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "base/error.h"
+#include "engine/secondary_partition.h"
 
 namespace zest {
 
@@ -136,17 +137,20 @@ GatherRing::Slot& GatherRing::take_free_slot(int unit_index) {
 }
 
 void* GatherRing::pin(const FlatUnit& unit, Stream& comm, Stream& compute,
-                      Communicator& communicator) {
+                      Communicator& communicator, SecondaryPartition* secondary) {
   Slot* slot = find(unit.index);
   if (!slot) {
     slot = &take_free_slot(unit.index);
     // The slot's previous unit may still be read by work already enqueued.
     comm.wait(*slot->unpinned);
-    communicator.label_next(("gather " + unit.layout.unit_name()).c_str());
-    if (quantized_) {
+    if (secondary) {
+      secondary->gather(unit, comm, slot->buffer.data());
+    } else if (quantized_) {
+      communicator.label_next(("gather " + unit.layout.unit_name()).c_str());
       quantized_->all_gather(communicator, comm, unit.params.data(), slot->buffer.data(),
                              unit.layout.shard_length(), dtype_);
     } else {
+      communicator.label_next(("gather " + unit.layout.unit_name()).c_str());
       communicator.all_gather(comm, unit.params.data(), slot->buffer.data(),
                               unit.layout.shard_length(), dtype_);
     }

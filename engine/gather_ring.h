@@ -22,6 +22,8 @@
 
 namespace zest {
 
+class SecondaryPartition;  // engine/secondary_partition.h
+
 // What sizes the ring, from the stage-3 options (engine/engine.h) and the units.
 struct GatherRingSizing {
   std::size_t minimum_slots = 2;       // EngineOptions::gather_slots, per class
@@ -60,8 +62,10 @@ class GatherRing {
   GatherRing(Device& device, const GatherRingLayout& layout, DType dtype);
 
   // Makes `unit`'s full flat parameters present, pins its slot and returns them (valid for
-  // `compute` work enqueued after this call until unpin()).
-  void* pin(const FlatUnit& unit, Stream& comm, Stream& compute, Communicator& communicator);
+  // `compute` work enqueued after this call until unpin()). With `secondary` (hpZ), it gathers
+  // the unit into the slot instead of `communicator`.
+  void* pin(const FlatUnit& unit, Stream& comm, Stream& compute, Communicator& communicator,
+            SecondaryPartition* secondary = nullptr);
   // The compute work enqueued so far is the last to read `unit`'s slot.
   void unpin(const FlatUnit& unit, Stream& compute);
   // `unit`'s slot (it must be resident) becomes its gradient bucket: zeroed on `compute` now,

@@ -10,6 +10,9 @@ ParameterGatherer::ParameterGatherer(RankContext& context, const EngineOptions& 
   for (std::size_t i = 0; i < unit_count; ++i) ready_.push_back(context.device.create_event());
   optimizer_done_ = context.device.create_event();
   serialize_ = context.device.create_event();
+  const int hpz = hpz_partition_size(options.hpz_partition_size, plan.stage, context.world_size,
+                                     context.topology.ranks_per_node());
+  if (hpz > 0) secondary_ = std::make_unique<SecondaryPartition>(context, hpz, options.compute_dtype);
 }
 
 void ParameterGatherer::allocate_ring(const std::vector<FlatUnit>& units) {
@@ -35,6 +38,7 @@ void ParameterGatherer::allocate_ring(const std::vector<FlatUnit>& units) {
                                                    options_.quantization_block);
     ring_->quantize_gathers(quantized_.get());
   }
+  if (secondary_) secondary_->allocate(units);
 }
 
 bool ParameterGatherer::gradient_in_slot(const FlatUnit& unit) const {
@@ -70,7 +74,8 @@ void* ParameterGatherer::pin(FlatUnit& unit) {
     context_.prefetch.wait(*ready_[index]);
     awaiting_[index] = false;
   }
-  return ring_->pin(unit, context_.prefetch, context_.compute, context_.communicator);
+  return ring_->pin(unit, context_.prefetch, context_.compute, context_.communicator,
+                    secondary_.get());
 }
 
 void ParameterGatherer::unpin(FlatUnit& unit) {
@@ -109,6 +114,7 @@ void ParameterGatherer::step_done(std::vector<FlatUnit>& units, bool each_unit_r
 
 void ParameterGatherer::forget() {
   if (ring_) ring_->clear();
+  if (secondary_) secondary_->parameters_changed();
 }
 
 }  // namespace zest

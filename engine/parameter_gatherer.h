@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "engine/flat_unit.h"
 #include "engine/gather_ring.h"
+#include "engine/secondary_partition.h"
 #include "engine/stage_plan.h"
 #include "runtime/world.h"
 
@@ -31,8 +32,9 @@ class ParameterGatherer {
                     std::size_t unit_count);
 
   // Stage 3: allocates the ring (category gather), laid out by gather_ring_layout from the
-  // options and the units; none in a shard group of one rank (gathers_at), where pin() hands
-  // out the shard, which is the whole unit.
+  // options and the units, and with hpZ the secondary partition (category secondary); no ring
+  // in a shard group of one rank (gathers_at), where pin() hands out the shard, which is the
+  // whole unit.
   void allocate_ring(const std::vector<FlatUnit>& units);
 
   // The unit's full flat parameters in the compute dtype, for compute work enqueued next (pinned
@@ -61,6 +63,8 @@ class ParameterGatherer {
 
   // For tests: how many units the gather ring holds now (stage 3; 0 otherwise).
   std::size_t gathered_units() const { return ring_ ? ring_->resident_count() : 0; }
+  // hpZ (engine/secondary_partition.h); null when zero_hpz_partition_size is off.
+  const SecondaryPartition* secondary() const { return secondary_.get(); }
 
  private:
   RankContext& context_;
@@ -68,6 +72,7 @@ class ParameterGatherer {
   const StagePlan& plan_;
   std::unique_ptr<QuantizedGather> quantized_;  // qwZ; before ring_, which points to it
   std::unique_ptr<GatherRing> ring_;
+  std::unique_ptr<SecondaryPartition> secondary_;  // stage 3 with hpZ
   GatherRingLayout layout_;
   std::vector<std::unique_ptr<Event>> ready_;  // per unit: recorded on comm after its update
   std::vector<bool> awaiting_;                 // per unit: the next pin() waits for ready_

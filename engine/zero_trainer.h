@@ -55,6 +55,8 @@ class ZeroTrainer final : public Trainer {
 
   // For tests: how many units the gather ring holds now (stage 3; 0 otherwise).
   std::size_t gathered_units() const { return gatherer_->gathered_units(); }
+  // For tests: hpZ's secondary partition (null when zero_hpz_partition_size is off).
+  const SecondaryPartition* secondary_partition() const { return gatherer_->secondary(); }
 
   // ---- a pipeline stage (zero_trainer_pipeline.cc; pipeline/pipeline_trainer.h drives it) ----
   // Built on the stage's units (engine/sub_module.h) in the stage's data-parallel group, with

@@ -8,6 +8,7 @@ const char* category_name(Category category) {
     case Category::kGrads: return "grads";
     case Category::kOptimizer: return "optimizer";
     case Category::kGather: return "gather";
+    case Category::kSecondary: return "secondary";
     case Category::kBuckets: return "buckets";
     case Category::kActivations: return "activations";
     case Category::kWorkspace: return "workspace";
@@ -18,8 +19,9 @@ const char* category_name(Category category) {
 
 const std::array<Category, kCategoryCount>& all_categories() {
   static const std::array<Category, kCategoryCount> categories = {
-      Category::kParams, Category::kGrads,       Category::kOptimizer, Category::kGather,
-      Category::kBuckets, Category::kActivations, Category::kWorkspace, Category::kOffload};
+      Category::kParams,      Category::kGrads,     Category::kOptimizer,
+      Category::kGather,      Category::kSecondary, Category::kBuckets,
+      Category::kActivations, Category::kWorkspace, Category::kOffload};
   return categories;
 }
 

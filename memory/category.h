@@ -13,13 +13,14 @@ enum class Category {
   kGrads,        // gradients (full or shard)
   kOptimizer,    // fp32 master weights and optimizer moments
   kGather,       // ZeRO-3 buffers that hold a unit's gathered parameters
+  kSecondary,    // ZeRO-3 with hpZ: each unit's secondary shard, partitioned within a node
   kBuckets,      // gradient reduction buckets
   kActivations,  // what forward keeps for backward
   kWorkspace,    // scratch that lives within one operation
   kOffload,      // in host memory: an offloaded optimizer's master weights, moments, transfers
 };
 
-inline constexpr std::size_t kCategoryCount = 8;
+inline constexpr std::size_t kCategoryCount = 9;
 
 const char* category_name(Category category);
 // All categories in declaration order, for loops and reports.

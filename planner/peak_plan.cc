@@ -13,6 +13,7 @@
 #include "engine/gradient_reducer.h"
 #include "engine/parameter_gatherer.h"
 #include "engine/recompute.h"
+#include "engine/secondary_partition.h"
 #include "engine/stage_plan.h"
 #include "planner/peak_ledger.h"
 
@@ -172,6 +173,13 @@ void Replay::construct() {
       ledger_.allocate(quantized_gather_bytes(largest_shard(), input_.world_size,
                                               options_.quantization_block),
                        Category::kGather);
+    }
+    // ParameterGatherer's secondary partition (hpZ): 1/h of each unit, for the whole run.
+    const int hpz = hpz_partition_size(options_.hpz_partition_size, options_.stage,
+                                       input_.world_size, input_.world_size);
+    for (const PlannedUnit& unit : units_) {
+      if (hpz == 0) break;
+      ledger_.allocate(unit.full / static_cast<std::size_t>(hpz) * element(), Category::kSecondary);
     }
     // ParameterGatherer::gradient_in_slot: such a unit's gradient costs no bucket.
     for (std::size_t u = 0; u < units_.size(); ++u) {
