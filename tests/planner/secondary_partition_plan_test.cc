@@ -1,0 +1,194 @@
+// The planner with hpZ's secondary partition (zero_optimization.zero_hpz_partition_size): its own
+// category, `secondary`, 1/h of every unit for the whole run, and the allocator against the plan,
+// every category to the byte, for a small GPT (its embedding in vocabulary pieces) at stage 3 on
+// 2 nodes x 2 ranks and 1 x 4: fp32 and bf16, accumulation, recomputation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "memory/shard_layout.h"
+#include "models/gpt.h"
+#include "planner/peak_plan.h"
+#include "runtime/world.h"
+
+namespace zest {
+namespace {
+
+struct Job {
+  GptConfig model;
+  int nodes = 2;
+  int per_node = 2;
+  int hpz = 2;
+  DType dtype = DType::kFloat32;
+  int accumulation = 1;
+  RecomputePolicy recompute = RecomputePolicy::kNone;
+  std::int64_t sequences = 2;
+
+  int world() const { return nodes * per_node; }
+  EngineOptions options() const {
+    EngineOptions options;
+    options.stage = 3;
+    options.compute_dtype = dtype;
+    options.communication_dtype = dtype;
+    options.gradient_accumulation_steps = accumulation;
+    options.activation_checkpointing.policy = recompute;
+    options.hpz_partition_size = hpz;
+    return options;
+  }
+};
+
+PeakPrediction plan(const Job& job) {
+  Gpt model(job.model);
+  return predict_peak(plan_input(model, {job.sequences, job.model.seq_len}, job.options(),
+                                 make_optimizer(OptimizerOptions{})->state_count(), job.world()));
+}
+
+std::vector<MemoryUsage> train(const Job& job) {
+  std::vector<MemoryUsage> usage(job.world());
+  WorldOptions world_options;
+  world_options.ranks = job.world();
+  world_options.ranks_per_node = job.per_node;
+  world_options.link.modelled = false;
+  World(world_options).run([&](RankContext& context) {
+    Gpt model(job.model);
+    Engine engine(context, job.options());
+    auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
+    std::mt19937 rng(3 + context.rank);
+    std::uniform_int_distribution<std::int32_t> token(0, job.model.vocab_size - 1);
+    std::vector<std::int32_t> inputs(job.sequences * job.model.seq_len);
+    std::vector<std::int32_t> targets(inputs.size());
+    for (auto& id : inputs) id = token(rng);
+    for (auto& id : targets) id = token(rng);
+    const Batch batch{Tensor{inputs.data(), {job.sequences, job.model.seq_len}, DType::kInt32},
+                      Tensor{targets.data(), {job.sequences, job.model.seq_len}, DType::kInt32}};
+    for (int step = 0; step < 2; ++step) {
+      for (int micro = 0; micro < job.accumulation; ++micro) trainer->forward_backward(batch);
+      trainer->step();
+    }
+    context.synchronize();
+    usage[context.rank] = context.allocator().usage();
+  });
+  return usage;
+}
+
+// Every category's peak on every rank equals the plan. Frees run in stream order, so a host
+// descheduled on a loaded machine measures less (never more): the largest peaks of up to twelve
+// runs must reach the plan, as in tests/planner/vocab_pieces_support.h.
+void expect_measured_equals_planned(const Job& job) {
+  const PeakPrediction planned = plan(job);
+  auto equal = [&](const std::vector<MemoryUsage>& measured) {
+    for (const MemoryUsage& usage : measured) {
+      if (usage.total_peak != planned.device_total) return false;
+      for (Category category : all_categories()) {
+        if (usage.peak_of(category) != planned.of(category)) return false;
+      }
+    }
+    return true;
+  };
+  std::vector<MemoryUsage> measured = train(job);
+  for (int run = 1; run < 12 && !equal(measured); ++run) {
+    const std::vector<MemoryUsage> again = train(job);
+    for (std::size_t rank = 0; rank < measured.size(); ++rank) {
+      for (std::size_t c = 0; c < kCategoryCount; ++c) {
+        measured[rank].peak[c] = std::max(measured[rank].peak[c], again[rank].peak[c]);
+      }
+      measured[rank].total_peak = std::max(measured[rank].total_peak, again[rank].total_peak);
+    }
+  }
+  for (std::size_t rank = 0; rank < measured.size(); ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    for (Category category : all_categories()) {
+      EXPECT_EQ(measured[rank].peak_of(category), planned.of(category)) << category_name(category);
+    }
+    EXPECT_EQ(measured[rank].total_peak, planned.device_total);
+  }
+}
+
+const GptConfig kSmallGpt{2, 2, 16, 512, 8, kAutoVocabPieces};
+
+TEST(SecondaryPartitionPlan, IsOneHthOfEveryUnitInItsOwnCategory) {
+  for (int hpz : {2, 4}) {
+    Job job{kSmallGpt};
+    job.nodes = 1;
+    job.per_node = 4;
+    job.hpz = hpz;
+    const PeakPrediction with = plan(job);
+    job.hpz = 1;
+    const PeakPrediction without = plan(job);
+    Gpt model(kSmallGpt);
+    const PeakPlanInput input = plan_input(model, {2, kSmallGpt.seq_len}, job.options(), 2, 4);
+    std::size_t expected = 0;
+    for (const UnitShapes& unit : input.model.units) {
+      const ShardLayout layout = ShardLayout::build(unit.name, unit.params, 4, input.model.alignment);
+      expected += layout.flat_length() / static_cast<std::size_t>(hpz) * sizeof(float);
+    }
+    EXPECT_GT(expected, 0u);
+    EXPECT_EQ(with.of(Category::kSecondary), expected) << hpz;
+    EXPECT_EQ(without.of(Category::kSecondary), 0u);
+    // Nothing else moves: the secondary partition lives for the whole run beside the rest.
+    for (Category category : all_categories()) {
+      if (category == Category::kSecondary) continue;
+      EXPECT_EQ(with.of(category), without.of(category)) << category_name(category);
+    }
+    EXPECT_EQ(with.device_total, without.device_total + expected);
+  }
+}
+
+TEST(SecondaryPartitionPlan, EveryCategoryEqualsTheMeasuredPeakToTheByte) {
+  struct Case {
+    int nodes, per_node, hpz;
+    DType dtype;
+    int accumulation;
+    RecomputePolicy recompute;
+    int pieces;
+  };
+  constexpr int kAuto = kAutoVocabPieces;
+  for (const Case& c : {Case{2, 2, 2, DType::kFloat32, 2, RecomputePolicy::kFull, kAuto},
+                        Case{2, 2, 2, DType::kBFloat16, 1, RecomputePolicy::kFull, kAuto},
+                        Case{2, 2, 2, DType::kFloat32, 1, RecomputePolicy::kSelective, kAuto},
+                        Case{1, 4, 4, DType::kFloat32, 2, RecomputePolicy::kNone, kAuto},
+                        Case{1, 4, 2, DType::kFloat32, 1, RecomputePolicy::kSelective, kAuto}}) {
+    Job job{kSmallGpt, c.nodes, c.per_node, c.hpz, c.dtype, c.accumulation, c.recompute};
+    job.model.vocab_pieces = c.pieces;
+    SCOPED_TRACE(std::to_string(c.nodes) + " x " + std::to_string(c.per_node) + ", hpz " +
+                 std::to_string(c.hpz) + ", " + dtype_name(c.dtype) + ", accumulation " +
+                 std::to_string(c.accumulation) + ", recompute " +
+                 std::to_string(static_cast<int>(c.recompute)) + ", pieces " +
+                 std::to_string(c.pieces));
+    expect_measured_equals_planned(job);
+  }
+}
+
+// Note: without recomputation at 2 x 2 (hpZ groups of 2 in a world of 4) the ranks' compute streams,
+// whose backward gathers now wait for one peer instead of three, run ahead of the host's
+// replayed order on a loaded machine and free a unit's output or scratch before the host's
+// next allocation: activations and workspace measure up to a few KiB below the plan in most
+// runs (never above); plain stage 3 met it in every run we made. Recomputation's lag bound
+// (engine/recompute.h) holds the host and its streams together, and the plan is met to the byte
+// (above). Here: the model state, the ring and the secondary partition to the byte, the rest
+// at most the plan.
+TEST(SecondaryPartitionPlan, WithoutRecomputationNoCategoryExceedsThePlan) {
+  Job job{kSmallGpt};
+  job.accumulation = 2;
+  const PeakPrediction planned = plan(job);
+  const std::vector<MemoryUsage> measured = train(job);
+  for (std::size_t rank = 0; rank < measured.size(); ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    for (Category category : all_categories()) {
+      EXPECT_LE(measured[rank].peak_of(category), planned.of(category)) << category_name(category);
+    }
+    for (Category category : {Category::kParams, Category::kGrads, Category::kOptimizer,
+                              Category::kGather, Category::kSecondary}) {
+      EXPECT_EQ(measured[rank].peak_of(category), planned.of(category)) << category_name(category);
+    }
+    EXPECT_GT(measured[rank].peak_of(Category::kSecondary), 0u);
+  }
+}
+
+}  // namespace
+}  // namespace zest
