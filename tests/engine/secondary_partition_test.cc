@@ -1,8 +1,9 @@
 // ZeRO++'s hpZ (zero_optimization.zero_hpz_partition_size, engine/secondary_partition.h): stage 3
 // with a secondary partition inside each node trains to the bit as plain stage 3 on 2 nodes x 2
-// ranks, 1 x 4 and 4 x 1, with accumulation and recomputation; a backward never reads a secondary
-// shard from before a step or a load; backward's gathers put no byte across nodes; sizes that do
-// not fit a node, other stages and hybrid sharding are one line naming the key.
+// ranks, 1 x 4 and 4 x 1, with accumulation, recomputation, bf16 and the optimizer offloaded; no
+// gather reads a secondary shard from before a step or a load; backward's gathers put no byte
+// across nodes; sizes that do not fit a node, other stages and hybrid sharding are one line naming
+// the key.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -38,6 +39,8 @@ struct Shape {
   int hpz;
   int accumulation;
   RecomputePolicy recompute;
+  DType dtype = DType::kFloat32;
+  bool offload = false;  // offload_optimizer: the updated shards come back on the comm stream
 };
 
 RunSpec spec_for(const Shape& shape, int hpz) {
@@ -51,9 +54,12 @@ RunSpec spec_for(const Shape& shape, int hpz) {
   spec.configure_world = [per_node = shape.per_node](WorldOptions& world) {
     world.ranks_per_node = per_node;
   };
-  spec.configure_engine = [hpz, recompute = shape.recompute](EngineOptions& engine) {
+  spec.compute_dtype = shape.dtype;
+  spec.communication_dtype = shape.dtype;
+  spec.configure_engine = [hpz, shape](EngineOptions& engine) {
     engine.hpz_partition_size = hpz;
-    engine.activation_checkpointing.policy = recompute;
+    engine.activation_checkpointing.policy = shape.recompute;
+    if (shape.offload) engine.offload_optimizer.device = OffloadDevice::kCpu;
   };
   return spec;
 }
@@ -81,7 +87,8 @@ std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
   const Shape& s = info.param;
   return std::to_string(s.nodes) + "Nodes" + std::to_string(s.per_node) + "Ranks_Hpz" +
          std::to_string(s.hpz) + "_Accumulation" + std::to_string(s.accumulation) +
-         (s.recompute == RecomputePolicy::kFull ? "_Recompute" : "");
+         (s.recompute == RecomputePolicy::kFull ? "_Recompute" : "") +
+         (s.dtype == DType::kBFloat16 ? "_Bf16" : "") + (s.offload ? "_Offload" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -91,7 +98,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{2, 2, 2, 2, RecomputePolicy::kFull},
                       Shape{1, 4, 4, 2, RecomputePolicy::kNone},
                       Shape{1, 4, 2, 2, RecomputePolicy::kFull},
-                      Shape{4, 1, 1, 2, RecomputePolicy::kFull}),
+                      Shape{4, 1, 1, 2, RecomputePolicy::kFull},
+                      Shape{2, 2, 2, 2, RecomputePolicy::kNone, DType::kBFloat16},
+                      Shape{2, 2, 2, 2, RecomputePolicy::kNone, DType::kFloat32, true}),
     shape_name);
 
 // A load between steps changes the parameters outside a step: what follows must gather the
