@@ -6,7 +6,8 @@
 // of the unit until they change again — its backward, a recomputation, the next micro-batches'
 // forward — runs inside the node group from the secondary shards, so no parameter byte crosses
 // nodes there. Invariant: a secondary shard is read only while fresh, that is after a gather
-// since the parameters last changed (a step, skipped or not, or a loaded checkpoint).
+// since the parameters last changed (an applied step or a loaded checkpoint; a skipped step
+// changes nothing, and the shards stay fresh as the gather ring's slots stay resident).
 #pragma once
 
 #include <memory>

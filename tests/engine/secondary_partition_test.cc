@@ -135,6 +135,27 @@ TEST(SecondaryPartition, NoGatherReadsAShardFromBeforeALoadOrAStep) {
   expect_identical(plain, hpz);
 }
 
+// fp16 from a loss scale of 2^24: the first steps overflow and are skipped (nothing changes, so
+// the secondary shards stay fresh and the next step's gathers read them), then it trains.
+TEST(SecondaryPartition, SkippedStepsKeepTheShardsAndTrainAsPlainStageThree) {
+  auto spec = [](int hpz) {
+    RunSpec run = spec_for(Shape{2, 2, hpz, 2, RecomputePolicy::kNone}, hpz);
+    run.compute_dtype = DType::kFloat16;
+    run.communication_dtype = DType::kFloat16;
+    run.loss_scale.enabled = true;
+    run.loss_scale.initial_scale_power = 24;
+    run.steps = 12;
+    run.loss_scale.hysteresis = 1;
+    return run;
+  };
+  const RunResult plain = run_mlp(spec(1));
+  const RunResult hpz = run_mlp(spec(2));
+  ASSERT_TRUE(hpz.stats[0].skipped);
+  ASSERT_FALSE(hpz.stats.back().skipped);
+  EXPECT_EQ(plain.losses, hpz.losses);
+  for (const auto& [name, values] : plain.params) EXPECT_EQ(values, hpz.params.at(name)) << name;
+}
+
 // Inter-node bytes of each collective kind over `steps` steps (rank 0's; every rank counts alike)
 // of the MLP at stage 3 on 2 nodes x 2 ranks, and of one evaluate() (forward gathers only).
 struct Wire {
