@@ -104,8 +104,10 @@ CheckpointPlacement placement_of(const Trainer& trainer, int rank, int world_siz
     return plain;
   }
   const CheckpointPlacement& p = *given;
-  bool fits = p.parts >= 1 && p.shards >= 1 && p.parts * p.shards == world_size &&
-              p.part * p.shards + p.shard == rank && p.unit_parts.size() == p.units.size() &&
+  bool fits = p.parts >= 1 && p.shards >= 1 && p.replicas >= 1 && p.replica >= 0 &&
+              p.replica < p.replicas && p.parts * p.shards * p.replicas == world_size &&
+              (p.part * p.replicas + p.replica) * p.shards + p.shard == rank &&
+              p.unit_parts.size() == p.units.size() &&
               p.local_units.size() == trainer.layouts().size();
   for (std::size_t i = 0; fits && i < p.local_units.size(); ++i) {
     fits = p.local_units[i] < p.units.size() &&

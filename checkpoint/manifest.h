@@ -12,6 +12,11 @@
 // r's shard of that part's units only, in the order above; world_size is then the data-parallel
 // size, the ranks each unit is sharded over. A unit is listed once, so a reader finds it by name
 // whatever mesh wrote it.
+// A hybrid-sharded run's checkpoint (zero_optimization.hybrid_shard_size) holds each shard once:
+// every shard group holds the same model state, so the first group's ranks write the files and
+// the manifest is that of a run of the shard group's size (world_size), adding
+// `hybrid_shard_size` (= world_size) and `hybrid_replicas` (how many groups held the shards). A
+// reader that does not know the two keys reads it rightly as that smaller run's checkpoint.
 // Invariant: the manifest is written last, after every rank file is complete and fsynced.
 #pragma once
 
@@ -33,7 +38,8 @@ namespace zest {
 // Note: a pipeline's checkpoint is version 1 too. Its keys (pipeline_stages, a unit's
 // pipeline_stage) are written only when there are several stages, and a reader that does not know
 // them still refuses it, never misreads it: it counts pipeline_stages × world_size files where it
-// expects world_size.
+// expects world_size. A hybrid run's is version 1 for a better reason: read without its keys it is
+// a correct checkpoint of the shard group's size.
 inline constexpr int kCheckpointFormatVersion = 1;
 
 struct CheckpointParam {
@@ -69,6 +75,7 @@ struct CheckpointManifest {
   std::int64_t step = 0;  // optimizer steps taken (TrainerCounters::steps_taken)
   int world_size = 1;       // ranks each unit is sharded over
   int pipeline_stages = 1;  // parts; files = pipeline_stages × world_size
+  int hybrid_replicas = 1;  // shard groups that held these shards; only the first saved them
   int stage = 0;
   DType compute_dtype = DType::kFloat32;
   std::size_t shard_alignment = kDefaultShardAlignment;
@@ -77,7 +84,7 @@ struct CheckpointManifest {
   nlohmann::json extra = nlohmann::json::object();  // the caller's: the data position, ...
   std::vector<CheckpointUnit> units;
   std::vector<CheckpointTensor> tensors;
-  std::vector<CheckpointFile> files;  // one per rank, in rank order (part-major)
+  std::vector<CheckpointFile> files;  // one per saving rank, in rank order (part-major)
   // Set by read_manifest: manifest.json's own checksum, when it had one (then it matched); none
   // for a manifest written before zest checksummed manifests. Ignored when writing.
   std::optional<std::uint64_t> manifest_xxh3;

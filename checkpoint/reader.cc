@@ -189,6 +189,7 @@ LoadedCheckpoint load_checkpoint(RankContext& context, Trainer& trainer, const s
     loaded.saved_world_size = manifest.world_size;
     loaded.saved_stage = manifest.stage;
     loaded.saved_pipeline_stages = manifest.pipeline_stages;
+    loaded.saved_replicas = manifest.hybrid_replicas;
     loaded.resharded = manifest.world_size != placement.shards;
     loaded.config = manifest.config;
     loaded.extra = manifest.extra;

@@ -5,7 +5,8 @@
 // shard from the old ranks' files (resharding at load; any stage to any stage, since files have
 // the same shape at every stage). Units are found by their place in the whole model, so a
 // pipeline's checkpoint loads at any pipeline stages × data-parallel ranks, or into a plain
-// trainer, and back (Trainer::checkpoint_placement). Invariant: either every rank loads and the trainer continues
+// trainer, and back (Trainer::checkpoint_placement); a hybrid run's holds its shards once, and
+// every shard group's rank reads its shard from them. Invariant: either every rank loads and the trainer continues
 // exactly where the saved run stood, or every rank throws (a failed load leaves the trainer's
 // state undefined: build a new one).
 #pragma once
@@ -31,6 +32,7 @@ struct LoadedCheckpoint {
   std::int64_t step = 0;
   int saved_world_size = 1;       // ranks each unit was sharded over (per pipeline stage)
   int saved_pipeline_stages = 1;
+  int saved_replicas = 1;  // hybrid sharding's shard groups (each held every shard)
   int saved_stage = 0;
   bool resharded = false;  // the shard count differed: shards were cut anew
   nlohmann::json config;   // the saved run's resolved config

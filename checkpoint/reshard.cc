@@ -49,9 +49,10 @@ ReshardResult reshard_checkpoint(const std::string& source_path, const std::stri
   source.verify_all();
   const CheckpointManifest& old = source.manifest();
   CheckpointManifest manifest = old;
-  // The output is plain (one part): it loads into a trainer of any mesh all the same.
+  // The output is plain (one part, one replica): it loads into a trainer of any mesh all the same.
   manifest.world_size = world_size;
   manifest.pipeline_stages = 1;
+  manifest.hybrid_replicas = 1;  // one copy of each shard was read: the output is its only one
   manifest.stage = stage.value_or(old.stage);
   manifest.units = describe_units(layouts_for(old, world_size));
   manifest.files.clear();

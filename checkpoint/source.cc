@@ -32,7 +32,9 @@ const ReadOnlyFile& CheckpointSource::file(int rank) const {
         (std::filesystem::path(dir_) / manifest_.files[static_cast<std::size_t>(rank)].name)
             .string();
     if (!std::filesystem::exists(path)) {
-      throw Error(ErrorKind::kCheckpoint, path + ": missing (the manifest lists it)");
+      throw Error(ErrorKind::kCheckpoint,
+                  path + ": missing (the manifest lists it): the checkpoint is incomplete; "
+                         "restore the file or resume from another checkpoint");
     }
     slot = std::make_unique<ReadOnlyFile>(path);
   }

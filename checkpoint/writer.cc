@@ -6,8 +6,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <memory>
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include "base/durable_file.h"
 #include "base/error.h"
@@ -53,12 +56,12 @@ std::vector<std::size_t> saved_units(const CheckpointPlacement& placement) {
   return saved;
 }
 
-// Writes this rank's shard of its units' state tensors, unit by unit, tensor by tensor.
-FileDigest write_rank_file(const RankContext& context, Trainer& trainer,
-                           const CheckpointPlacement& placement,
-                           const std::vector<CheckpointTensor>& tensors, const std::string& path,
-                           std::optional<std::uint64_t>* budget) {
-  HashingFileWriter writer(path, budget);
+// Hands `out` this rank's shard of its units' state tensors, unit by unit, tensor by tensor: the
+// bytes of its rank file.
+void stream_rank_state(const RankContext& context, Trainer& trainer,
+                       const CheckpointPlacement& placement,
+                       const std::vector<CheckpointTensor>& tensors,
+                       const std::function<void(const void*, std::size_t)>& out) {
   const std::vector<ShardLayout>& layouts = trainer.layouts();
   for (std::size_t u : saved_units(placement)) {
     if (layouts[u].shard_length() != placement.units[placement.local_units[u]].shard_length()) {
@@ -83,11 +86,71 @@ FileDigest write_rank_file(const RankContext& context, Trainer& trainer,
       const std::size_t size = dtype_size(shard.dtype);
       read_state_elements(context, shard.data, shard.dtype, shard.end - shard.begin,
                           [&](const void* host, std::size_t, std::size_t count) {
-                            writer.write(host, count * size);
+                            out(host, count * size);
                           });
     }
   }
+}
+
+FileDigest write_rank_file(const RankContext& context, Trainer& trainer,
+                           const CheckpointPlacement& placement,
+                           const std::vector<CheckpointTensor>& tensors, const std::string& path,
+                           std::optional<std::uint64_t>* budget) {
+  HashingFileWriter writer(path, budget);
+  stream_rank_state(context, trainer, placement, tensors,
+                    [&](const void* bytes, std::size_t size) { writer.write(bytes, size); });
   return writer.finish();
+}
+
+// What write_rank_file would write, hashed and not written: a hybrid run's other shard groups
+// hold the same shards as the first, which writes them.
+FileDigest hash_rank_state(const RankContext& context, Trainer& trainer,
+                           const CheckpointPlacement& placement,
+                           const std::vector<CheckpointTensor>& tensors) {
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                  &XXH3_freeState);
+  if (!state) throw Error(ErrorKind::kInternal, "XXH3_createState failed");
+  XXH3_64bits_reset(state.get());
+  FileDigest digest;
+  stream_rank_state(context, trainer, placement, tensors,
+                    [&](const void* bytes, std::size_t size) {
+                      XXH3_64bits_update(state.get(), bytes, size);
+                      digest.bytes += size;
+                    });
+  digest.xxh3 = XXH3_64bits_digest(state.get());
+  return digest;
+}
+
+// The world rank that holds shard `shard` of part `part` in shard group `replica`.
+int world_rank_of(const CheckpointPlacement& p, int part, int replica, int shard) {
+  return (part * p.replicas + replica) * p.shards + shard;
+}
+
+// The manifest's files: shard group 0's, in file order (part-major). Every other group's rank
+// hashed the same state; a digest that differs from its group-0 twin's means the replicas
+// drifted apart (their gradients stopped being all-reduced alike), and saving one of them would
+// silently drop the others: a kInternal Error naming both ranks, and nothing is saved.
+std::vector<CheckpointFile> saved_files(const CheckpointPlacement& p,
+                                        const std::vector<PhaseRecord>& written) {
+  std::vector<CheckpointFile> files;
+  for (int part = 0; part < p.parts; ++part) {
+    for (int shard = 0; shard < p.shards; ++shard) {
+      const PhaseRecord& saved = written.at(static_cast<std::size_t>(world_rank_of(p, part, 0, shard)));
+      files.push_back({rank_file_name(part * p.shards + shard), saved.bytes, saved.xxh3});
+      for (int replica = 1; replica < p.replicas; ++replica) {
+        const int rank = world_rank_of(p, part, replica, shard);
+        const PhaseRecord& twin = written.at(static_cast<std::size_t>(rank));
+        if (twin.bytes == saved.bytes && twin.xxh3 == saved.xxh3) continue;
+        throw Error(ErrorKind::kInternal,
+                    fmt::format("hybrid sharding's replicas disagree: rank {} holds another state "
+                                "than rank {} for the same shard (xxh3 {} and {}); nothing was "
+                                "saved",
+                                rank, world_rank_of(p, part, 0, shard), hex_digest(twin.xxh3),
+                                hex_digest(saved.xxh3)));
+      }
+    }
+  }
+  return files;
 }
 
 // Removes what earlier saves left when they crashed: temporary and half-removed directories, a
@@ -197,15 +260,19 @@ SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
   raise_if_failed({prepared}, failure, what);
   const std::string temporary = join(root, prepared.get_text());
 
-  // Phase 2: every rank writes and fsyncs its own file.
+  // Phase 2: every rank writes and fsyncs its own file; with hybrid sharding, the first shard
+  // group's ranks, while the others hash the same state for rank 0 to hold against it.
   const std::vector<CheckpointTensor> tensors = state_tensors(trainer);
   CheckpointPlacement placement;
   record = PhaseRecord{};
   failure = capture(record, [&] {
     placement = placement_of(trainer, context.rank, context.world_size);
+    const int file = placement.part * placement.shards + placement.shard;
     const FileDigest digest =
-        write_rank_file(context, trainer, placement, tensors,
-                        join(temporary, rank_file_name(context.rank)), &budget);
+        placement.replica == 0
+            ? write_rank_file(context, trainer, placement, tensors,
+                              join(temporary, rank_file_name(file)), &budget)
+            : hash_rank_state(context, trainer, placement, tensors);
     record.bytes = digest.bytes;
     record.xxh3 = digest.xxh3;
   });
@@ -224,6 +291,7 @@ SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
       manifest.step = counters.steps_taken;
       manifest.world_size = placement.shards;
       manifest.pipeline_stages = placement.parts;
+      manifest.hybrid_replicas = placement.replicas;
       manifest.stage = trainer.stage();
       manifest.compute_dtype = trainer.options().compute_dtype;
       manifest.shard_alignment = trainer.options().shard_alignment;
@@ -232,12 +300,9 @@ SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
       manifest.extra = extra;
       manifest.units = describe_units(placement.units, placement.unit_parts);
       manifest.tensors = tensors;
+      manifest.files = saved_files(placement, written);
       std::uint64_t total = 0;
-      for (int r = 0; r < context.world_size; ++r) {
-        const PhaseRecord& w = written[static_cast<std::size_t>(r)];
-        manifest.files.push_back({rank_file_name(r), w.bytes, w.xxh3});
-        total += w.bytes;
-      }
+      for (const CheckpointFile& file : manifest.files) total += file.bytes;
       total += write_manifest(temporary, manifest, &budget);
       fsync_directory(temporary);
       replaced = publish_directory(temporary, saved.path);

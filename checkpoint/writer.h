@@ -3,8 +3,10 @@
 // rank writes its own rank-<r>.bin into a temporary directory .tmp-step-<N>-<tag>/ and fsyncs
 // it; rank 0 collects the files' sizes and checksums, writes manifest.json, fsyncs, renames the
 // directory into place, fsyncs <dir>, and only then replaces `latest` (temp file, fsync,
-// rename). Invariant: at every moment `latest` names a complete checkpoint (or does not exist);
-// a crash or an error mid-save leaves the previous checkpoint and `latest` as they were.
+// rename). A hybrid-sharded run's shard groups hold the same state: the first group's ranks write
+// it, the others only hash theirs, and rank 0 refuses to save when a hash differs from its twin's.
+// Invariant: at every moment `latest` names a complete checkpoint (or does not exist); a crash or
+// an error mid-save leaves the previous checkpoint and `latest` as they were.
 #pragma once
 
 #include <cstdint>

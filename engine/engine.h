@@ -146,16 +146,20 @@ struct StateShard {
 };
 
 // Where a rank's state goes in a checkpoint (checkpoint/manifest.h) when its units are not the
-// whole model sharded over the world — a pipeline's. The model's units are split into `parts`
-// (pipeline stages), each part's units sharded over `shards` ranks (its data-parallel group);
-// this rank holds shard `shard` of part `part`, and its file is number part × shards + shard,
-// which must be its world rank. A unit lent to another part (the tied embedding's copy) is saved
-// by its own part only and restored into both.
+// whole model sharded over the world — a pipeline's, a hybrid-sharded run's. The model's units
+// are split into `parts` (pipeline stages), each part's units sharded over `shards` ranks (its
+// data-parallel group, or its shard group); this rank holds shard `shard` of part `part`, and its
+// file is number part × shards + shard. With hybrid sharding `replicas` shard groups hold the
+// same shards: this rank is in group `replica`, and only group 0 writes (the files are its). The
+// world rank is (part × replicas + replica) × shards + shard. A unit lent to another part (the
+// tied embedding's copy) is saved by its own part only and restored into both.
 struct CheckpointPlacement {
   int parts = 1;
   int part = 0;
   int shards = 1;
   int shard = 0;
+  int replicas = 1;
+  int replica = 0;
   std::vector<ShardLayout> units;  // the whole model's units, at `shards` ranks, in model order
   std::vector<int> unit_parts;     // the part that saves each of `units`
   std::vector<std::size_t> local_units;  // per layouts() entry: its index in `units`

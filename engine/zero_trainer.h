@@ -52,6 +52,8 @@ class ZeroTrainer final : public Trainer {
   void state_loaded() override;
   TrainerCounters counters() const override;
   void set_counters(const TrainerCounters& counters) override;
+  // Hybrid sharding's: the shard group's shard, one of `replicas` copies; none otherwise.
+  std::optional<CheckpointPlacement> checkpoint_placement() const override;
 
   // For tests: how many units the gather ring holds now (stage 3; 0 otherwise).
   std::size_t gathered_units() const { return gatherer_->gathered_units(); }

@@ -57,6 +57,21 @@ void ZeroTrainer::state_loaded() {
   context_.synchronize();
 }
 
+std::optional<CheckpointPlacement> ZeroTrainer::checkpoint_placement() const {
+  if (context_.replicas <= 1) return std::nullopt;
+  CheckpointPlacement placement;
+  placement.shards = context_.world_size;
+  placement.shard = context_.rank;
+  placement.replicas = context_.replicas;
+  // Note: shard groups are consecutive world ranks (runtime/hybrid_communicator.h), so the group
+  // is the world rank over the group's size.
+  placement.replica = context_.rank_in_world() / context_.world_size;
+  placement.units = layouts_;
+  placement.unit_parts.assign(layouts_.size(), 0);
+  for (std::size_t u = 0; u < layouts_.size(); ++u) placement.local_units.push_back(u);
+  return placement;
+}
+
 TrainerCounters ZeroTrainer::counters() const {
   return {steps_taken_, optimizer_steps_, scaler_.state()};
 }
