@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "kernels/convert.h"
 #include "checkpoint/agreement.h"
+#include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/state_shard_copies.h"
 
@@ -109,11 +110,11 @@ void check_fits(const SafetensorsReader& file, const std::vector<ShardLayout>& l
                           fmt::join(shown, "; "), more));
 }
 
-// Copies this rank's part of unit `u` out of the file into every parameter-valued shard view.
-void fill_unit(const RankContext& context, const SafetensorsReader& file,
+// Copies shard `shard`'s part of unit `u` out of the file into every parameter-valued shard view.
+void fill_unit(const RankContext& context, int shard_index, const SafetensorsReader& file,
                const ShardLayout& layout, const std::vector<StateShard>& shards,
                const std::map<std::string, FileSource>& sources) {
-  for (const ShardPiece& piece : layout.pieces(context.rank)) {
+  for (const ShardPiece& piece : layout.pieces(shard_index)) {
     const ParamSlot& slot = layout.params()[piece.param_index];
     const FileSource& from = sources.at(layout.unit_name() + "." + slot.name);
     const std::vector<float> values = file.read_float32(from.name);
@@ -150,8 +151,10 @@ ImportResult import_parameters(RankContext& context, Trainer& trainer, const std
   PhaseRecord copied;
   const std::optional<Error> copy_failure = capture(copied, [&] {
     const std::map<std::string, FileSource> sources = file_sources(layouts);
+    // The rank's shard: its world rank, or its place in its shard group (hybrid sharding).
+    const int shard = placement_of(trainer, context.rank, context.world_size).shard;
     for (std::size_t u = 0; u < layouts.size(); ++u) {
-      fill_unit(context, *file, layouts[u], trainer.state_shards(u), sources);
+      fill_unit(context, shard, *file, layouts[u], trainer.state_shards(u), sources);
       result.tensors += layouts[u].params().size();
       result.parameters += layouts[u].numel();
     }

@@ -65,7 +65,7 @@ struct ImportRun {
 // Builds an Mlp(kSizes) trainer on `world` ranks at `stage`, imports `path`, and reads every
 // parameter back; `error` receives rank 0's error message instead when the import throws.
 ImportRun import_into(const std::string& path, int world, int stage, DType dtype,
-                      std::string* error = nullptr) {
+                      std::string* error = nullptr, int hybrid_shard_size = 0) {
   ImportRun run;
   WorldOptions world_options;
   world_options.ranks = world;
@@ -75,6 +75,7 @@ ImportRun import_into(const std::string& path, int world, int stage, DType dtype
     EngineOptions options;
     options.stage = stage;
     options.compute_dtype = dtype;
+    options.hybrid_shard_size = hybrid_shard_size;
     Engine engine(context, options);
     auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
     try {
@@ -114,6 +115,21 @@ TEST_P(ParameterImport, EveryRankHoldsTheFilesValues) {
 
 INSTANTIATE_TEST_SUITE_P(WorldsAndStages, ParameterImport,
                          ::testing::Combine(::testing::Values(1, 3), ::testing::Values(0, 1, 2, 3)));
+
+// Hybrid sharding: every shard group's rank takes its shard's elements, in every group.
+TEST(ParameterImportHybrid, EveryShardGroupHoldsTheFilesValues) {
+  ScratchDirectory scratch;
+  const std::vector<SafetensorsEntry> entries = mlp_entries(kSizes);
+  const auto values = distinct_values(entries);
+  write_file(scratch.path("init.safetensors"), entries, values);
+  for (int stage : {1, 2, 3}) {
+    const ImportRun run = import_into(scratch.path("init.safetensors"), 4, stage,
+                                      DType::kFloat32, nullptr, 2);
+    for (const auto& [name, expected] : values) {
+      EXPECT_EQ(run.params.at(name), expected) << name << " at stage " << stage;
+    }
+  }
+}
 
 TEST(ParameterImportBf16, MasterTakesTheFp32ValuesAndTheCopyTheirRounding) {
   ScratchDirectory scratch;
