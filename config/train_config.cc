@@ -258,28 +258,6 @@ void parse_log(Block& root, TrainConfig& out) {
 }
 
 // `checkpoint`: see CheckpointConfig.
-// Note: a hybrid-sharded run's trainer holds shards of its shard group, while checkpoints and
-// model.init_from place shards by world rank; until the writer saves each shard once (from the
-// first shard group) and the reader hands every replica its shard, such a run refuses them.
-static void refuse_hybrid_state_files(const TrainConfig& out) {
-  const int asked = out.engine.hybrid_shard_size;
-  if (asked == 0 || out.engine.stage == 0 || asked == out.world.ranks) return;
-  const CheckpointConfig& checkpoint = out.checkpoint;
-  std::string uses;
-  if (!checkpoint.dir.empty() && (checkpoint.every_steps > 0 || checkpoint.save_on_exit)) {
-    uses = "checkpoint.dir (saves)";
-  } else if (!checkpoint.resume.empty()) {
-    uses = "checkpoint.resume";
-  } else if (!out.model.init_from.empty()) {
-    uses = "model.init_from";
-  }
-  if (uses.empty()) return;
-  config_error("zero_optimization.hybrid_shard_size",
-               "a hybrid-sharded run cannot save, resume or import parameters yet, and " + uses +
-                   " is set; train with hybrid_shard_size \"off\" for that, or leave " +
-                   uses.substr(0, uses.find(' ')) + " out");
-}
-
 // Note: the pipeline builds each chunk's trainer in its data-parallel group directly, not through
 // Engine::shard, so hybrid sharding would not apply inside a pipeline stage; refused until the
 // chunk's communicator is a HybridCommunicator over that group (docs/architecture.md).
@@ -424,7 +402,6 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   parse_eval(root, out);
   parse_log(root, out);
   parse_checkpoint(root, out);
-  refuse_hybrid_state_files(out);
   parse_debug(root, out);
   parse_monitor(root, out);
   parse_pipeline(root, out);

@@ -100,19 +100,13 @@ TEST(TopologyConfig, HybridShardSizeIsOffANodeOrADivisorOfTheRanks) {
   EXPECT_THAT(config_error(config), HasSubstr("got boolean"));
 }
 
-TEST(TopologyConfig, AHybridRunRefusesCheckpointsAndImportsInOneLine) {
+// A hybrid run's checkpoints hold one shard group's files (checkpoint/manifest.h), and an import
+// fills every group's shards: nothing is refused.
+TEST(TopologyConfig, AHybridRunSavesResumesAndImports) {
   json config = base_config();
   config["zero_optimization"]["hybrid_shard_size"] = 2;
-  config["checkpoint"] = {{"dir", "/tmp/somewhere"}};
-  EXPECT_EQ(config_error(config),
-            "zero_optimization.hybrid_shard_size: a hybrid-sharded run cannot save, resume or "
-            "import parameters yet, and checkpoint.dir (saves) is set; train with "
-            "hybrid_shard_size \"off\" for that, or leave checkpoint.dir out");
-  // Where nothing is sharded across groups, nothing is refused.
-  config["zero_optimization"]["hybrid_shard_size"] = 4;
-  EXPECT_NO_THROW(parse_train_config(config, {}));
-  config["zero_optimization"]["hybrid_shard_size"] = 2;
-  config["zero_optimization"]["stage"] = 0;
+  config["checkpoint"] = {{"dir", "/tmp/somewhere"}, {"resume", "auto"}};
+  config["model"]["init_from"] = "/tmp/somewhere.safetensors";
   EXPECT_NO_THROW(parse_train_config(config, {}));
 }
 

@@ -98,6 +98,12 @@ int inspect(const std::string& path) {
     std::cout << fmt::format("  {} pipeline stages, each unit sharded over {} ranks\n",
                              m.pipeline_stages, m.world_size);
   }
+  if (m.hybrid_replicas > 1) {
+    std::cout << fmt::format("  hybrid sharding: saved by {} shard groups of {} ranks ({} ranks); "
+                             "the files are one group's, the others held the same shards\n",
+                             m.hybrid_replicas, m.world_size,
+                             m.hybrid_replicas * m.world_size * m.pipeline_stages);
+  }
   const zest::LossScalerState& s = m.counters.loss_scaler;
   std::cout << fmt::format("  loss scale {} (skipped steps {})\n", s.scale, s.skipped);
   std::cout << fmt::format("  {} parameters in {} units; state tensors:", parameters,

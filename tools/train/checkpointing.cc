@@ -87,11 +87,17 @@ std::int64_t TrainCheckpoints::resume(RankContext& context, Trainer& trainer) {
   const LoadedCheckpoint loaded = load_checkpoint(context, trainer, path);
   last_saved_ = loaded.step;
   if (leader) {
+    // Every rank that trained: a hybrid run's other shard groups held the saved shards too.
+    const int saved_ranks =
+        loaded.saved_world_size * loaded.saved_pipeline_stages * loaded.saved_replicas;
+    const std::string groups =
+        loaded.saved_replicas > 1
+            ? fmt::format(" in {} shard groups of {}", loaded.saved_replicas, loaded.saved_world_size)
+            : std::string();
     Console::say(fmt::format(
-        "zest-train: resumed from {} at step {} (saved by {} rank{} at stage {}{})", loaded.path,
-        loaded.step, loaded.saved_world_size * loaded.saved_pipeline_stages,
-        loaded.saved_world_size * loaded.saved_pipeline_stages == 1 ? "" : "s",
-        loaded.saved_stage, loaded.resharded ? "; resharded" : ""));
+        "zest-train: resumed from {} at step {} (saved by {} rank{}{} at stage {}{})", loaded.path,
+        loaded.step, saved_ranks, saved_ranks == 1 ? "" : "s", groups, loaded.saved_stage,
+        loaded.resharded ? "; resharded" : ""));
     if (!loaded.manifest_checksum) {
       Console::say("zest-train: warning: " + loaded.path +
                    "/manifest.json has no checksum (an older zest wrote it): its counters and "
