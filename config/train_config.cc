@@ -258,16 +258,18 @@ void parse_log(Block& root, TrainConfig& out) {
 }
 
 // `checkpoint`: see CheckpointConfig.
-// Note: the pipeline builds each chunk's trainer in its data-parallel group directly, not through
-// Engine::shard, so hybrid sharding would not apply inside a pipeline stage; refused until the
-// chunk's communicator is a HybridCommunicator over that group (docs/architecture.md).
-static void refuse_hybrid_pipeline(const TrainConfig& out) {
+// Under a pipeline, hybrid sharding splits each pipeline stage's data-parallel group
+// (pipeline/pipeline_trainer.h): a size must divide that group, not only the world.
+static void check_hybrid_pipeline(const TrainConfig& out) {
   const int asked = out.engine.hybrid_shard_size;
-  if (!out.pipeline.enabled() || asked == 0 || out.engine.stage == 0) return;
+  if (!out.pipeline.enabled() || asked <= 0 || out.engine.stage == 0) return;
+  const int data_parallel = out.pipeline.data_parallel;
+  if (data_parallel % asked == 0) return;
   config_error("zero_optimization.hybrid_shard_size",
-               "hybrid sharding inside pipeline stages is not supported yet, and pipeline.stages is " +
-                   std::to_string(out.pipeline.stages) +
-                   "; set hybrid_shard_size to \"off\" or leave the pipeline block out");
+               "must divide the data-parallel ranks of each pipeline stage (world.ranks " +
+                   std::to_string(out.world.ranks) + " / pipeline.stages " +
+                   std::to_string(out.pipeline.stages) + " = " + std::to_string(data_parallel) +
+                   "), got " + std::to_string(asked));
 }
 
 // Note: qgZ quantizes the reduce-scatter inside a shard group but not the all-reduce across
@@ -405,7 +407,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   parse_debug(root, out);
   parse_monitor(root, out);
   parse_pipeline(root, out);
-  refuse_hybrid_pipeline(out);
+  check_hybrid_pipeline(out);
   refuse_quantized_gradients_hybrid(out);
   refuse_quantized_gradients_pipeline(out);
   refuse_hpz_pipeline(out);

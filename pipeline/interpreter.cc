@@ -85,7 +85,8 @@ float PipelineTrainer::forward_backward(const Batch& batch) {
   }
   const std::int64_t step_number = chunks_.front().trainer->steps_taken() + 1;
   for (Communicator* group : {&context_.communicator, data_parallel_.get(), activations_.get(),
-                              gradients_.get(), tied_.get()}) {
+                              gradients_.get(), tied_.get(),
+                              static_cast<Communicator*>(hybrid_.get())}) {
     if (group) group->begin_step(step_number);
   }
   Step step;

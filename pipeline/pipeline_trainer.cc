@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "engine/hybrid_shards.h"
 #include "pipeline/schedule_generators.h"
 #include "pipeline/schedule_simulator.h"
 #include "runtime/host_collectives.h"
@@ -83,6 +84,12 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
       !pairs.empty() && (pairs.begin()->first == at_.pipeline_stage ||
                          pairs.begin()->second == at_.pipeline_stage);
   build_groups(pairs.empty() ? std::pair<int, int>{-1, -1} : *pairs.begin());
+  // Hybrid sharding inside each pipeline stage: its data-parallel group in shard groups
+  // (engine/hybrid_shards.h), the chunks' trainers in their shard group's view of the rank.
+  const int shard_size = hybrid_shard_size(engine_.hybrid_shard_size, engine_.stage,
+                                           mesh_.data_parallel_size(),
+                                           context_.topology.ranks_per_node());
+  if (shard_size > 0) hybrid_ = std::make_unique<HybridCommunicator>(*data_parallel_, shard_size);
   if (!tied_here) tied_.reset();
 
   send_activations_ = context_.device.create_stream("send activations");
@@ -115,7 +122,7 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
       chunk.lent.push_back(lent_units.count(w) > 0);
       if (chunk.lent.back() && tied_) tied_units_.emplace_back(w, chunks_.size(), u);
     }
-    chunk.context = std::make_unique<RankContext>(RankContext{
+    chunk.context = hybrid_ ? hybrid_context() : std::make_unique<RankContext>(RankContext{
         at_.data_parallel_index, mesh_.data_parallel_size(), context_.device, context_.compute,
         context_.comm, context_.prefetch, *data_parallel_, context_.trace});
     EngineOptions options = engine_;
@@ -143,6 +150,12 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
   placement_.part = at_.pipeline_stage;
   placement_.shards = mesh_.data_parallel_size();
   placement_.shard = at_.data_parallel_index;
+  if (hybrid_) {  // each shard group holds the stage's units once; the first saves them
+    placement_.shards = hybrid_->world_size();
+    placement_.shard = hybrid_->rank();
+    placement_.replicas = hybrid_->replicas();
+    placement_.replica = hybrid_->shard_group();
+  }
   for (std::size_t w = 0; w < whole.size(); ++w) {
     std::vector<ParamShape> shapes;
     for (const ParamSpec& spec : whole[w]->parameters()) shapes.push_back({spec.name, spec.shape});
@@ -150,6 +163,13 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
                                                   engine_.shard_alignment));
     placement_.unit_parts.push_back(schedule_.stage_of(owner[w]));
   }
+}
+
+std::unique_ptr<RankContext> PipelineTrainer::hybrid_context() const {
+  return std::make_unique<RankContext>(RankContext{
+      hybrid_->rank(), hybrid_->world_size(), context_.device, context_.compute, context_.comm,
+      context_.prefetch, *hybrid_, context_.trace, context_.topology, context_.wire,
+      hybrid_->replicas(), context_.rank_in_world()});
 }
 
 PipelineTrainer::~PipelineTrainer() {

@@ -37,6 +37,7 @@
 #include "pipeline/pipeline_options.h"
 #include "pipeline/schedule.h"
 #include "runtime/device_mesh.h"
+#include "runtime/hybrid_communicator.h"
 #include "runtime/world.h"
 
 namespace zest {
@@ -109,6 +110,8 @@ class PipelineTrainer final : public Trainer {
 
   // `tied`: the two stages of the tied group, or (-1, -1) for none.
   void build_groups(std::pair<int, int> tied);
+  // A chunk's context with hybrid sharding: the shard group's view of this rank.
+  std::unique_ptr<RankContext> hybrid_context() const;
   void run_action(Step& step, const Action& action);  // interpreter.cc
   void sum_tied();                                     // interpreter.cc
   void inject_fault(std::size_t action_index, std::size_t actions);
@@ -130,6 +133,7 @@ class PipelineTrainer final : public Trainer {
   std::unique_ptr<Communicator> activations_;
   std::unique_ptr<Communicator> gradients_;
   std::unique_ptr<Communicator> tied_;  // null unless this rank holds a lent unit or its copy
+  std::unique_ptr<HybridCommunicator> hybrid_;  // over data_parallel_; null without hybrid sharding
   std::unique_ptr<Stream> send_activations_;
   std::unique_ptr<Stream> send_gradients_;
   std::vector<Chunk> chunks_;

@@ -110,15 +110,18 @@ TEST(TopologyConfig, AHybridRunSavesResumesAndImports) {
   EXPECT_NO_THROW(parse_train_config(config, {}));
 }
 
-TEST(TopologyConfig, HybridShardingInsidePipelineStagesIsRefusedInOneLine) {
+// Hybrid sharding inside pipeline stages splits each stage's data-parallel group: a size that
+// divides the world but not that group is one line.
+TEST(TopologyConfig, HybridShardingInsidePipelineStagesDividesTheirDataParallelGroup) {
   json config = base_config();
   config["model"]["sizes"] = {8, 16, 16, 4};
   config["zero_optimization"]["hybrid_shard_size"] = 1;
   config["pipeline"] = {{"stages", 2}};
+  EXPECT_NO_THROW(parse_train_config(config, {}));
+  config["zero_optimization"]["hybrid_shard_size"] = 4;
   EXPECT_EQ(config_error(config),
-            "zero_optimization.hybrid_shard_size: hybrid sharding inside pipeline stages is not "
-            "supported yet, and pipeline.stages is 2; set hybrid_shard_size to \"off\" or leave "
-            "the pipeline block out");
+            "zero_optimization.hybrid_shard_size: must divide the data-parallel ranks of each "
+            "pipeline stage (world.ranks 4 / pipeline.stages 2 = 2), got 4");
   config["zero_optimization"]["hybrid_shard_size"] = "off";
   EXPECT_NO_THROW(parse_train_config(config, {}));
 }

@@ -183,4 +183,35 @@ TEST_F(ZestTrainHybridCheckpoint, AManifestThatDisagreesOrAMissingShardIsOneLine
                       "restore the file or resume from another checkpoint"});
 }
 
+// Inside pipeline stages (2 stages x 2 data-parallel ranks in groups of 1): the same numbers as
+// the pipeline without hybrid sharding, and a checkpoint resumed to the bit.
+TEST_F(ZestTrainHybridCheckpoint, InsidePipelineStagesTrainsAndResumes) {
+  const std::string pipeline = R"(pipeline={"stages": 2})";
+  const std::string groups_of_one = "zero_optimization.hybrid_shard_size=1";
+  const std::vector<StepRecord> plain = steps_of({pipeline});
+  const std::vector<StepRecord> hybrid = steps_of({pipeline, groups_of_one});
+  ASSERT_EQ(hybrid.size(), 4u);
+  ASSERT_EQ(plain.size(), 4u);
+  for (std::size_t i = 0; i < hybrid.size(); ++i) {
+    EXPECT_NEAR(hybrid[i].loss, plain[i].loss, 1e-5 * plain[i].loss) << "step " << i + 1;
+    EXPECT_NEAR(hybrid[i].grad_norm, plain[i].grad_norm, 1e-5 * plain[i].grad_norm)
+        << "step " << i + 1;
+  }
+  ASSERT_EQ(steps_of({pipeline, groups_of_one, "steps=2", "checkpoint.dir=" + path("ckpt"),
+                      "checkpoint.every_steps=2"})
+                .size(),
+            2u);
+  EXPECT_EQ(names_in(path("ckpt") + "/step-2"),
+            (std::set<std::string>{"manifest.json", "rank-0.bin", "rank-1.bin"}));
+  std::string out;
+  const std::vector<StepRecord> resumed = steps_of(
+      {pipeline, groups_of_one, "checkpoint.resume=\"" + path("ckpt") + "\""}, &out);
+  ASSERT_EQ(resumed.size(), 2u);
+  for (std::size_t i = 0; i < resumed.size(); ++i) {
+    EXPECT_EQ(resumed[i].loss, hybrid[i + 2].loss) << "step " << i + 3;
+    EXPECT_EQ(resumed[i].grad_norm, hybrid[i + 2].grad_norm) << "step " << i + 3;
+  }
+  EXPECT_THAT(out, HasSubstr("(saved by 4 ranks in 2 shard groups of 1 at stage 3)"));
+}
+
 }  // namespace

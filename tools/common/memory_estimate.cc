@@ -181,7 +181,12 @@ PipelineEstimate pipeline_estimate(const TrainConfig& config, const EstimateJob&
       pipeline.schedule, pipeline.stages, pipeline.micro_batches, pipeline.virtual_chunks);
   PipelinePlanInput input;
   input.model = job.input;
-  input.model.world_size = pipeline.data_parallel;
+  // Each stage's units are sharded over its data-parallel group, or a hybrid shard group of it.
+  const int per_node = config.world.ranks_per_node > 0 ? config.world.ranks_per_node
+                                                       : pipeline.data_parallel;
+  const int shard = hybrid_shard_size(config.engine.hybrid_shard_size, config.engine.stage,
+                                      pipeline.data_parallel, per_node);
+  input.model.world_size = shard == 0 ? pipeline.data_parallel : shard;
   input.units_per_virtual_stage = pipeline.units_per_virtual_stage;
   input.schedule = estimate.schedule;
   input.reshard_after_forward = pipeline.reshard_after_forward;
