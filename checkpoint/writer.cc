@@ -135,7 +135,8 @@ std::vector<CheckpointFile> saved_files(const CheckpointPlacement& p,
   std::vector<CheckpointFile> files;
   for (int part = 0; part < p.parts; ++part) {
     for (int shard = 0; shard < p.shards; ++shard) {
-      const PhaseRecord& saved = written.at(static_cast<std::size_t>(world_rank_of(p, part, 0, shard)));
+      const auto first = static_cast<std::size_t>(world_rank_of(p, part, 0, shard));
+      const PhaseRecord& saved = written.at(first);
       files.push_back({rank_file_name(part * p.shards + shard), saved.bytes, saved.xxh3});
       for (int replica = 1; replica < p.replicas; ++replica) {
         const int rank = world_rank_of(p, part, replica, shard);
