@@ -39,6 +39,13 @@ struct UnitMemory {
   std::size_t selective_forward_workspace = 0;
   std::size_t rebuild_workspace = 0;
   std::size_t rebuild_stream_scratch = 0;
+
+  // Split backward (Unit::supports_split_backward): backward_input allocates its input gradient
+  // and keeps for backward_weight split_kept bytes and, with split_keeps_workspace, its backward
+  // workspace (all activations); backward_weight allocates nothing and frees them with saved.
+  bool split_backward = false;
+  bool split_keeps_workspace = false;
+  std::size_t split_kept = 0;
 };
 
 }  // namespace zest

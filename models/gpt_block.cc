@@ -132,6 +132,12 @@ UnitMemory GptBlock::memory(const GptConfig& config, std::int64_t batch, std::in
   memory.selective_forward_workspace = shape.forward_scratch_elements() * sizeof(float);
   memory.rebuild_workspace = shape.forward_scratch_elements() * sizeof(float);
   memory.rebuild_stream_scratch = shape.cuda_stream_scratch_bytes(false);
+  // backward_input keeps its workspace and the output's gradient with the LayerNorms' four
+  // parameter gradients (`kept`) for backward_weight.
+  memory.split_backward = true;
+  memory.split_keeps_workspace = true;
+  memory.split_kept = (stream_bytes / sizeof(float) + 4 * static_cast<std::size_t>(config.n_embd)) *
+                      sizeof(float);
   return memory;
 }
 

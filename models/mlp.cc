@@ -71,6 +71,7 @@ UnitMemory LinearLayer::memory(std::int64_t rows) const {
   memory.grad_input = makes_grad_input_ ? Tensor{nullptr, {rows, in_}, DType::kFloat32}.bytes() : 0;
   memory.forward_stream_scratch = kCudaMatmulWorkspaceBytes;
   memory.backward_stream_scratch = kCudaMatmulWorkspaceBytes;
+  memory.split_backward = true;  // dz stays in `saved` until backward_weight
   return memory;
 }
 

@@ -68,6 +68,8 @@ struct PipelineTrainer::Step {
   std::vector<DType> received_dtype;
   std::vector<Buffer> headers;           // freed after the streams that read them
   std::vector<std::unique_ptr<Event>> events;  // waited on by the send streams
+  // Per chunk: its last gradient send and the release of the sent buffer have run.
+  std::vector<std::unique_ptr<Event>> gradient_sent;
 };
 
 float PipelineTrainer::forward_backward(const Batch& batch) {
@@ -97,6 +99,7 @@ float PipelineTrainer::forward_backward(const Batch& batch) {
   step.header_sent.assign(chunks_.size(), false);
   step.received_shape.resize(chunks_.size());
   step.received_dtype.assign(chunks_.size(), DType::kFloat32);
+  step.gradient_sent.resize(chunks_.size());
   const std::vector<Action>& actions = schedule_.actions[static_cast<std::size_t>(at_.pipeline_stage)];
   // The step's buffers and events go with `step`: every stream that uses them must be past them
   // first, also when an action failed (a peer's failure ends the transfers waiting for it).
@@ -158,6 +161,19 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
       trace->add({rank, track, label, *begin, TraceRecorder::now_us(), -1});
     });
   };
+  // Note: on the CPU device a free waits for its stream, so a host that enqueued the whole step
+  // before the streams ran it would hold every micro-batch's scratch at once. The host waits for
+  // compute after each forward and backward, for comm after each backward (its reductions: the
+  // engine's host would wait for them in the next backward anyway), and for the chunk's last
+  // gradient send before its next backward, so that what is held is what the schedule holds (planner/pipeline_plan.cc
+  // replays these waits). The stream idles only while the host enqueues one action; a CUDA
+  // device, whose pool frees in stream order, never waits.
+  const bool bounded = context_.device.kind() != DeviceKind::kCuda;
+  const auto host_waits = [&](bool reductions) {
+    if (!bounded) return;
+    context_.compute.synchronize();
+    if (reductions) context_.comm.synchronize();
+  };
   const auto after_compute = [&](Stream& stream) {
     std::unique_ptr<Event> made = context_.device.create_event();
     context_.compute.record(*made);
@@ -185,6 +201,7 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
       traced(context_.compute, "compute", [&] {
         slot.output = chunk.trainer->forward_micro_batch(action.micro_batch, slot.batch);
       });
+      host_waits(false);
       break;
     }
     case ActionKind::kBackward:
@@ -204,6 +221,7 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
       }
       // The backward frees the output that a send may still be reading.
       if (slot.sent) context_.compute.wait(*slot.sent);
+      if (bounded && step.gradient_sent[c]) step.gradient_sent[c]->synchronize();
       chunk.trainer->use_units(chunk.replicas.at(static_cast<std::size_t>(action.micro_batch))->units());
       const bool split =
           action.kind == ActionKind::kBackwardInput && chunk.trainer->splits_backward();
@@ -221,6 +239,7 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
         release_after(context_.device, context_.compute, std::move(slot.received));
         slot.staged.reset();  // frees the staged copies in compute order
       }
+      host_waits(true);
       break;
     }
     case ActionKind::kBackwardWeight: {
@@ -232,6 +251,7 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
       });
       release_after(context_.device, context_.compute, std::move(slot.received));
       slot.staged.reset();
+      host_waits(true);
       break;
     }
     case ActionKind::kSendActivations: {
@@ -274,7 +294,7 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
         read_to_host(context_.device, context_.compute, header, buffer.data(), sizeof header);
         step.received_shape[c].assign(header + 1, header + 1 + header[0]);
         step.received_dtype[c] = static_cast<DType>(header[kHeader - 1]);
-        release_after(context_.device, context_.compute, std::move(buffer));
+        buffer = Buffer();  // compute is past the receive: read_to_host waited for it
       }
       const Tensor shape{nullptr, step.received_shape[c], step.received_dtype[c]};
       slot.received = context_.allocator().allocate(shape.bytes(), Category::kActivations);
@@ -292,6 +312,8 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
                          slot.grad_input.dtype, action.peer);
       });
       release_after(context_.device, *send_gradients_, std::move(slot.grad_input_owner));
+      if (!step.gradient_sent[c]) step.gradient_sent[c] = context_.device.create_event();
+      send_gradients_->record(*step.gradient_sent[c]);
       step.events.push_back(std::move(ready));
       break;
     }

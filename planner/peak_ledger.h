@@ -17,7 +17,9 @@ namespace zest {
 
 class PeakLedger {
  public:
-  enum class Stream { kCompute, kComm, kCopy };  // kCopy: cpu_checkpointing's copy stream
+  // kCopy: cpu_checkpointing's copy stream; kSendActivations / kSendGradients: a pipeline
+  // stage's send streams (pipeline/interpreter.cc).
+  enum class Stream { kCompute, kComm, kCopy, kSendActivations, kSendGradients };
   using Handle = std::size_t;
   static constexpr Handle kNone = std::numeric_limits<Handle>::max();
 
@@ -31,6 +33,10 @@ class PeakLedger {
   // Freed once `stream` has run the work enqueued so far (at once with frees_at_release); kNone
   // is ignored.
   void release_on(Stream stream, Handle handle);
+  // Freed by the host at once (a buffer no stream uses any more); kNone is ignored.
+  void release(Handle handle) {
+    if (handle != kNone) free(handle);
+  }
   // The position of the work enqueued on `stream` so far (an event recorded now).
   std::size_t record(Stream stream) const;
   // `waiter` runs past this point only after `on` has run to `position`.
@@ -58,8 +64,8 @@ class PeakLedger {
 
   const bool frees_at_release_;
   std::vector<Allocation> allocations_;
-  std::array<std::vector<Operation>, 3> queues_;
-  std::array<std::size_t, 3> done_{};  // operations each stream has run
+  std::array<std::vector<Operation>, 5> queues_;
+  std::array<std::size_t, 5> done_{};  // operations each stream has run
   std::array<std::size_t, kCategoryCount> current_{};
   std::array<std::size_t, kCategoryCount> peak_{};
   std::size_t total_current_ = 0;

@@ -1,0 +1,177 @@
+// Each pipeline stage's measured peak equals its plan (planner/pipeline_plan.h) to the byte, in
+// every category, on ranks as threads (the CPU device): GPipe and 1F1B at 2x2 and 4x1 (pipeline
+// stages x data-parallel ranks) at ZeRO stages 0-3, ZB-H1 (a split unit's backward workspace
+// held from B to W), interleaved 1F1B, on the MLP and the GPT (its embedding tied to the head's
+// stage). GPipe holds every micro-batch, 1F1B at most p - s on stage s: the plans show both.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "optim/optimizer.h"
+#include "pipeline/pipeline_trainer.h"
+#include "pipeline/schedule_generators.h"
+#include "planner/pipeline_plan.h"
+#include "runtime/world.h"
+#include "tests/pipeline/pipeline_test_support.h"
+
+namespace zest::testing {
+namespace {
+
+struct Case {
+  TestModel model = TestModel::kMlp;
+  int stages = 2;
+  int data_parallel = 2;
+  int zero = 0;
+  ScheduleKind schedule = ScheduleKind::kOneFOneB;
+  int micro_batches = 4;
+
+  int chunks() const { return schedule == ScheduleKind::kInterleavedOneFOneB ? 2 : 1; }
+  std::int64_t rows() const { return 8 * data_parallel * micro_batches; }  // 8 per micro-batch
+  std::string name() const {
+    return std::string(is_mlp(model) ? "mlp " : "gpt ") + std::to_string(stages) + "x" +
+           std::to_string(data_parallel) + " zero " + std::to_string(zero) + " " +
+           std::string(schedule_kind_name(schedule));
+  }
+  PipelineOptions options() const {
+    PipelineOptions options;
+    options.stages = stages;
+    options.micro_batches = micro_batches;
+    options.schedule = schedule;
+    options.virtual_chunks = chunks();
+    return options;
+  }
+};
+
+// Two steps; every rank's allocator usage after them.
+std::vector<MemoryUsage> measure(const Case& c) {
+  std::vector<MemoryUsage> usage(static_cast<std::size_t>(c.stages * c.data_parallel));
+  WorldOptions world;
+  world.ranks = c.stages * c.data_parallel;
+  World(world).run([&](RankContext& context) {
+    EngineOptions options;
+    options.stage = c.zero;
+    PipelineTrainer trainer(context, options, c.options(), model_factory(c.model),
+                            test_optimizer(c.model));
+    const std::int64_t local = c.rows() / c.data_parallel;
+    const std::int64_t first = trainer.mesh().coordinate(context.rank).data_parallel_index * local;
+    for (int s = 0; s < 2; ++s) {
+      GlobalBatch batch = make_batch(c.model, s, c.rows());
+      trainer.forward_backward(batch.rows_of(first, local));
+      trainer.step();
+    }
+    context.synchronize();
+    usage[static_cast<std::size_t>(context.rank)] = context.allocator().usage();
+  });
+  return usage;
+}
+
+std::vector<PipelineStagePeak> plan(const Case& c) {
+  std::unique_ptr<Module> model = model_factory(c.model)();
+  EngineOptions options;
+  options.stage = c.zero;
+  options.gradient_accumulation_steps = c.micro_batches;
+  const std::int64_t width = is_mlp(c.model) ? kMlpSizes.front() : kGptConfig.seq_len;
+  PipelinePlanInput input;
+  input.model = plan_input(*model, {8, width}, options,
+                           make_optimizer(test_optimizer(c.model))->state_count(),
+                           c.data_parallel);
+  input.units_per_virtual_stage = c.options().partition(model->units().size());
+  input.schedule = make_schedule(c.schedule, c.stages, c.micro_batches, c.chunks());
+  return predict_pipeline_peaks(input);
+}
+
+// Frees run in stream order, so a host descheduled on a loaded machine measures less (never
+// more): the largest peaks of up to twelve runs must reach the plan.
+void expect_measured_equals_planned(const Case& c) {
+  SCOPED_TRACE(c.name());
+  const std::vector<PipelineStagePeak> planned = plan(c);
+  const auto stage_of = [&](std::size_t rank) {
+    return planned.at(rank / static_cast<std::size_t>(c.data_parallel)).peak;
+  };
+  const auto equal = [&](const std::vector<MemoryUsage>& measured) {
+    for (std::size_t rank = 0; rank < measured.size(); ++rank) {
+      if (measured[rank].total_peak != stage_of(rank).device_total) return false;
+      for (Category category : all_categories()) {
+        if (measured[rank].peak_of(category) != stage_of(rank).of(category)) return false;
+      }
+    }
+    return true;
+  };
+  std::vector<MemoryUsage> measured = measure(c);
+  for (int run = 1; run < 12 && !equal(measured); ++run) {
+    const std::vector<MemoryUsage> again = measure(c);
+    for (std::size_t rank = 0; rank < measured.size(); ++rank) {
+      for (std::size_t k = 0; k < kCategoryCount; ++k) {
+        measured[rank].peak[k] = std::max(measured[rank].peak[k], again[rank].peak[k]);
+      }
+      measured[rank].total_peak = std::max(measured[rank].total_peak, again[rank].total_peak);
+    }
+  }
+  for (std::size_t rank = 0; rank < measured.size(); ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    for (Category category : all_categories()) {
+      EXPECT_EQ(measured[rank].peak_of(category), stage_of(rank).of(category))
+          << category_name(category);
+    }
+    EXPECT_EQ(measured[rank].total_peak, stage_of(rank).device_total);
+  }
+}
+
+using Mesh = std::pair<int, int>;
+const std::vector<Mesh> kMeshes = {{2, 2}, {4, 1}};
+
+TEST(PipelineMeasured, GPipeEveryZeroStageEqualsThePlan) {
+  for (auto [p, d] : kMeshes) {
+    for (int zero = 0; zero <= 3; ++zero) {
+      expect_measured_equals_planned({TestModel::kMlp, p, d, zero, ScheduleKind::kGPipe});
+    }
+  }
+}
+
+TEST(PipelineMeasured, OneFOneBEveryZeroStageEqualsThePlan) {
+  for (auto [p, d] : kMeshes) {
+    for (int zero = 0; zero <= 3; ++zero) {
+      expect_measured_equals_planned({TestModel::kMlp, p, d, zero, ScheduleKind::kOneFOneB});
+    }
+  }
+}
+
+TEST(PipelineMeasured, ZeroBubbleHoldsTheSplitBackwardsWorkspaceUntilW) {
+  for (auto [p, d] : kMeshes) {
+    for (int zero = 0; zero <= 3; ++zero) {
+      expect_measured_equals_planned({TestModel::kMlp, p, d, zero, ScheduleKind::kZeroBubbleH1});
+    }
+  }
+  // The GPT's blocks split their backward and keep its workspace between B and W.
+  expect_measured_equals_planned({TestModel::kGpt, 4, 1, 1, ScheduleKind::kZeroBubbleH1});
+}
+
+TEST(PipelineMeasured, GptAndInterleavedEqualThePlan) {
+  for (int zero = 0; zero <= 3; ++zero) {
+    expect_measured_equals_planned({TestModel::kGpt, 2, 2, zero, ScheduleKind::kOneFOneB});
+  }
+  expect_measured_equals_planned({TestModel::kGpt, 2, 2, 1, ScheduleKind::kGPipe});
+  expect_measured_equals_planned({TestModel::kGpt, 2, 2, 1, ScheduleKind::kInterleavedOneFOneB});
+  expect_measured_equals_planned({TestModel::kMlp, 2, 2, 3, ScheduleKind::kInterleavedOneFOneB});
+}
+
+// GPipe keeps all m micro-batches on every stage, 1F1B at most p - s on stage s.
+TEST(PipelineMeasured, GPipeHoldsEveryMicroBatchOneFOneBAtMostTheStages) {
+  for (auto [p, d] : kMeshes) {
+    const auto gpipe = plan({TestModel::kMlp, p, d, 0, ScheduleKind::kGPipe, 8});
+    const auto one_f_one_b = plan({TestModel::kMlp, p, d, 0, ScheduleKind::kOneFOneB, 8});
+    for (int s = 0; s < p; ++s) {
+      EXPECT_EQ(gpipe[s].peak_in_flight, 8);
+      EXPECT_EQ(one_f_one_b[s].peak_in_flight, p - s);
+      EXPECT_GT(gpipe[s].peak.of(Category::kActivations),
+                one_f_one_b[s].peak.of(Category::kActivations));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zest::testing
