@@ -138,12 +138,21 @@ void fill_unit(const RankContext& context, int shard_index, const SafetensorsRea
 ImportResult import_parameters(RankContext& context, Trainer& trainer, const std::string& path) {
   ImportResult result;
   const std::vector<ShardLayout>& layouts = trainer.layouts();
+  // Note: a pipeline stage's rank holds only its stage's units, sharded over its data-parallel
+  // group: the file is held against the whole model, and the rank fills its own shard of its
+  // own units (a tied copy too, so both copies start equal).
+  const std::optional<CheckpointPlacement> placement = trainer.checkpoint_placement();
+  const std::vector<ShardLayout>& whole = placement ? placement->units : layouts;
+  for (const ShardLayout& layout : whole) {
+    result.tensors += layout.params().size();
+    result.parameters += layout.numel();
+  }
   // Check everything on every rank and agree before anything is written.
   std::optional<SafetensorsReader> file;
   PhaseRecord checked;
   const std::optional<Error> check_failure = capture(checked, [&] {
     file.emplace(path);
-    check_fits(*file, layouts);
+    check_fits(*file, whole);
   });
   raise_if_failed(exchange_records(context, checked, check_failure),
                   check_failure, "reading initial parameters from " + path);
@@ -155,8 +164,6 @@ ImportResult import_parameters(RankContext& context, Trainer& trainer, const std
     const int shard = placement_of(trainer, context.rank, context.world_size).shard;
     for (std::size_t u = 0; u < layouts.size(); ++u) {
       fill_unit(context, shard, *file, layouts[u], trainer.state_shards(u), sources);
-      result.tensors += layouts[u].params().size();
-      result.parameters += layouts[u].numel();
     }
   });
   raise_if_failed(exchange_records(context, copied, copy_failure), copy_failure,

@@ -106,7 +106,10 @@ void export_parameters(RankContext& context, Trainer& trainer, const std::string
   std::vector<std::vector<float>> values;
   std::size_t name_index = 0;
   const std::vector<std::string> names = trainer.parameter_names();
-  for (const ShardLayout& layout : trainer.layouts()) {
+  // A pipeline stage's rank holds only its stage's units; parameter_names() and full_parameter()
+  // are the whole model's (a collective over every rank), in the order of placement's units.
+  const std::optional<CheckpointPlacement> placement = trainer.checkpoint_placement();
+  for (const ShardLayout& layout : placement ? placement->units : trainer.layouts()) {
     for (const ParamSlot& slot : layout.params()) {
       std::vector<float> full = trainer.full_parameter(names.at(name_index++));
       if (context.rank != 0) continue;
@@ -405,21 +408,6 @@ void write_report(const RunState& run, const RunOptions& options, const std::str
   Console::say("zest-train: report written to " + options.report_path);
 }
 
-// What a run with pipeline stages cannot do yet (loading or exporting parameters): refused
-// before any rank starts, naming the key.
-void check_pipeline_run(const TrainConfig& config, const RunOptions& options) {
-  const std::string why = " with pipeline stages (pipeline.stages " +
-                          std::to_string(config.pipeline.stages) + ") is not built yet; ";
-  if (!config.model.init_from.empty()) {
-    throw Error(ErrorKind::kConfig, "model.init_from: loading parameters" + why +
-                                        "remove model.init_from");
-  }
-  if (!options.export_initial.empty()) {
-    throw Error(ErrorKind::kUsage, "--export-initial: exporting parameters" + why +
-                                       "drop --export-initial");
-  }
-}
-
 int train_in(const World& world, const TrainConfig& config, const RunOptions& options,
              const TraceRecorder* trace) {
   const bool leader_process = world.is_leader_process();
@@ -496,7 +484,6 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
   // Arithmetic on the config, before any rank, unit, file or byte of data exists: a model that
   // cannot fit costs no more than a typo.
   check_model_fits_at_all(config, {config.world.device_memory, "world.device_memory"});
-  if (config.pipeline.enabled()) check_pipeline_run(config, options);
   WorldOptions world_options = config.world;
   world_options.program = "zest-train";
   // When the runtime ends the process itself (a rank stalled past the grace period, a failed
