@@ -3,6 +3,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "pipeline/partition.h"
 
 namespace zest {
 
@@ -68,10 +69,7 @@ void PipelineOptions::validate(std::size_t units) const {
 std::vector<std::size_t> PipelineOptions::partition(std::size_t units) const {
   validate(units);
   if (!units_per_virtual_stage.empty()) return units_per_virtual_stage;
-  const std::size_t count = static_cast<std::size_t>(virtual_stages());
-  std::vector<std::size_t> split(count, units / count);
-  for (std::size_t v = 0; v < units % count; ++v) ++split[v];
-  return split;
+  return uniform_partition(units, virtual_stages());
 }
 
 }  // namespace zest
