@@ -16,8 +16,10 @@ using LedgerStream = PeakLedger::Stream;
 constexpr PeakLedger::Handle kNone = PeakLedger::kNone;
 }  // namespace
 
-EngineReplay::EngineReplay(const PeakPlanInput& input, PeakLedger& ledger, std::size_t copies)
-    : input_(input), options_(input.engine), plan_(StagePlan::of(input.engine.stage)), ledger_(ledger) {
+EngineReplay::EngineReplay(const PeakPlanInput& input, PeakLedger& ledger, std::size_t copies,
+                           StreamScratch* shared)
+    : input_(input), options_(input.engine), plan_(StagePlan::of(input.engine.stage)),
+      ledger_(ledger), stream_scratch_(shared ? *shared : own_scratch_) {
   for (std::size_t u = 0; u < input.model.units.size(); ++u) {
     const UnitShapes& shapes = input.model.units[u];
     const ShardLayout layout =
@@ -283,10 +285,10 @@ void EngineReplay::reduce(int u) {
 }
 
 void EngineReplay::grow_stream_scratch(std::size_t bytes) {
-  if (!on_cuda() || bytes <= stream_scratch_bytes_) return;
-  ledger_.release_on(LedgerStream::kCompute, std::exchange(stream_scratch_, kNone));
-  stream_scratch_ = ledger_.allocate(bytes, Category::kWorkspace);
-  stream_scratch_bytes_ = bytes;
+  if (!on_cuda() || bytes <= stream_scratch_.bytes) return;
+  ledger_.release_on(LedgerStream::kCompute, std::exchange(stream_scratch_.handle, kNone));
+  stream_scratch_.handle = ledger_.allocate(bytes, Category::kWorkspace);
+  stream_scratch_.bytes = bytes;
 }
 
 void EngineReplay::micro_batch(bool last) {

@@ -24,10 +24,19 @@ namespace zest {
 class EngineReplay {
  public:
   using Handle = PeakLedger::Handle;
+  // CudaStream::workspace: the compute stream's scratch, grown to the largest ask (the old one
+  // freed first), never shrunk; one per stream, so trainers that share a stream share it.
+  struct StreamScratch {
+    Handle handle = PeakLedger::kNone;
+    std::size_t bytes = 0;
+  };
 
   // Units [0, copies) of `input` are lent copies (Module::holds_copy): held, reduced and
-  // updated, never run. `input` and `ledger` must outlive the replay.
-  EngineReplay(const PeakPlanInput& input, PeakLedger& ledger, std::size_t copies = 0);
+  // updated, never run. `shared`: the compute stream's scratch when another replay on `ledger`
+  // uses the same stream (a pipeline stage's chunks), else the replay's own. `input`, `ledger`
+  // and `shared` must outlive the replay.
+  EngineReplay(const PeakPlanInput& input, PeakLedger& ledger, std::size_t copies = 0,
+               StreamScratch* shared = nullptr);
   // The trainer's construction: model state, the gather ring, the loss and the checks.
   void construct();
   // forward_backward of one micro-batch (ZeroTrainer::forward_backward).
@@ -96,8 +105,7 @@ class EngineReplay {
   void load(Held held);
   Held take();
 
-  // CudaStream::workspace: the compute stream's scratch grows to the largest ask (the old one
-  // freed first), never shrinks. Nothing on the CPU device.
+  // StreamScratch on the CUDA device; nothing on the CPU device.
   void grow_stream_scratch(std::size_t bytes);
   // ZeroTrainer::wait_for_lagging_call / recomputed_call_done (engine/recompute.h).
   void wait_for_lagging_call();
@@ -109,8 +117,8 @@ class EngineReplay {
   // GradientReducer's accumulates_into_shard: no buckets, backward writes the gradient shard.
   const bool into_shard_;
   PeakLedger& ledger_;
-  Handle stream_scratch_ = PeakLedger::kNone;
-  std::size_t stream_scratch_bytes_ = 0;
+  StreamScratch own_scratch_;
+  StreamScratch& stream_scratch_;
   std::vector<PlannedUnit> units_;
   std::vector<Handle> outputs_, grad_inputs_, saved_, split_, buckets_;
   std::vector<std::vector<Handle>> held_saved_;  // per unit: others' saved its backward frees

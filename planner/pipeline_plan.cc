@@ -195,13 +195,15 @@ PeakPrediction replay_stage(const PipelinePlanInput& input, int stage,
   const std::vector<UnitMemory>& memory = input.model.units;
   const auto output_of = [&](std::size_t unit) { return memory.empty() ? 0 : memory[unit].output; };
   PeakLedger ledger(cuda);
+  EngineReplay::StreamScratch scratch;  // the chunks' trainers share the compute stream
   std::vector<ChunkUnits> inputs;
   std::vector<std::unique_ptr<EngineReplay>> chunks;
   for (int c = 0; c < schedule.chunks; ++c) {
     inputs.push_back(chunk_units(input, schedule.virtual_stage(stage, c), boundaries, recompute));
   }
   for (int c = 0; c < schedule.chunks; ++c) {
-    chunks.push_back(std::make_unique<EngineReplay>(inputs[c].input, ledger, inputs[c].copies));
+    chunks.push_back(
+        std::make_unique<EngineReplay>(inputs[c].input, ledger, inputs[c].copies, &scratch));
     chunks.back()->construct();
   }
   if (input.model.model_state_only) return chunks.front()->result();
