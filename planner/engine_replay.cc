@@ -417,7 +417,9 @@ EngineReplay::Handle EngineReplay::backward_input_micro_batch(int micro_batch) {
     grad_inputs_[u] = ledger_.allocate(memory.grad_input, Category::kActivations);
     grow_stream_scratch(memory.backward_stream_scratch);
     for (Handle handle : scratch) ledger_.release_on(LedgerStream::kCompute, handle);
-    if (u < last) ledger_.release_on(LedgerStream::kCompute, std::exchange(grad_inputs_[u + 1], kNone));
+    if (u < last) {
+      ledger_.release_on(LedgerStream::kCompute, std::exchange(grad_inputs_[u + 1], kNone));
+    }
   }
   const Handle grad_input = std::exchange(grad_inputs_[first_running()], kNone);
   awaiting_weight_.emplace_back(micro_batch, take());

@@ -245,7 +245,8 @@ PeakPrediction replay_stage(const PipelinePlanInput& input, int stage,
           const bool split = action.kind == ActionKind::kBackwardInput && chunk.splits_backward();
           Handle local = kNone;
           if (v < last_virtual && schedule.stage_of(v + 1) == stage) {
-            local = std::exchange(slots[schedule.chunk_of(v + 1)][action.micro_batch].grad_input, kNone);
+            Slot& next = slots[schedule.chunk_of(v + 1)][action.micro_batch];
+            local = std::exchange(next.grad_input, kNone);
           }
           slot.grad_input = split ? chunk.backward_input_micro_batch(action.micro_batch)
                                   : chunk.backward_micro_batch(action.micro_batch, reduce_now(c));

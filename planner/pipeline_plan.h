@@ -7,7 +7,8 @@
 // tied unit it borrows from another stage (the GPT's embedding on the last stage), and at stage 3
 // without reshard_after_forward its units gathered for the whole step. Invariant: every
 // allocation and release the stage's rank makes, in its order, and on the CPU device its host's
-// waits — so the measured peak equals the plan to the byte (tests/planner/pipeline_measured_test.cc).
+// waits — so the measured peak equals the plan to the byte
+// (tests/planner/pipeline_measured_test.cc).
 #pragma once
 
 #include <cstddef>
