@@ -51,6 +51,7 @@ std::vector<MemoryUsage> measure(const Case& c) {
   std::vector<MemoryUsage> usage(static_cast<std::size_t>(c.stages * c.data_parallel));
   WorldOptions world;
   world.ranks = c.stages * c.data_parallel;
+  world.hold_frees = true;  // frees when a wait proves them, as the plan replays
   World(world).run([&](RankContext& context) {
     EngineOptions options;
     options.stage = c.zero;
