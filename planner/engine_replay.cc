@@ -9,6 +9,10 @@
 #include "memory/shard_layout.h"
 #include "engine/flat_unit.h"
 #include "engine/gather_ring.h"
+#include "engine/gradient_reducer.h"
+#include "engine/parameter_gatherer.h"
+#include "engine/quantized_collectives.h"
+#include "engine/secondary_partition.h"
 
 namespace zest {
 namespace {
@@ -19,6 +23,7 @@ constexpr PeakLedger::Handle kNone = PeakLedger::kNone;
 EngineReplay::EngineReplay(const PeakPlanInput& input, PeakLedger& ledger, std::size_t copies,
                            StreamScratch* shared)
     : input_(input), options_(input.engine), plan_(StagePlan::of(input.engine.stage)),
+      into_shard_(accumulates_into_shard(plan_, options_, input.world_size, input.replicas)),
       ledger_(ledger), stream_scratch_(shared ? *shared : own_scratch_) {
   for (std::size_t u = 0; u < input.model.units.size(); ++u) {
     const UnitShapes& shapes = input.model.units[u];
@@ -58,6 +63,13 @@ EngineReplay::EngineReplay(const PeakPlanInput& input, PeakLedger& ledger, std::
   held_saved_.assign(n, {});
   buckets_.assign(n, kNone);
   bucket_released_.assign(n, 0);
+  targeted_.assign(n, false);
+}
+
+std::size_t EngineReplay::largest_shard() const {
+  std::size_t largest = 0;
+  for (const PlannedUnit& unit : units_) largest = std::max(largest, unit.shard);
+  return largest;
 }
 
 void EngineReplay::construct() {
@@ -67,7 +79,7 @@ void EngineReplay::construct() {
   ledger_.allocate(state.grads, Category::kGrads);
   ledger_.allocate(state.optimizer, Category::kOptimizer);
   if (input_.model_state_only) return;
-  if (plan_.gathers_before_each_use()) {
+  if (plan_.gathers_before_each_use() && gathers_at(input_.world_size)) {
     GatherRingSizing sizing;
     sizing.minimum_slots = options_.gather_slots;
     sizing.prefetch_elements = options_.stage3_prefetch_bucket_size;
@@ -83,10 +95,30 @@ void EngineReplay::construct() {
         ledger_.allocate(size_class.slot_elements * element(), Category::kGather);
       }
     }
+    // ParameterGatherer::allocate_ring: qwZ's staging buffer after the ring.
+    if (options_.quantized_weights) {
+      ledger_.allocate(quantized_gather_bytes(largest_shard(), input_.world_size,
+                                              options_.quantization_block),
+                       Category::kGather);
+    }
+    // ParameterGatherer's secondary partition (hpZ): 1/h of each unit, for the whole run.
+    const int hpz = hpz_partition_size(options_.hpz_partition_size, options_.stage,
+                                       input_.world_size, input_.world_size);
+    for (const PlannedUnit& unit : units_) {
+      if (hpz == 0) break;
+      ledger_.allocate(unit.full / static_cast<std::size_t>(hpz) * element(), Category::kSecondary);
+    }
     // ParameterGatherer::gradient_in_slot: such a unit's gradient costs no bucket.
     for (std::size_t u = 0; u < units_.size(); ++u) {
       units_[u].gradient_in_slot = units_[u].replaces_parameters &&
                                    layout.alone_in_class(static_cast<int>(u));
+    }
+  }
+  // GradientReducer's constructor: qgZ's buffers, wherever gradients are reduce-scattered.
+  if (options_.quantized_gradients && plan_.reduction == GradientReduction::kReduceScatter) {
+    for (std::size_t bytes : quantized_reduction_bytes(largest_shard(), input_.world_size,
+                                                       options_.quantization_block)) {
+      ledger_.allocate(bytes, Category::kBuckets);
     }
   }
   ledger_.allocate(sizeof(float), Category::kWorkspace);  // the loss
@@ -95,10 +127,19 @@ void EngineReplay::construct() {
 }
 
 void EngineReplay::gradient_target(int u) {
-  if (!plan_.reduce_per_unit || buckets_[u] != kNone) return;
-  while (buckets_in_flight_.size() >= kLiveGradientBuckets) {
+  if (!plan_.reduce_per_unit || buckets_[u] != kNone || targeted_[u]) return;
+  if (forward_pending_) {  // GradientReducer::wait_for_bucket
+    ledger_.synchronize(LedgerStream::kCompute, forward_done_);
+    forward_pending_ = false;
+  }
+  const std::size_t live = into_shard_ ? kLiveShardTargets : kLiveGradientBuckets;
+  while (buckets_in_flight_.size() >= live) {
     ledger_.synchronize(LedgerStream::kComm, bucket_released_[buckets_in_flight_.front()]);
     buckets_in_flight_.pop_front();
+  }
+  if (into_shard_) {  // GradientReducer::target: the wait, no bucket
+    targeted_[u] = true;
+    return;
   }
   buckets_[u] = ledger_.allocate(units_[u].full * element(), Category::kBuckets);
 }
@@ -159,6 +200,10 @@ void EngineReplay::forward() {
   for (std::size_t u = 0; u < units_.size(); ++u) {
     if (!units_[u].runs) continue;  // ZeroTrainer::run_forward: a lent copy runs nothing
     const RecomputePolicy recompute = units_[u].recompute;
+    if (into_shard_ && forward_calls_begun_ >= kForwardCallsAhead) {
+      ledger_.synchronize(LedgerStream::kCompute,
+                          forward_calls_[forward_calls_begun_ % kForwardCallsAhead]);
+    }
     if (recompute != RecomputePolicy::kNone) wait_for_lagging_call();
     std::vector<Handle> scratch;
     prepare(static_cast<int>(u), false, scratch);
@@ -185,10 +230,23 @@ void EngineReplay::forward() {
       copies_in_flight_.push_back(ledger_.record(LedgerStream::kCopy));
     }
     if (recompute != RecomputePolicy::kNone) recomputed_call_done();
+    if (into_shard_) {
+      forward_calls_[forward_calls_begun_ % kForwardCallsAhead] =
+          ledger_.record(LedgerStream::kCompute);
+      ++forward_calls_begun_;
+    }
   }
 }
 
+void EngineReplay::backward_begins() {
+  if (!into_shard_) return;
+  forward_done_ = ledger_.record(LedgerStream::kCompute);
+  forward_pending_ = true;
+  forward_calls_begun_ = 0;
+}
+
 void EngineReplay::backward(bool reduce_now) {
+  backward_begins();
   Bucket bucket;
   const int last = static_cast<int>(units_.size()) - 1;
   for (int u = last; u >= 0; --u) {
@@ -277,7 +335,11 @@ void EngineReplay::reduce(int u) {
     const std::size_t bytes = units_[u].full * dtype_size(options_.communication_dtype);
     ledger_.release_on(LedgerStream::kComm, ledger_.allocate(bytes, Category::kBuckets));
   }
-  if (plan_.reduce_per_unit && !units_[u].gradient_in_slot) {
+  if (plan_.reduce_per_unit && into_shard_) {
+    targeted_[u] = false;
+    bucket_released_[u] = ledger_.record(LedgerStream::kComm);
+    buckets_in_flight_.push_back(u);
+  } else if (plan_.reduce_per_unit && !units_[u].gradient_in_slot) {
     ledger_.release_on(LedgerStream::kComm, std::exchange(buckets_[u], kNone));
     bucket_released_[u] = ledger_.record(LedgerStream::kComm);
     buckets_in_flight_.push_back(u);
@@ -428,6 +490,7 @@ EngineReplay::Handle EngineReplay::backward_input_micro_batch(int micro_batch) {
 
 void EngineReplay::backward_weight_micro_batch(int micro_batch, bool reduce_now) {
   load(take_held(awaiting_weight_, micro_batch));
+  backward_begins();
   Bucket bucket;
   for (int u = static_cast<int>(units_.size()) - 1; u >= 0; --u) {
     if (units_[u].runs) {
