@@ -30,6 +30,8 @@ class ZestTrainQuantized : public zest::testing::ScratchDirectoryTest {
     std::vector<std::string> args = {"--config", kConfig, "--set",
                                      "steps=" + std::to_string(kSteps), "--set",
                                      "world.ranks_per_node=2", "--set", "eval_every=0",
+                                     "--set",
+                                     "data.path=" ZEST_SOURCE_DIR "/configs/corpus/stories.txt",
                                      "--metrics", path(name + ".jsonl")};
     args.insert(args.end(), extra.begin(), extra.end());
     const ProcessResult result = zest::testing::run_program(
