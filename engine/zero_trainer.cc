@@ -389,8 +389,7 @@ void ZeroTrainer::trace_end(const std::shared_ptr<std::int64_t>& begin, std::str
   });
 }
 
-// Frees after the stream's queued uses, in stream order on every device (CUDA: cudaFreeAsync on
-// `stream`, since a host-function free could not call CUDA).
+// Frees after the stream's queued uses, in stream order (runtime/release_after.h says how).
 void ZeroTrainer::release_on(Stream& stream, Buffer buffer) {
   release_after(context_.device, stream, std::move(buffer));
 }
