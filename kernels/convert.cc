@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "kernels/dispatch.h"
+#include "kernels/float_elements.h"
 
 #if ZEST_HAVE_CUDA
 #include <cstdint>
@@ -19,18 +20,8 @@ namespace zest {
 
 namespace {
 
-inline float to_float(float value) { return value; }
-inline float to_float(BFloat16 value) { return static_cast<float>(value); }
-inline float to_float(Float16 value) { return static_cast<float>(value); }
-
-template <typename T>
-inline T from_float(float value) {
-  if constexpr (std::is_same_v<T, float>) {
-    return value;
-  } else {
-    return T(value);
-  }
-}
+using cpu::from_float;
+using cpu::to_float;
 
 // Calls body.template operator()<T>() with T the C++ type of `type`.
 template <typename Body>

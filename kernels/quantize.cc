@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "kernels/dispatch.h"
+#include "kernels/float_elements.h"
 
 #if ZEST_HAVE_CUDA
 #include "kernels/quantize_cuda.h"
@@ -21,18 +22,8 @@ namespace zest {
 
 namespace {
 
-inline float to_float(float value) { return value; }
-inline float to_float(BFloat16 value) { return static_cast<float>(value); }
-inline float to_float(Float16 value) { return static_cast<float>(value); }
-
-template <typename T>
-inline T from_float(float value) {
-  if constexpr (std::is_same_v<T, float>) {
-    return value;
-  } else {
-    return T(value);
-  }
-}
+using cpu::from_float;
+using cpu::to_float;
 
 template <typename Body>
 void with_type(DType type, const char* kernel, Body&& body) {
