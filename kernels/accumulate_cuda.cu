@@ -6,37 +6,13 @@
 #include "base/cuda_check.h"
 #include "base/error.h"
 #include "kernels/launch_cuda.cuh"
-#include "kernels/round_cuda.cuh"
+#include "kernels/element_types_cuda.cuh"
 
 namespace zest::cuda {
 namespace {
 
-// How each storage type reads as fp32 and is rounded back: base/dtype.h's conversions.
-struct Fp32 {
-  using Storage = float;
-  static __device__ __forceinline__ float load(float value) { return value; }
-  static __device__ __forceinline__ float store(float value) { return value; }
-};
 
-struct Bf16 {
-  using Storage = std::uint16_t;
-  static __device__ __forceinline__ float load(std::uint16_t bits) {
-    return __uint_as_float(static_cast<std::uint32_t>(bits) << 16);
-  }
-  static __device__ __forceinline__ std::uint16_t store(float value) {
-    return round_to_bfloat16_bits(value);
-  }
-};
 
-struct Fp16 {
-  using Storage = std::uint16_t;
-  static __device__ __forceinline__ float load(std::uint16_t bits) {
-    return float16_bits_to_float(bits);
-  }
-  static __device__ __forceinline__ std::uint16_t store(float value) {
-    return round_to_float16_bits(value);
-  }
-};
 
 // Four elements, loaded and stored as one 16-byte (fp32) or 8-byte (2-byte types) access.
 template <typename T>
@@ -82,25 +58,13 @@ void launch(void* destination, const void* source, std::size_t count, cudaStream
   ZEST_CUDA_CHECK(cudaGetLastError());
 }
 
-// Calls body(Tag{}) with the Tag of `type`.
-template <typename Body>
-void with_type(DType type, Body&& body) {
-  switch (type) {
-    case DType::kFloat32: return body(Fp32{});
-    case DType::kBFloat16: return body(Bf16{});
-    case DType::kFloat16: return body(Fp16{});
-    default:
-      throw Error(ErrorKind::kUsage, std::string("accumulate_into (CUDA): ") + dtype_name(type) +
-                                         " is not supported (fp32, bf16, fp16)");
-  }
-}
 
 }  // namespace
 
 void accumulate_into(void* destination, DType destination_type, const void* source,
                      DType source_type, std::size_t count, cudaStream_t stream) {
-  with_type(destination_type, [&](auto destination_tag) {
-    with_type(source_type, [&](auto source_tag) {
+  with_element_type(destination_type, "accumulate_into (CUDA)", [&](auto destination_tag) {
+    with_element_type(source_type, "accumulate_into (CUDA)", [&](auto source_tag) {
       if (count == 0) return;
       launch<decltype(destination_tag), decltype(source_tag)>(destination, source, count, stream);
     });

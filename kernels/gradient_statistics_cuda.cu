@@ -7,7 +7,7 @@
 
 #include "base/cuda_check.h"
 #include "base/error.h"
-#include "kernels/round_cuda.cuh"
+#include "kernels/element_types_cuda.cuh"
 
 namespace zest::cuda {
 namespace {
@@ -17,25 +17,8 @@ namespace {
 // region (CUB aligns its own pieces to 256 bytes).
 constexpr std::size_t kSlotBytes = (sizeof(GradientStatistics) + 255) / 256 * 256;
 
-// Each storage type as fp32, exactly as base/dtype.h converts it.
-struct Fp32 {
-  using Storage = float;
-  static __device__ __forceinline__ float load(float value) { return value; }
-};
 
-struct Bf16 {
-  using Storage = std::uint16_t;
-  static __device__ __forceinline__ float load(std::uint16_t bits) {
-    return __uint_as_float(static_cast<std::uint32_t>(bits) << 16);
-  }
-};
 
-struct Fp16 {
-  using Storage = std::uint16_t;
-  static __device__ __forceinline__ float load(std::uint16_t bits) {
-    return float16_bits_to_float(bits);
-  }
-};
 
 // What one element contributes: one pass reads each element once for both statistics.
 template <typename Type>
@@ -67,18 +50,6 @@ cudaError_t reduce(void* storage, std::size_t& storage_bytes, const void* data,
       Combine{}, SquareAndCount<Type>{}, GradientStatistics{}, stream);
 }
 
-// Calls body(Tag{}) with the Tag of `type`.
-template <typename Body>
-void with_type(DType type, Body&& body) {
-  switch (type) {
-    case DType::kFloat32: return body(Fp32{});
-    case DType::kBFloat16: return body(Bf16{});
-    case DType::kFloat16: return body(Fp16{});
-    default:
-      throw Error(ErrorKind::kUsage, std::string("add_gradient_statistics (CUDA): ") +
-                                         dtype_name(type) + " is not supported (fp32, bf16, fp16)");
-  }
-}
 
 // One thread adds the partial result in: a fixed order, where a float atomic's would vary.
 __global__ void add_statistics_kernel(const GradientStatistics* __restrict__ partial,
@@ -106,7 +77,7 @@ GradientStatistics* reduce_into_slot(const char* kernel, const void* data, DType
   auto* slot = static_cast<GradientStatistics*>(workspace);
   void* storage = static_cast<unsigned char*>(workspace) + kSlotBytes;
   std::size_t storage_bytes = workspace_bytes - kSlotBytes;
-  with_type(type, [&](auto tag) {
+  with_element_type(type, "add_gradient_statistics (CUDA)", [&](auto tag) {
     ZEST_CUDA_CHECK(
         reduce<decltype(tag)>(storage, storage_bytes, data, count, slot, stream));
   });
@@ -117,7 +88,7 @@ GradientStatistics* reduce_into_slot(const char* kernel, const void* data, DType
 
 std::size_t gradient_statistics_workspace_bytes(DType type, std::size_t count) {
   std::size_t storage_bytes = 0;
-  with_type(type, [&](auto tag) {
+  with_element_type(type, "add_gradient_statistics (CUDA)", [&](auto tag) {
     ZEST_CUDA_CHECK(reduce<decltype(tag)>(nullptr, storage_bytes, nullptr, count, nullptr,
                                           nullptr));
   });
@@ -127,7 +98,7 @@ std::size_t gradient_statistics_workspace_bytes(DType type, std::size_t count) {
 void add_gradient_statistics(const void* data, DType type, std::size_t count,
                              GradientStatistics* statistics, void* workspace,
                              std::size_t workspace_bytes, cudaStream_t stream) {
-  with_type(type, [](auto) {});  // the type is refused before the empty case returns
+  with_element_type(type, "add_gradient_statistics (CUDA)", [](auto) {});  // the type is refused before the empty case returns
   if (count == 0) return;
   const GradientStatistics* partial = reduce_into_slot(
       "add_gradient_statistics", data, type, count, workspace, workspace_bytes, stream);

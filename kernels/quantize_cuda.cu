@@ -7,36 +7,13 @@
 #include "base/cuda_check.h"
 #include "base/error.h"
 #include "kernels/launch_cuda.cuh"
-#include "kernels/round_cuda.cuh"
+#include "kernels/element_types_cuda.cuh"
 
 namespace zest::cuda {
 namespace {
 
-struct Fp32 {
-  using Storage = float;
-  static __device__ __forceinline__ float load(float value) { return value; }
-  static __device__ __forceinline__ float store(float value) { return value; }
-};
 
-struct Bf16 {
-  using Storage = std::uint16_t;
-  static __device__ __forceinline__ float load(std::uint16_t bits) {
-    return __uint_as_float(static_cast<std::uint32_t>(bits) << 16);
-  }
-  static __device__ __forceinline__ std::uint16_t store(float value) {
-    return round_to_bfloat16_bits(value);
-  }
-};
 
-struct Fp16 {
-  using Storage = std::uint16_t;
-  static __device__ __forceinline__ float load(std::uint16_t bits) {
-    return float16_bits_to_float(bits);
-  }
-  static __device__ __forceinline__ std::uint16_t store(float value) {
-    return round_to_float16_bits(value);
-  }
-};
 
 std::size_t scales_offset(std::size_t count) { return (count + 3) / 4 * 4; }
 
@@ -129,37 +106,20 @@ void launch_dequantize(const void* packed, std::size_t count, std::size_t block,
   ZEST_CUDA_CHECK(cudaGetLastError());
 }
 
-[[noreturn]] void unsupported(const char* kernel, DType type) {
-  throw Error(ErrorKind::kUsage, std::string(kernel) + ": " + dtype_name(type) +
-                                     " is not supported (fp32, bf16, fp16)");
-}
-
 }  // namespace
 
 void quantize_blocks(const void* source, DType type, std::size_t count, std::size_t block,
                      void* packed, cudaStream_t stream) {
-  if (type != DType::kFloat32 && type != DType::kBFloat16 && type != DType::kFloat16) {
-    unsupported("quantize_blocks", type);
-  }
-  if (count == 0) return;
-  switch (type) {
-    case DType::kFloat32: return launch_quantize<Fp32>(source, count, block, packed, stream);
-    case DType::kBFloat16: return launch_quantize<Bf16>(source, count, block, packed, stream);
-    default: return launch_quantize<Fp16>(source, count, block, packed, stream);
-  }
+  with_element_type(type, "quantize_blocks", [&](auto tag) {
+    if (count > 0) launch_quantize<decltype(tag)>(source, count, block, packed, stream);
+  });
 }
 
 void dequantize_blocks(const void* packed, std::size_t count, std::size_t block,
                        void* destination, DType type, cudaStream_t stream) {
-  if (type != DType::kFloat32 && type != DType::kBFloat16 && type != DType::kFloat16) {
-    unsupported("dequantize_blocks", type);
-  }
-  if (count == 0) return;
-  switch (type) {
-    case DType::kFloat32: return launch_dequantize<Fp32>(packed, count, block, destination, stream);
-    case DType::kBFloat16: return launch_dequantize<Bf16>(packed, count, block, destination, stream);
-    default: return launch_dequantize<Fp16>(packed, count, block, destination, stream);
-  }
+  with_element_type(type, "dequantize_blocks", [&](auto tag) {
+    if (count > 0) launch_dequantize<decltype(tag)>(packed, count, block, destination, stream);
+  });
 }
 
 void dequantize_accumulate(const void* packed, std::size_t count, std::size_t block,
