@@ -147,8 +147,8 @@ void* GatherRing::pin(const FlatUnit& unit, Stream& comm, Stream& compute,
       secondary->gather(unit, comm, slot->buffer.data());
     } else if (quantized_) {
       communicator.label_next(("gather " + unit.layout.unit_name()).c_str());
-      quantized_->all_gather(communicator, comm, unit.params.data(), slot->buffer.data(),
-                             unit.layout.shard_length(), dtype_);
+      quantized_->all_gather(communicator, comm, unit.layout, unit.params.data(),
+                             slot->buffer.data(), dtype_);
     } else {
       communicator.label_next(("gather " + unit.layout.unit_name()).c_str());
       communicator.all_gather(comm, unit.params.data(), slot->buffer.data(),

@@ -32,9 +32,9 @@ void ParameterGatherer::allocate_ring(const std::vector<FlatUnit>& units) {
   layout_ = gather_ring_layout(sizing);
   ring_ = std::make_unique<GatherRing>(context_.device, layout_, options_.compute_dtype);
   if (options_.quantized_weights) {
-    std::size_t largest = 0;
-    for (const FlatUnit& unit : units) largest = std::max(largest, unit.layout.shard_length());
-    quantized_ = std::make_unique<QuantizedGather>(context_.device, largest, context_.world_size,
+    std::vector<ShardLayout> layouts;
+    for (const FlatUnit& unit : units) layouts.push_back(unit.layout);
+    quantized_ = std::make_unique<QuantizedGather>(context_.device, layouts,
                                                    options_.quantization_block);
     ring_->quantize_gathers(quantized_.get());
   }

@@ -1,5 +1,6 @@
 #include "engine/quantized_collectives.h"
 
+#include <algorithm>
 #include <string>
 
 #include "base/error.h"
@@ -59,10 +60,6 @@ void check_quantized_collectives(const EngineOptions& options, bool hybrid) {
   }
 }
 
-std::size_t quantized_gather_bytes(std::size_t largest_shard, int world_size, std::size_t block) {
-  return static_cast<std::size_t>(world_size) * quantized_bytes(largest_shard, block);
-}
-
 std::vector<std::size_t> quantized_reduction_bytes(std::size_t largest_shard, int world_size,
                                                    std::size_t block) {
   const std::size_t packed = static_cast<std::size_t>(world_size) * quantized_bytes(largest_shard, block);
@@ -71,26 +68,82 @@ std::vector<std::size_t> quantized_reduction_bytes(std::size_t largest_shard, in
 
 // ---- qwZ ---------------------------------------------------------------------------------------
 
-QuantizedGather::QuantizedGather(Device& device, std::size_t largest_shard, int world_size,
+std::vector<QuantizedRun> quantized_runs(const ShardLayout& layout, int rank, std::size_t block) {
+  const ElementRange shard = layout.shard_range(rank);
+  std::vector<std::size_t> starts = {0};
+  for (const ParamSlot& param : layout.params()) {  // in flat order
+    if (param.offset > shard.begin && param.offset < shard.end) {
+      starts.push_back(param.offset - shard.begin);
+    }
+  }
+  std::vector<QuantizedRun> runs;
+  std::size_t packed = 0;
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const std::size_t end = i + 1 < starts.size() ? starts[i + 1] : shard.size();
+    runs.push_back({starts[i], end - starts[i], packed});
+    packed += quantized_bytes(end - starts[i], block);
+  }
+  return runs;
+}
+
+std::size_t quantized_shard_bytes(const ShardLayout& layout, std::size_t block) {
+  std::size_t largest = 0;
+  for (int rank = 0; rank < layout.world_size(); ++rank) {
+    const std::vector<QuantizedRun> runs = quantized_runs(layout, rank, block);
+    largest = std::max(largest, runs.back().packed + quantized_bytes(runs.back().count, block));
+  }
+  return largest;
+}
+
+std::size_t quantized_gather_bytes(const std::vector<ShardLayout>& layouts, std::size_t block) {
+  std::size_t largest = 0;
+  for (const ShardLayout& layout : layouts) {
+    largest = std::max(largest, static_cast<std::size_t>(layout.world_size()) *
+                                    quantized_shard_bytes(layout, block));
+  }
+  return largest;
+}
+
+QuantizedGather::QuantizedGather(Device& device, const std::vector<ShardLayout>& layouts,
                                  std::size_t block)
-    : block_(block),
-      staging_(device.allocator().allocate(quantized_gather_bytes(largest_shard, world_size, block),
+    : device_(device),
+      block_(block),
+      staging_(device.allocator().allocate(quantized_gather_bytes(layouts, block),
                                            Category::kGather)),
       staging_free_(device.create_event()) {}
 
-void QuantizedGather::all_gather(Communicator& communicator, Stream& stream, const void* shard,
-                                 void* full, std::size_t shard_count, DType dtype) {
-  const std::size_t packed = quantized_bytes(shard_count, block_);
+void QuantizedGather::all_gather(Communicator& communicator, Stream& stream,
+                                 const ShardLayout& layout, const void* shard, void* full,
+                                 DType dtype) {
+  const int ranks = communicator.world_size();
+  const std::size_t packed = quantized_shard_bytes(layout, block_);
+  if (layout.world_size() != ranks || packed * static_cast<std::size_t>(ranks) > staging_.bytes()) {
+    throw Error(ErrorKind::kInternal,
+                "quantized gather of unit '" + layout.unit_name() + "': its layout over " +
+                    std::to_string(layout.world_size()) + " rank(s) does not fit the group of " +
+                    std::to_string(ranks) + " or the staging buffer it was sized for");
+  }
+  const std::size_t element = dtype_size(dtype);
+  const std::size_t shard_bytes = layout.shard_length() * element;
   char* staging = staging_.as<char>();
   // The staging buffer is one for every gather: the previous one must have been read out.
   stream.wait(*staging_free_);
   char* mine = staging + static_cast<std::size_t>(communicator.rank()) * packed;
-  quantize_blocks(stream, shard, dtype, shard_count, block_, mine);
+  std::size_t used = 0;
+  for (const QuantizedRun& run : quantized_runs(layout, communicator.rank(), block_)) {
+    quantize_blocks(stream, static_cast<const char*>(shard) + run.first * element, dtype,
+                    run.count, block_, mine + run.packed);
+    used = run.packed + quantized_bytes(run.count, block_);
+  }
+  // A rank with fewer runs than the largest: its tail travels too, so keep it defined.
+  if (used < packed) device_.fill_zero(stream, mine + used, packed - used);
   communicator.all_gather(stream, mine, staging, packed, DType::kInt8);
-  const std::size_t shard_bytes = shard_count * dtype_size(dtype);
-  for (int r = 0; r < communicator.world_size(); ++r) {
-    dequantize_blocks(stream, staging + static_cast<std::size_t>(r) * packed, shard_count, block_,
-                      static_cast<char*>(full) + static_cast<std::size_t>(r) * shard_bytes, dtype);
+  for (int r = 0; r < ranks; ++r) {
+    char* destination = static_cast<char*>(full) + static_cast<std::size_t>(r) * shard_bytes;
+    for (const QuantizedRun& run : quantized_runs(layout, r, block_)) {
+      dequantize_blocks(stream, staging + static_cast<std::size_t>(r) * packed + run.packed,
+                        run.count, block_, destination + run.first * element, dtype);
+    }
   }
   stream.record(*staging_free_);
 }

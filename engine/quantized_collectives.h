@@ -2,7 +2,8 @@
 // send and receive and the int8 block kernels (kernels/quantize.h):
 // - qwZ (zero_quantized_weights): stage 3's gather of a unit moves each rank's shard as int8
 //   blocks with their fp32 scales and dequantizes them into the ring slot — every rank, its own
-//   shard included, computes with the same dequantized parameters;
+//   shard included, computes with the same dequantized parameters; a block never holds two
+//   parameters (quantized_runs);
 // - qgZ (zero_quantized_gradients): a unit's gradient reduce-scatter as ZeRO++'s hierarchical
 //   all-to-all: int8 slices to the ranks of the node, summed there in fp32, the node's partial
 //   sums quantized again and sent across nodes to the rank with the same place in its node,
@@ -18,6 +19,7 @@
 
 #include "base/dtype.h"
 #include "memory/allocator.h"
+#include "memory/shard_layout.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/topology.h"
@@ -33,21 +35,38 @@ struct EngineOptions;
 // replicas' all-reduce would stay unquantized: not built), a block size of 0.
 void check_quantized_collectives(const EngineOptions& options, bool hybrid);
 
-// qwZ's staging buffer (category gather): every rank's packed shard of the largest unit.
-std::size_t quantized_gather_bytes(std::size_t largest_shard, int world_size, std::size_t block);
+// qwZ's blocks in rank `rank`'s shard of a unit: a run of blocks starts at the shard's first
+// element and at each parameter's first element inside the shard (the padding joins the last
+// parameter's run), so a block never mixes two parameters — a LayerNorm gain of 1 beside weights
+// of std 0.02 would quantize those in steps of 1/127. DeepSpeed quantizes per parameter too. Each
+// run is packed on its own (kernels/quantize.h, quantized_bytes), the runs end to end.
+struct QuantizedRun {
+  std::size_t first = 0;   // element in the shard
+  std::size_t count = 0;
+  std::size_t packed = 0;  // byte offset in the rank's packed shard
+};
+std::vector<QuantizedRun> quantized_runs(const ShardLayout& layout, int rank, std::size_t block);
+// Every rank's packed shard of `layout` takes this many bytes (the largest rank's runs, so that
+// the gather moves equal counts; a shorter one's tail is zeros).
+std::size_t quantized_shard_bytes(const ShardLayout& layout, std::size_t block);
+// qwZ's staging buffer (category gather): every rank's packed shard of the unit that needs most.
+std::size_t quantized_gather_bytes(const std::vector<ShardLayout>& layouts, std::size_t block);
 // qgZ's buffers (category buckets), in the order they are allocated.
 std::vector<std::size_t> quantized_reduction_bytes(std::size_t largest_shard, int world_size,
                                                    std::size_t block);
 
 class QuantizedGather {
  public:
-  QuantizedGather(Device& device, std::size_t largest_shard, int world_size, std::size_t block);
+  // Sized for every unit of `layouts` (sharded over the group that gathers them).
+  QuantizedGather(Device& device, const std::vector<ShardLayout>& layouts, std::size_t block);
 
-  // As communicator.all_gather(stream, shard, full, shard_count, dtype), through int8 blocks.
-  void all_gather(Communicator& communicator, Stream& stream, const void* shard, void* full,
-                  std::size_t shard_count, DType dtype);
+  // As communicator.all_gather(stream, shard, full, layout.shard_length(), dtype), through int8
+  // blocks run by run (quantized_runs). `layout` is the unit's, over the communicator's ranks.
+  void all_gather(Communicator& communicator, Stream& stream, const ShardLayout& layout,
+                  const void* shard, void* full, DType dtype);
 
  private:
+  Device& device_;
   std::size_t block_;
   Buffer staging_;
   std::unique_ptr<Event> staging_free_;  // the last dequantization that read staging_

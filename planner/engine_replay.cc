@@ -97,8 +97,12 @@ void EngineReplay::construct() {
     }
     // ParameterGatherer::allocate_ring: qwZ's staging buffer after the ring.
     if (options_.quantized_weights) {
-      ledger_.allocate(quantized_gather_bytes(largest_shard(), input_.world_size,
-                                              options_.quantization_block),
+      std::vector<ShardLayout> layouts;
+      for (const UnitShapes& shapes : input_.model.units) {
+        layouts.push_back(ShardLayout::build(shapes.name, shapes.params, input_.world_size,
+                                             input_.model.alignment));
+      }
+      ledger_.allocate(quantized_gather_bytes(layouts, options_.quantization_block),
                        Category::kGather);
     }
     // ParameterGatherer's secondary partition (hpZ): 1/h of each unit, for the whole run.

@@ -12,11 +12,13 @@
 #include <mutex>
 #include <random>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "base/error.h"
 #include "engine/engine.h"
 #include "kernels/quantize.h"
+#include "memory/shard_layout.h"
 #include "runtime/link_model.h"
 #include "runtime/world.h"
 
@@ -48,6 +50,13 @@ std::vector<double> scales_of(const std::vector<double>& x, std::size_t first, s
   return scales;
 }
 
+// A unit of one parameter whose shards are `shard` elements each, no padding: its blocks are
+// the shard's blocks of kBlock.
+ShardLayout one_parameter(std::size_t shard, int ranks) {
+  return ShardLayout::build("unit", {{"values", {static_cast<std::int64_t>(shard) * ranks}}}, ranks,
+                            /*alignment=*/4);
+}
+
 WorldOptions world_of(int nodes, int per_node) {
   WorldOptions options;
   options.ranks = nodes * per_node;
@@ -65,9 +74,10 @@ TEST(QuantizedGather, EveryRankGetsTheSameParametersWithinHalfAScaleOfEachShard)
   World(world_of(2, 2)).run([&](RankContext& context) {
     const std::vector<float> shard = values_of(context.rank, kShard);
     std::vector<float> full(kShard * kRanks, -1.0f);
-    QuantizedGather gather(context.device, kShard, kRanks, kBlock);
+    const ShardLayout layout = one_parameter(kShard, kRanks);
+    QuantizedGather gather(context.device, {layout}, kBlock);
     const WireBytes before = context.wire->snapshot();
-    gather.all_gather(context.communicator, context.comm, shard.data(), full.data(), kShard,
+    gather.all_gather(context.communicator, context.comm, layout, shard.data(), full.data(),
                       DType::kFloat32);
     context.synchronize();
     std::lock_guard lock(mutex);
@@ -103,8 +113,9 @@ TEST(QuantizedGather, TwoByteParametersComeBackInTheirType) {
     std::vector<BFloat16> shard;
     for (float v : values_of(context.rank, kShard)) shard.emplace_back(v);
     std::vector<BFloat16> full(2 * kShard);
-    QuantizedGather gather(context.device, kShard, 2, kBlock);
-    gather.all_gather(context.communicator, context.comm, shard.data(), full.data(), kShard,
+    const ShardLayout layout = one_parameter(kShard, 2);
+    QuantizedGather gather(context.device, {layout}, kBlock);
+    gather.all_gather(context.communicator, context.comm, layout, shard.data(), full.data(),
                       DType::kBFloat16);
     context.synchronize();
     std::lock_guard lock(mutex);
@@ -118,6 +129,84 @@ TEST(QuantizedGather, TwoByteParametersComeBackInTheirType) {
       const double back = static_cast<float>(gathered[owner * kShard + i]);
       // Half a scale, and the bf16 rounding of the dequantized value (2^-8 relative).
       ASSERT_LE(std::fabs(wide[i] - back), scale[i] * 0.50001 + std::fabs(back) * 0x1p-8) << i;
+    }
+  }
+}
+
+// A unit like a transformer block's start: a LayerNorm gain of about 1, weights of about 0.01, a
+// bias of about 0.1; 2 ranks, alignment 4: 285 elements, padded to 288, shards of 144. Rank 0
+// holds the gain and weight[0, 96), rank 1 weight[96, 200), the bias and 3 elements of padding.
+ShardLayout mixed_unit() {
+  return ShardLayout::build("mixed", {{"gain", {48}}, {"weight", {20, 10}}, {"bias", {37}}}, 2,
+                            /*alignment=*/4);
+}
+
+std::vector<float> mixed_values(const ShardLayout& layout) {
+  std::mt19937 generator(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> flat(layout.flat_length(), 0.0f);
+  const float spread[] = {0.05f, 0.01f, 0.1f};
+  const float centre[] = {1.0f, 0.0f, 0.0f};
+  for (std::size_t p = 0; p < layout.params().size(); ++p) {
+    const ParamSlot& param = layout.params()[p];
+    for (std::size_t i = 0; i < param.numel; ++i) {
+      flat[param.offset + i] = centre[p] + spread[p] * normal(generator);
+    }
+  }
+  return flat;
+}
+
+TEST(QuantizedGather, RunsOfBlocksRestartAtEachParameterInsideAShard) {
+  const ShardLayout layout = mixed_unit();
+  const auto runs_of = [&](int rank) {
+    std::vector<std::pair<std::size_t, std::size_t>> runs;
+    for (const QuantizedRun& run : quantized_runs(layout, rank, kBlock)) {
+      runs.emplace_back(run.first, run.count);
+    }
+    return runs;
+  };
+  using Runs = std::vector<std::pair<std::size_t, std::size_t>>;
+  EXPECT_EQ(runs_of(0), (Runs{{0, 48}, {48, 96}}));
+  EXPECT_EQ(runs_of(1), (Runs{{0, 104}, {104, 40}}));  // the padding joins the bias's run
+  // Packed end to end: 48 + 4 and 96 + 2 x 4 on rank 0; 104 + 2 x 4 and 40 + 4 on rank 1.
+  EXPECT_EQ(quantized_runs(layout, 0, kBlock)[1].packed, 52u);
+  EXPECT_EQ(quantized_shard_bytes(layout, kBlock), 156u);
+  EXPECT_EQ(quantized_gather_bytes({layout, one_parameter(1000, 2)}, kBlock),
+            2 * quantized_bytes(1000, kBlock));
+}
+
+TEST(QuantizedGather, EachParameterIsWithinHalfAScaleOfItsOwnBlocks) {
+  const ShardLayout layout = mixed_unit();
+  const std::vector<float> exact = mixed_values(layout);
+  const std::size_t shard = layout.shard_length();
+  std::mutex mutex;
+  std::vector<float> gathered;
+  World(world_of(1, 2)).run([&](RankContext& context) {
+    std::vector<float> full(layout.flat_length(), -1.0f);
+    QuantizedGather gather(context.device, {layout}, kBlock);
+    gather.all_gather(context.communicator, context.comm, layout,
+                      exact.data() + static_cast<std::size_t>(context.rank) * shard, full.data(),
+                      DType::kFloat32);
+    context.synchronize();
+    std::lock_guard lock(mutex);
+    if (context.rank == 0) gathered = full;
+  });
+  const std::vector<double> wide(exact.begin(), exact.end());
+  for (int rank = 0; rank < 2; ++rank) {
+    // The reference cut: at the shard's start and at each parameter's start inside it.
+    std::vector<std::size_t> cuts = {rank * shard, (rank + 1) * shard};
+    for (const ParamSlot& param : layout.params()) {
+      if (param.offset > cuts[0] && param.offset < cuts[1]) cuts.push_back(param.offset);
+    }
+    std::sort(cuts.begin(), cuts.end());
+    for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
+      const std::vector<double> scale = scales_of(wide, cuts[c], cuts[c + 1] - cuts[c]);
+      for (std::size_t i = 0; i < scale.size(); ++i) {
+        const std::size_t at = cuts[c] + i;
+        // Half a scale of the element's own parameter's block: the weights' error stays near
+        // 0.01 / 254, where a block shared with the gain would allow 1 / 254.
+        ASSERT_LE(std::fabs(wide[at] - gathered[at]), scale[i] * (0.5 + 1e-5)) << "element " << at;
+      }
     }
   }
 }

@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/quantized_collectives.h"
@@ -84,6 +87,146 @@ TEST(QuantizedTraining, EveryRankEndsWithTheSameParameters) {
   };
   run_mlp(quantized);
   for (int rank = 1; rank < 4; ++rank) EXPECT_EQ(firsts[rank], firsts[0]) << rank;
+}
+
+// What a unit computed with, per call: every parameter's values in declaration order (the
+// unit's flat order).
+struct Seen {
+  std::deque<std::vector<float>> forward, backward;
+};
+
+// A unit that copies the parameters it computes with, in forward and in backward, on its stream
+// (the CPU device: the views are host memory) into `seen`, then runs the wrapped unit.
+class Recording final : public Unit {
+ public:
+  Recording(Unit& inner, Seen& seen) : inner_(inner), seen_(seen) {}
+  const std::string& name() const override { return inner_.name(); }
+  std::vector<ParamSpec> parameters() const override { return inner_.parameters(); }
+  void forward(UnitContext& context) override {
+    record(context, seen_.forward);
+    inner_.forward(context);
+  }
+  void backward(UnitContext& context) override {
+    record(context, seen_.backward);
+    inner_.backward(context);
+  }
+
+ private:
+  void record(UnitContext& context, std::deque<std::vector<float>>& calls) {
+    std::vector<Tensor> params;
+    for (std::size_t i = 0; i < parameters().size(); ++i) params.push_back(context.param(i));
+    std::vector<float>& into = calls.emplace_back();
+    context.stream().enqueue([params, &into] {
+      for (const Tensor& param : params) {
+        const float* values = param.as<const float>();
+        into.insert(into.end(), values, values + param.numel());
+      }
+    });
+  }
+  Unit& inner_;
+  Seen& seen_;
+};
+
+// The MLP, each unit recorded into seen[unit] (owned by the caller; it outlives the model).
+class RecordingMlp final : public Module {
+ public:
+  RecordingMlp(MlpConfig config, std::vector<Seen>& seen) : mlp_(std::move(config)) {
+    const std::vector<Unit*> units = mlp_.units();
+    seen.resize(units.size());
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      recording_.push_back(std::make_unique<Recording>(*units[u], seen[u]));
+    }
+  }
+  std::vector<Unit*> units() override {
+    std::vector<Unit*> units;
+    for (const auto& unit : recording_) units.push_back(unit.get());
+    return units;
+  }
+
+ private:
+  Mlp mlp_;
+  std::vector<std::unique_ptr<Recording>> recording_;
+};
+
+// What qwZ should hand a unit whose fp32 master is `flat` (the unit's flat buffer, padding
+// included): each rank's shard, cut at the shard's start and at each parameter's start inside
+// it, each run quantized on its own in blocks of `block` (the int8 kernel is
+// kernels/quantize.h's, tested against float64 there).
+std::vector<float> quantized_per_parameter(const ShardLayout& layout, const std::vector<float>& flat,
+                                           std::size_t block) {
+  std::vector<float> out(flat.size());
+  const std::size_t shard = layout.shard_length();
+  for (int rank = 0; rank < layout.world_size(); ++rank) {
+    std::vector<std::size_t> cuts = {rank * shard, (rank + 1) * shard};
+    for (const ParamSlot& param : layout.params()) {
+      if (param.offset > cuts[0] && param.offset < cuts[1]) cuts.push_back(param.offset);
+    }
+    std::sort(cuts.begin(), cuts.end());
+    for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
+      const std::size_t count = cuts[c + 1] - cuts[c];
+      std::vector<char> packed(quantized_bytes(count, block));
+      cpu::quantize_blocks(flat.data() + cuts[c], DType::kFloat32, count, block, packed.data());
+      cpu::dequantize_blocks(packed.data(), count, block, out.data() + cuts[c], DType::kFloat32);
+    }
+  }
+  return out;
+}
+
+// The plumbing of qwZ, step by step: each unit's forward and backward compute with exactly the
+// dequantized int8 blocks of the master weights the previous step left (not a stale slot, not
+// other values in backward than in forward), on every rank; blocks never straddle two
+// parameters (the MLP's layers put a weight's last rows and its bias in one shard at 4 ranks).
+TEST(QuantizedTraining, UnitsComputeWithTheQuantizedMasterOfTheirStepBlockedPerParameter) {
+  constexpr int kRanks = 4;
+  constexpr int kSteps = 4;
+  RunSpec run = spec(3, true, false);
+  run.steps = kSteps;
+  std::vector<std::vector<Seen>> seen(kRanks);  // per rank, per unit
+  run.make_model = [&](int rank) {
+    return std::make_unique<RecordingMlp>(MlpConfig{run.sizes},
+                                          seen[static_cast<std::size_t>(rank)]);
+  };
+  // masters[step][unit]: the unit's flat fp32 master after `step`, padding included.
+  std::vector<std::vector<std::vector<float>>> masters(kSteps);
+  std::vector<ShardLayout> layouts;
+  run.after_step = [&](int rank, int step, const StepStats&, Trainer& trainer) {
+    std::vector<std::vector<float>> flats;
+    for (const ShardLayout& layout : trainer.layouts()) {
+      std::vector<float> flat;
+      for (const ParamSlot& param : layout.params()) {
+        const std::vector<float> value = trainer.full_parameter(layout.unit_name() + "." + param.name);
+        flat.insert(flat.end(), value.begin(), value.end());
+      }
+      flat.resize(layout.flat_length(), 0.0f);
+      flats.push_back(std::move(flat));
+    }
+    if (rank != 0) return;
+    masters[static_cast<std::size_t>(step)] = std::move(flats);
+    layouts = trainer.layouts();
+  };
+  run_mlp(run);
+  ASSERT_EQ(layouts.size(), run.sizes.size() - 1);
+  bool straddled = false;  // some shard holds the end of one parameter and the start of another
+  for (const ShardLayout& layout : layouts) {
+    for (const ParamSlot& param : layout.params()) straddled |= param.offset % layout.shard_length() != 0;
+  }
+  ASSERT_TRUE(straddled);
+  for (int rank = 0; rank < kRanks; ++rank) {
+    for (std::size_t u = 0; u < layouts.size(); ++u) {
+      const Seen& unit = seen[static_cast<std::size_t>(rank)][u];
+      ASSERT_EQ(unit.forward.size(), static_cast<std::size_t>(kSteps));
+      ASSERT_EQ(unit.backward.size(), static_cast<std::size_t>(kSteps));
+      for (int step = 1; step < kSteps; ++step) {
+        SCOPED_TRACE("rank " + std::to_string(rank) + ", unit " + std::to_string(u) + ", step " +
+                     std::to_string(step));
+        std::vector<float> expected = quantized_per_parameter(
+            layouts[u], masters[static_cast<std::size_t>(step - 1)][u], 256);
+        expected.resize(layouts[u].numel());
+        EXPECT_EQ(unit.forward[static_cast<std::size_t>(step)], expected);
+        EXPECT_EQ(unit.backward[static_cast<std::size_t>(step)], expected);
+      }
+    }
+  }
 }
 
 // What each rank put on the wire in two steps of the MLP at stage 3 on 2 nodes x 2 ranks, and
