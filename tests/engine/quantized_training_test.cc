@@ -1,7 +1,9 @@
 // ZeRO++'s quantized collectives in the engine (EngineOptions::quantized_weights / _gradients):
 // the MLP trains as plain ZeRO does, within the int8 error, with qwZ at stage 3 and qgZ at stages
-// 1-3 on 2 nodes x 2 ranks; every rank ends with the same parameters; what crosses nodes per
-// step shrinks by the packed bytes' ratio; the options the engine refuses are refused.
+// 1-3 on 2 nodes x 2 ranks; every rank ends with the same parameters; each unit computes, forward
+// and backward, with its step's master weights quantized in blocks that never straddle two
+// parameters; what crosses nodes per step shrinks by the packed bytes' ratio; the options the
+// engine refuses are refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
