@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +20,8 @@
 #include "engine/quantized_collectives.h"
 #include "kernels/quantize.h"
 #include "memory/shard_layout.h"
+#include "models/gpt.h"
+#include "models/mlp.h"
 #include "runtime/link_model.h"
 #include "tests/engine/engine_test_support.h"
 #include "tests/support/capture_error.h"
@@ -92,36 +96,56 @@ TEST(QuantizedTraining, EveryRankEndsWithTheSameParameters) {
 }
 
 // What a unit computed with, per call: every parameter's values in declaration order (the
-// unit's flat order).
+// unit's flat order), and those of the units it borrows, one after the other.
 struct Seen {
-  std::deque<std::vector<float>> forward, backward;
+  std::deque<std::vector<float>> forward, backward, borrowed_forward, borrowed_backward;
 };
 
 // A unit that copies the parameters it computes with, in forward and in backward, on its stream
-// (the CPU device: the views are host memory) into `seen`, then runs the wrapped unit.
+// (the CPU device: the views are host memory) into `seen`, then runs the wrapped unit. A unit
+// whose gradients replace its parameters is not read in backward: its slot holds gradients.
 class Recording final : public Unit {
  public:
   Recording(Unit& inner, Seen& seen) : inner_(inner), seen_(seen) {}
   const std::string& name() const override { return inner_.name(); }
   std::vector<ParamSpec> parameters() const override { return inner_.parameters(); }
+  std::vector<int> borrowed_units() const override { return inner_.borrowed_units(); }
+  bool gradients_replace_parameters() const override {
+    return inner_.gradients_replace_parameters();
+  }
   void forward(UnitContext& context) override {
-    record(context, seen_.forward);
+    record(context, seen_.forward, seen_.borrowed_forward, true);
     inner_.forward(context);
   }
   void backward(UnitContext& context) override {
-    record(context, seen_.backward);
+    record(context, seen_.backward, seen_.borrowed_backward, !gradients_replace_parameters());
     inner_.backward(context);
   }
+  // The units' parameter counts, by index into Module::units(), for the borrowed ones.
+  std::vector<std::vector<ParamSpec>> lenders;
 
  private:
-  void record(UnitContext& context, std::deque<std::vector<float>>& calls) {
-    std::vector<Tensor> params;
-    for (std::size_t i = 0; i < parameters().size(); ++i) params.push_back(context.param(i));
-    std::vector<float>& into = calls.emplace_back();
-    context.stream().enqueue([params, &into] {
+  void record(UnitContext& context, std::deque<std::vector<float>>& own,
+              std::deque<std::vector<float>>& borrowed, bool own_too) {
+    std::vector<Tensor> params, lent;
+    for (std::size_t i = 0; own_too && i < parameters().size(); ++i) {
+      params.push_back(context.param(i));
+    }
+    const std::vector<int> from = borrowed_units();
+    for (std::size_t b = 0; b < from.size(); ++b) {
+      for (std::size_t i = 0; i < lenders.at(static_cast<std::size_t>(from[b])).size(); ++i) {
+        lent.push_back(context.borrowed_param(b, i));
+      }
+    }
+    std::vector<float>& into = own.emplace_back();
+    std::vector<float>& into_lent = borrowed.emplace_back();
+    context.stream().enqueue([params, lent, &into, &into_lent] {
       for (const Tensor& param : params) {
-        const float* values = param.as<const float>();
-        into.insert(into.end(), values, values + param.numel());
+        into.insert(into.end(), param.as<const float>(), param.as<const float>() + param.numel());
+      }
+      for (const Tensor& param : lent) {
+        into_lent.insert(into_lent.end(), param.as<const float>(),
+                         param.as<const float>() + param.numel());
       }
     });
   }
@@ -129,14 +153,18 @@ class Recording final : public Unit {
   Seen& seen_;
 };
 
-// The MLP, each unit recorded into seen[unit] (owned by the caller; it outlives the model).
-class RecordingMlp final : public Module {
+// `Model`, each unit recorded into seen[unit] (owned by the caller; it outlives the model).
+template <typename Model, typename Config>
+class Recorded final : public Module {
  public:
-  RecordingMlp(MlpConfig config, std::vector<Seen>& seen) : mlp_(std::move(config)) {
-    const std::vector<Unit*> units = mlp_.units();
+  Recorded(Config config, std::vector<Seen>& seen) : model_(std::move(config)) {
+    const std::vector<Unit*> units = model_.units();
     seen.resize(units.size());
+    std::vector<std::vector<ParamSpec>> specs;
+    for (Unit* unit : units) specs.push_back(unit->parameters());
     for (std::size_t u = 0; u < units.size(); ++u) {
       recording_.push_back(std::make_unique<Recording>(*units[u], seen[u]));
+      recording_.back()->lenders = specs;
     }
   }
   std::vector<Unit*> units() override {
@@ -146,9 +174,10 @@ class RecordingMlp final : public Module {
   }
 
  private:
-  Mlp mlp_;
+  Model model_;
   std::vector<std::unique_ptr<Recording>> recording_;
 };
+using RecordingMlp = Recorded<Mlp, MlpConfig>;
 
 // What qwZ should hand a unit whose fp32 master is `flat` (the unit's flat buffer, padding
 // included): each rank's shard, cut at the shard's start and at each parameter's start inside
@@ -174,6 +203,21 @@ std::vector<float> quantized_per_parameter(const ShardLayout& layout, const std:
   return out;
 }
 
+// Every unit's flat fp32 master (padding included), as the trainer holds it now. A collective.
+std::vector<std::vector<float>> master_flats(Trainer& trainer) {
+  std::vector<std::vector<float>> flats;
+  for (const ShardLayout& layout : trainer.layouts()) {
+    std::vector<float> flat;
+    for (const ParamSlot& param : layout.params()) {
+      const std::vector<float> value = trainer.full_parameter(layout.unit_name() + "." + param.name);
+      flat.insert(flat.end(), value.begin(), value.end());
+    }
+    flat.resize(layout.flat_length(), 0.0f);
+    flats.push_back(std::move(flat));
+  }
+  return flats;
+}
+
 // The plumbing of qwZ, step by step: each unit's forward and backward compute with exactly the
 // dequantized int8 blocks of the master weights the previous step left (not a stale slot, not
 // other values in backward than in forward), on every rank; blocks never straddle two
@@ -192,16 +236,7 @@ TEST(QuantizedTraining, UnitsComputeWithTheQuantizedMasterOfTheirStepBlockedPerP
   std::vector<std::vector<std::vector<float>>> masters(kSteps);
   std::vector<ShardLayout> layouts;
   run.after_step = [&](int rank, int step, const StepStats&, Trainer& trainer) {
-    std::vector<std::vector<float>> flats;
-    for (const ShardLayout& layout : trainer.layouts()) {
-      std::vector<float> flat;
-      for (const ParamSlot& param : layout.params()) {
-        const std::vector<float> value = trainer.full_parameter(layout.unit_name() + "." + param.name);
-        flat.insert(flat.end(), value.begin(), value.end());
-      }
-      flat.resize(layout.flat_length(), 0.0f);
-      flats.push_back(std::move(flat));
-    }
+    std::vector<std::vector<float>> flats = master_flats(trainer);
     if (rank != 0) return;
     masters[static_cast<std::size_t>(step)] = std::move(flats);
     layouts = trainer.layouts();
@@ -227,6 +262,68 @@ TEST(QuantizedTraining, UnitsComputeWithTheQuantizedMasterOfTheirStepBlockedPerP
         EXPECT_EQ(unit.forward[static_cast<std::size_t>(step)], expected);
         EXPECT_EQ(unit.backward[static_cast<std::size_t>(step)], expected);
       }
+    }
+  }
+}
+
+// The GPT's tied head reads the embedding's wte from the embedding's gather slot, in forward and
+// in backward (before the slot becomes wte's gradient): the same quantized values the embedding's
+// forward used, those of the step's master, as every block's forward and backward use.
+TEST(QuantizedTraining, TiedGptHeadReadsTheQuantizedWteOfItsStep) {
+  constexpr int kRanks = 2;
+  constexpr int kSteps = 3;
+  constexpr std::int64_t kSequences = 4;
+  const GptConfig config{/*n_layer=*/1, /*n_head=*/2, /*n_embd=*/32, /*vocab_size=*/64,
+                         /*seq_len=*/8};
+  std::vector<std::vector<Seen>> seen(kRanks);  // per rank, per unit
+  std::vector<std::vector<std::vector<float>>> masters(kSteps);  // [step][unit], before the step
+  std::vector<ShardLayout> layouts;
+  WorldOptions world;
+  world.ranks = kRanks;
+  World(world).run([&](RankContext& context) {
+    Recorded<Gpt, GptConfig> model(config, seen[static_cast<std::size_t>(context.rank)]);
+    EngineOptions options;
+    options.stage = 3;
+    options.quantized_weights = true;
+    Engine engine(context, options);
+    auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
+    std::mt19937 rng(11 + context.rank);
+    std::uniform_int_distribution<std::int32_t> token(0, config.vocab_size - 1);
+    std::vector<std::int32_t> inputs(kSequences * config.seq_len);
+    std::vector<std::int32_t> targets(inputs.size());
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<std::vector<float>> flats = master_flats(*trainer);
+      for (auto& id : inputs) id = token(rng);
+      for (auto& id : targets) id = token(rng);
+      const Batch batch{Tensor{inputs.data(), {kSequences, config.seq_len}, DType::kInt32},
+                        Tensor{targets.data(), {kSequences, config.seq_len}, DType::kInt32}};
+      trainer->forward_backward(batch);
+      trainer->step();
+      if (context.rank != 0) continue;
+      masters[static_cast<std::size_t>(step)] = std::move(flats);
+      layouts = trainer->layouts();
+    }
+    context.synchronize();
+  });
+  const std::size_t head = layouts.size() - 1;
+  ASSERT_EQ(layouts.size(), 3u);  // embedding, block0, head
+  for (int rank = 0; rank < kRanks; ++rank) {
+    const std::vector<Seen>& units = seen[static_cast<std::size_t>(rank)];
+    for (int step = 0; step < kSteps; ++step) {
+      SCOPED_TRACE("rank " + std::to_string(rank) + ", step " + std::to_string(step));
+      const auto s = static_cast<std::size_t>(step);
+      std::vector<std::vector<float>> expected;
+      for (std::size_t u = 0; u < layouts.size(); ++u) {
+        expected.push_back(quantized_per_parameter(layouts[u], masters[s][u], 256));
+        expected.back().resize(layouts[u].numel());
+      }
+      EXPECT_EQ(units[0].forward.at(s), expected[0]);
+      EXPECT_EQ(units[1].forward.at(s), expected[1]);
+      EXPECT_EQ(units[1].backward.at(s), expected[1]);
+      EXPECT_EQ(units[head].forward.at(s), expected[head]);
+      EXPECT_EQ(units[head].backward.at(s), expected[head]);
+      EXPECT_EQ(units[head].borrowed_forward.at(s), expected[0]);
+      EXPECT_EQ(units[head].borrowed_backward.at(s), expected[0]);
     }
   }
 }
