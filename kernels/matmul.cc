@@ -10,12 +10,15 @@
 #include <climits>
 #include <condition_variable>
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <string>
 
 #include "base/error.h"
 #include "kernels/dispatch.h"
+#include "runtime/core_pinning.h"
 
 #if ZEST_HAVE_CUDA
 #include "base/cuda_check.h"
@@ -92,6 +95,9 @@ void scale_empty_product(cuda::CudaStream& stream, std::int64_t count, float bet
 class ProductGate {
  public:
   ProductGate() : permits_(initial_permits()) {}
+  explicit ProductGate(int permits) : permits_(permits) {}
+
+  int permits() const { return permits_; }
 
   // Returns whether the caller holds a permit, to give back with leave().
   bool enter() {
@@ -129,9 +135,22 @@ class ProductGate {
 
 constexpr std::int64_t kGatedProductWork = std::int64_t{1} << 22;
 
+// Note: ranks pinned to cores (runtime/core_pinning.h) pass a gate of their core's, which lets
+// one product run at a time: a process-wide gate of n permits could let two ranks of one core
+// multiply while the other core's ranks wait at the gate, leaving that core idle.
 ProductGate& product_gate() {
   static ProductGate gate;
-  return gate;
+  thread_local ProductGate* mine = [] {
+    const int core = this_thread_core();
+    if (core < 0 || gate.permits() <= 0) return &gate;
+    static std::mutex mutex;
+    static std::map<int, std::unique_ptr<ProductGate>> per_core;
+    std::lock_guard lock(mutex);
+    auto& slot = per_core[core];
+    if (slot == nullptr) slot = std::make_unique<ProductGate>(1);
+    return slot.get();
+  }();
+  return *mine;
 }
 
 // Note: OpenBLAS packs op(A)'s rows (its column-major "N") in panels of up to GEMM_R, which fills

@@ -3,8 +3,10 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
+#include "runtime/core_pinning.h"
 #include "runtime/cpu_device.h"
 #include "runtime/first_failure.h"
 #if ZEST_HAVE_CUDA
@@ -149,7 +151,10 @@ ErrorKind kind_of(const std::exception& error) {
 }
 
 void run_rank(int rank, const WorldOptions& options, LocalCommunicator& communicator,
-              const std::function<void(RankContext&)>& work, detail::FirstFailure& failures) {
+              const std::function<void(RankContext&)>& work, detail::FirstFailure& failures,
+              int core) {
+  // Before the device and its streams: their workers inherit the core (core_pinning.h).
+  if (core >= 0) pin_this_thread(core);
   LocalGroup& group = communicator.group();
   // Offered before the group is poisoned: the rank's own error, with its type, is the cause.
   const auto fail = [&](const std::exception& error) {
@@ -204,9 +209,14 @@ void World::run(const std::function<void(RankContext&)>& work) const {
   // rank has unwound, by which time its peers' echoes may have been offered.
   group.set_failure_observer(
       [&failures](int rank, const Error& failure) { failures.offer(rank, failure); });
+  const std::vector<int> cores = allowed_cores();
+  const char* pinning = std::getenv("ZEST_PIN_RANKS");
   detail::run_rank_threads(
       options_, failures,
-      [&](int rank) { run_rank(rank, options_, *communicators[rank], work, failures); },
+      [&](int rank) {
+        run_rank(rank, options_, *communicators[rank], work, failures,
+                 rank_core(rank, options_.ranks, cores, pinning));
+      },
       [&](int rank, const std::string& reason) { group.poison(rank, ErrorKind::kDevice, reason); });
 }
 

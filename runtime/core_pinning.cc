@@ -1,0 +1,51 @@
+#include "runtime/core_pinning.h"
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
+#include <cstring>
+
+namespace zest {
+
+std::vector<int> allowed_cores() {
+  std::vector<int> cores;
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cores;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cores.push_back(cpu);
+  }
+#endif
+  return cores;
+}
+
+int rank_core(int rank, int ranks, const std::vector<int>& cores, const char* environment) {
+  const bool asked = environment != nullptr && std::strcmp(environment, "1") == 0;
+  if (!asked || ranks < 2 || cores.size() < 2) return -1;
+  return cores[static_cast<std::size_t>(rank) % cores.size()];
+}
+
+bool pin_this_thread(int core) {
+#if defined(__linux__)
+  if (core < 0 || core >= CPU_SETSIZE) return false;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core, &set);
+  return sched_setaffinity(0, sizeof(set), &set) == 0;
+#else
+  (void)core;
+  return false;
+#endif
+}
+
+int this_thread_core() {
+  thread_local const int core = [] {
+    const std::vector<int> cores = allowed_cores();
+    return cores.size() == 1 ? cores.front() : -1;
+  }();
+  return core;
+}
+
+}  // namespace zest

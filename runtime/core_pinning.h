@@ -1,0 +1,31 @@
+// Ranks as threads of one process (the local backend, the CPU device) may run pinned: each
+// rank's threads — its own and its streams' workers, which inherit it — on one core, rank r on
+// the (r % n)-th core the process may use. Unpinned, four ranks on two cores moved between the
+// cores hundreds of times a step (each move a cold cache), and two ranks' products could hold
+// the process-wide product gate on one core while the other core idled; pinned, a core's ranks
+// take turns and the gate (kernels/matmul.cc) lets one product run per core. Off unless
+// ZEST_PIN_RANKS=1: on a machine shared with other work a pinned rank cannot leave a busy core,
+// and its peers wait for it at every collective. Processes (MPI) are placed by their launcher
+// (mpirun --bind-to), and CUDA ranks are never pinned.
+#pragma once
+
+#include <vector>
+
+namespace zest {
+
+// The cores this process may run on (sched_getaffinity), in order; empty when unknown.
+std::vector<int> allowed_cores();
+
+// The core rank `rank` of `ranks` threads runs on, or -1: not pinned (not asked for, one rank,
+// fewer than two cores known). `environment` is ZEST_PIN_RANKS's value (null: unset).
+int rank_core(int rank, int ranks, const std::vector<int>& cores, const char* environment);
+
+// Restricts the calling thread (and the threads it starts from now on) to `core`. Returns false
+// if the system refused; the rank then runs unpinned.
+bool pin_this_thread(int core);
+
+// The one core the calling thread may run on, or -1 when it may run on several. Read once per
+// thread and kept: a rank's threads are pinned before they start.
+int this_thread_core();
+
+}  // namespace zest

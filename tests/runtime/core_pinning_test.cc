@@ -1,0 +1,99 @@
+// Ranks as threads pinned to cores (ZEST_PIN_RANKS=1): which core each rank gets, and that the
+// rank's own thread and its streams' workers all run there while the caller's thread stays free.
+#include "runtime/core_pinning.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/world.h"
+
+namespace zest {
+namespace {
+
+TEST(CorePinning, RanksGoRoundTheAllowedCoresWhenAsked) {
+  const std::vector<int> cores = {3, 5};
+  std::vector<int> got;
+  for (int rank = 0; rank < 5; ++rank) got.push_back(rank_core(rank, 5, cores, "1"));
+  EXPECT_EQ(got, (std::vector<int>{3, 5, 3, 5, 3}));
+  EXPECT_EQ(rank_core(1, 2, {0, 1, 2, 3}, "1"), 1);
+}
+
+TEST(CorePinning, OffUnlessAskedForAndOnlyWithTwoRanksAndTwoCores) {
+  EXPECT_EQ(rank_core(1, 4, {0, 1}, nullptr), -1);
+  EXPECT_EQ(rank_core(1, 4, {0, 1}, "0"), -1);
+  EXPECT_EQ(rank_core(1, 4, {0, 1}, "yes"), -1);
+  EXPECT_EQ(rank_core(0, 1, {0, 1}, "1"), -1);  // one rank has the machine
+  EXPECT_EQ(rank_core(1, 4, {0}, "1"), -1);     // one core: nothing to choose
+  EXPECT_EQ(rank_core(1, 4, {}, "1"), -1);      // unknown
+}
+
+// Sets an environment variable for one test and restores it.
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnvironment() {
+    if (old_.empty()) {
+      unsetenv(name_);
+    } else {
+      setenv(name_, old_.c_str(), 1);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+};
+
+// Per rank, the cores its thread and each of its streams' workers may use.
+std::vector<std::vector<std::vector<int>>> cores_seen(int ranks) {
+  std::vector<std::vector<std::vector<int>>> seen(static_cast<std::size_t>(ranks));
+  std::mutex mutex;
+  WorldOptions options;
+  options.ranks = ranks;
+  World world(options);
+  world.run([&](RankContext& context) {
+    std::vector<std::vector<int>> mine = {allowed_cores(), {}, {}, {}};
+    context.compute.enqueue([&mine] { mine[1] = allowed_cores(); });
+    context.comm.enqueue([&mine] { mine[2] = allowed_cores(); });
+    context.prefetch.enqueue([&mine] { mine[3] = allowed_cores(); });
+    context.synchronize();
+    std::lock_guard lock(mutex);
+    seen[static_cast<std::size_t>(context.rank)] = mine;
+  });
+  return seen;
+}
+
+TEST(CorePinning, EachRanksThreadsRunOnItsCoreWhenAsked) {
+  const std::vector<int> cores = allowed_cores();
+  if (cores.size() < 2) GTEST_SKIP() << "needs two cores, has " << cores.size();
+  ScopedEnvironment pin("ZEST_PIN_RANKS", "1");
+  const int ranks = static_cast<int>(cores.size()) + 2;  // more ranks than cores, as on a laptop
+  const auto seen = cores_seen(ranks);
+  for (int rank = 0; rank < ranks; ++rank) {
+    const std::vector<int> expected = {cores[static_cast<std::size_t>(rank) % cores.size()]};
+    for (const auto& thread : seen[static_cast<std::size_t>(rank)]) {
+      EXPECT_EQ(thread, expected) << "rank " << rank;
+    }
+  }
+  EXPECT_EQ(allowed_cores(), cores) << "the caller's thread stays unpinned";
+  EXPECT_EQ(this_thread_core(), -1);
+}
+
+TEST(CorePinning, RanksKeepEveryCoreByDefault) {
+  const std::vector<int> cores = allowed_cores();
+  if (cores.size() < 2) GTEST_SKIP() << "needs two cores";
+  ScopedEnvironment pin("ZEST_PIN_RANKS", "0");
+  for (const auto& rank : cores_seen(static_cast<int>(cores.size()) + 2)) {
+    for (const auto& thread : rank) EXPECT_EQ(thread, cores);
+  }
+}
+
+}  // namespace
+}  // namespace zest
