@@ -53,8 +53,8 @@ void LocalGroup::poison(int rank, ErrorKind kind, const std::string& reason) {
     if (poisoned_) return;  // the first failure is the cause; later ones are its echoes
     poisoned_ = true;
     poison_reason_ = "rank " + std::to_string(world_rank(rank)) + " failed: " + reason;
+    wake_everyone_locked();
   }
-  changed_.notify_all();
   for (const auto& child : live_children()) child->poison_from_parent(poison_reason_);
   if (observer_) observer_(rank, Error(kind, reason));
 }
@@ -65,9 +65,14 @@ void LocalGroup::poison_from_parent(const std::string& reason) {
     if (poisoned_) return;
     poisoned_ = true;
     poison_reason_ = reason;
+    wake_everyone_locked();
   }
-  changed_.notify_all();
   for (const auto& child : live_children()) child->poison_from_parent(reason);
+}
+
+void LocalGroup::wake_everyone_locked() {
+  changed_.notify_all();
+  for (auto& [sequence, meeting] : meetings_) meeting.changed.notify_all();
 }
 
 std::vector<std::shared_ptr<LocalGroup>> LocalGroup::live_children() {
@@ -83,8 +88,8 @@ void LocalGroup::depart(int rank) {
   {
     std::lock_guard lock(mutex_);
     rank_departed_[rank] = true;
+    wake_everyone_locked();
   }
-  changed_.notify_all();
   for (const auto& child : live_children()) child->depart_world_rank(world_rank(rank));
 }
 
@@ -130,11 +135,9 @@ void LocalGroup::wait_for_arrivals(std::unique_lock<std::mutex>& lock, int rank,
       meeting.withdrawn = true;
       throw Error(ErrorKind::kPeerFailure, where(rank, call) + ": " + poison_reason_);
     }
-    std::vector<int> missing, departed;
+    std::vector<int> departed;
     for (int r = 0; r < world_size_; ++r) {
-      if (meeting.arrived[r]) continue;
-      missing.push_back(r);
-      if (rank_departed_[r]) departed.push_back(r);
+      if (!meeting.arrived[r] && rank_departed_[r]) departed.push_back(r);
     }
     if (!departed.empty()) {
       give_up(ErrorKind::kCommMismatch,
@@ -142,7 +145,14 @@ void LocalGroup::wait_for_arrivals(std::unique_lock<std::mutex>& lock, int rank,
                   " finished without calling it; every rank must call the same collectives in "
                   "the same order");
     }
-    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && !done() && !poisoned_) {
+    if (meeting.changed.wait_until(lock, deadline) == std::cv_status::timeout && !done() &&
+        !poisoned_) {
+      // Note: read now, not before the wait: an arrival that leaves the meeting incomplete
+      // wakes nobody, so a list made before the wait may name ranks that have come since.
+      std::vector<int> missing;
+      for (int r = 0; r < world_size_; ++r) {
+        if (!meeting.arrived[r]) missing.push_back(r);
+      }
       give_up(ErrorKind::kCommTimeout,
               where(rank, call) + ": timed out after " + seconds_text(timeout_) +
                   " waiting for rank(s) " + world_rank_list(missing) +
@@ -163,7 +173,7 @@ const std::vector<LocalCall>& LocalGroup::arrive(int rank, std::uint64_t sequenc
   meeting.calls[rank] = call;
   meeting.arrived[rank] = true;
   ++meeting.arrived_count;
-  changed_.notify_all();
+  if (meeting.arrived_count == world_size_) meeting.changed.notify_all();
   wait_for_arrivals(lock, rank, sequence,
                     [&] { return meeting.arrived_count == world_size_ && !meeting.withdrawn; });
   try {
@@ -182,14 +192,14 @@ void LocalGroup::leave(int rank, std::uint64_t sequence, bool moved) {
   meeting.finished[rank] = true;
   ++meeting.finished_count;
   if (!moved) meeting.move_failed = true;
-  changed_.notify_all();
+  if (meeting.finished_count == world_size_) meeting.changed.notify_all();
   // Note: every rank arrived, so any may still be reading this rank's buffers: wait for all,
   // whatever else fails meanwhile. Giving up early on a poisoned group let the caller free a
   // buffer a peer was still copying from. A peer that stalls here past the timeout fails the
   // group, so that the World learns of it (and ends the process after its grace period), but
   // this rank waits on: only the process's end may free what the peer still reads.
   const auto all_finished = [&] { return meeting.finished_count == world_size_; };
-  if (!changed_.wait_for(lock, timeout_, all_finished)) {
+  if (!meeting.changed.wait_for(lock, timeout_, all_finished)) {
     std::vector<int> missing;
     for (int r = 0; r < world_size_; ++r) {
       if (!meeting.finished[r]) missing.push_back(r);
@@ -201,7 +211,7 @@ void LocalGroup::leave(int rank, std::uint64_t sequence, bool moved) {
     lock.unlock();
     poison(rank, ErrorKind::kCommTimeout, message);
     lock.lock();
-    changed_.wait(lock, all_finished);
+    meeting.changed.wait(lock, all_finished);
   }
   const bool peer_failed = moved && meeting.move_failed;
   const std::string what = where(rank, meeting.calls[rank]) + ": " + poison_reason_;
