@@ -22,9 +22,13 @@ std::vector<int> allowed_cores() {
 }
 
 int rank_core(int rank, int ranks, const std::vector<int>& cores, const char* environment) {
-  const bool asked = environment != nullptr && std::strcmp(environment, "1") == 0;
-  if (!asked || ranks < 2 || cores.size() < 2) return -1;
-  return cores[static_cast<std::size_t>(rank) % cores.size()];
+  const auto count = static_cast<int>(cores.size());
+  if (ranks < 2 || count < 2) return -1;
+  const auto is = [&](const char* value) {
+    return environment != nullptr && std::strcmp(environment, value) == 0;
+  };
+  if (is("0") || (!is("1") && ranks <= count)) return -1;
+  return cores[static_cast<std::size_t>(rank % count)];
 }
 
 bool pin_this_thread(int core) {

@@ -1,5 +1,6 @@
-// Ranks as threads pinned to cores (ZEST_PIN_RANKS=1): which core each rank gets, and that the
-// rank's own thread and its streams' workers all run there while the caller's thread stays free.
+// Ranks as threads pinned to cores when they outnumber them (ZEST_PIN_RANKS): which core each
+// rank gets, and that the rank's own thread and its streams' workers all run there while the
+// caller's thread stays free.
 #include "runtime/core_pinning.h"
 
 #include <gtest/gtest.h>
@@ -14,21 +15,25 @@
 namespace zest {
 namespace {
 
-TEST(CorePinning, RanksGoRoundTheAllowedCoresWhenAsked) {
+TEST(CorePinning, RanksGoRoundTheAllowedCoresWhenTheyOutnumberThem) {
   const std::vector<int> cores = {3, 5};
   std::vector<int> got;
-  for (int rank = 0; rank < 5; ++rank) got.push_back(rank_core(rank, 5, cores, "1"));
+  for (int rank = 0; rank < 5; ++rank) got.push_back(rank_core(rank, 5, cores, nullptr));
   EXPECT_EQ(got, (std::vector<int>{3, 5, 3, 5, 3}));
+  EXPECT_EQ(rank_core(2, 3, {0, 1}, "auto"), 0);  // anything but 0 and 1 is the default
+}
+
+TEST(CorePinning, FewerRanksThanCoresArePinnedOnlyWhenAsked) {
+  EXPECT_EQ(rank_core(1, 2, {0, 1, 2, 3}, nullptr), -1);
+  EXPECT_EQ(rank_core(1, 2, {0, 1}, nullptr), -1);
   EXPECT_EQ(rank_core(1, 2, {0, 1, 2, 3}, "1"), 1);
 }
 
-TEST(CorePinning, OffUnlessAskedForAndOnlyWithTwoRanksAndTwoCores) {
-  EXPECT_EQ(rank_core(1, 4, {0, 1}, nullptr), -1);
+TEST(CorePinning, OffWhenTurnedOffAndWithOneRankOrOneCore) {
   EXPECT_EQ(rank_core(1, 4, {0, 1}, "0"), -1);
-  EXPECT_EQ(rank_core(1, 4, {0, 1}, "yes"), -1);
   EXPECT_EQ(rank_core(0, 1, {0, 1}, "1"), -1);  // one rank has the machine
   EXPECT_EQ(rank_core(1, 4, {0}, "1"), -1);     // one core: nothing to choose
-  EXPECT_EQ(rank_core(1, 4, {}, "1"), -1);      // unknown
+  EXPECT_EQ(rank_core(1, 4, {}, nullptr), -1);  // unknown
 }
 
 // Sets an environment variable for one test and restores it.
@@ -70,10 +75,10 @@ std::vector<std::vector<std::vector<int>>> cores_seen(int ranks) {
   return seen;
 }
 
-TEST(CorePinning, EachRanksThreadsRunOnItsCoreWhenAsked) {
+TEST(CorePinning, EachRanksThreadsRunOnItsCoreWhenRanksOutnumberCores) {
   const std::vector<int> cores = allowed_cores();
   if (cores.size() < 2) GTEST_SKIP() << "needs two cores, has " << cores.size();
-  ScopedEnvironment pin("ZEST_PIN_RANKS", "1");
+  ScopedEnvironment pin("ZEST_PIN_RANKS", "");  // the default
   const int ranks = static_cast<int>(cores.size()) + 2;  // more ranks than cores, as on a laptop
   const auto seen = cores_seen(ranks);
   for (int rank = 0; rank < ranks; ++rank) {
@@ -86,7 +91,7 @@ TEST(CorePinning, EachRanksThreadsRunOnItsCoreWhenAsked) {
   EXPECT_EQ(this_thread_core(), -1);
 }
 
-TEST(CorePinning, RanksKeepEveryCoreByDefault) {
+TEST(CorePinning, RanksKeepEveryCoreWhenTurnedOff) {
   const std::vector<int> cores = allowed_cores();
   if (cores.size() < 2) GTEST_SKIP() << "needs two cores";
   ScopedEnvironment pin("ZEST_PIN_RANKS", "0");
