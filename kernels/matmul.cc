@@ -97,7 +97,8 @@ class ProductGate {
   ProductGate() : permits_(initial_permits()) {}
   explicit ProductGate(int permits) : permits_(permits) {}
 
-  int permits() const { return permits_; }
+  // Whether ZEST_CONCURRENT_PRODUCTS set the number: it then holds for the process, pinned or not.
+  static bool set_by_environment() { return std::getenv("ZEST_CONCURRENT_PRODUCTS") != nullptr; }
 
   // Returns whether the caller holds a permit, to give back with leave().
   bool enter() {
@@ -137,12 +138,13 @@ constexpr std::int64_t kGatedProductWork = std::int64_t{1} << 22;
 
 // Note: ranks pinned to cores (runtime/core_pinning.h) pass a gate of their core's, which lets
 // one product run at a time: a process-wide gate of n permits could let two ranks of one core
-// multiply while the other core's ranks wait at the gate, leaving that core idle.
+// multiply while the other core's ranks wait at the gate, leaving that core idle. A thread bound
+// to one core for another reason (taskset -c 0) gets the same: one product at a time there.
 ProductGate& product_gate() {
   static ProductGate gate;
   thread_local ProductGate* mine = [] {
     const int core = this_thread_core();
-    if (core < 0 || gate.permits() <= 0) return &gate;
+    if (core < 0 || ProductGate::set_by_environment()) return &gate;
     static std::mutex mutex;
     static std::map<int, std::unique_ptr<ProductGate>> per_core;
     std::lock_guard lock(mutex);
