@@ -155,6 +155,18 @@ ProductGate& product_gate() {
   return *mine;
 }
 
+// Note: a thread bound to one core multiplies on that core alone. Pinned ranks outnumber the
+// cores (runtime/core_pinning.h), so OpenBLAS's pool could only put a product's other half on a
+// core other ranks keep busy: the first product of a pinned thread sets the process's OpenBLAS
+// to one thread a product, as zest-train does for any world of several ranks (a planner suite of
+// 4 pinned ranks ran 35 s with the pool, 20 s without). Process-wide, and kept: OpenBLAS 0.3.21
+// has no per-call setting.
+void single_threaded_blas_when_pinned() {
+  if (this_thread_core() < 0) return;
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
 // Note: OpenBLAS packs op(A)'s rows (its column-major "N") in panels of up to GEMM_R, which fills
 // each thread's 128 MiB buffer: a product with 50257 rows (the tied embedding's gradient) made
 // every OpenBLAS thread touch about 25 MiB of it for good. Products of more rows run as several
@@ -170,6 +182,7 @@ void matmul(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int
             const float* a, const float* b, float beta, float* c) {
   check_dimensions(m, n, k);
   if (m == 0 || n == 0) return;
+  single_threaded_blas_when_pinned();
   // Leading dimensions of the stored (untransposed) row-major matrices.
   const int lda = static_cast<int>(trans_a ? m : k);
   const int ldb = static_cast<int>(trans_b ? k : n);
@@ -191,6 +204,7 @@ void matmul_ld(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::
                float beta, float* c, std::int64_t ldc) {
   check_leading_dimensions(trans_a, trans_b, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
+  single_threaded_blas_when_pinned();
   // Note: through the same gate as matmul's products (not cut in row pieces: the vocabulary
   // pieces' products are a few hundred rows).
   const bool gated = m * n * k >= kGatedProductWork && product_gate().enter();
