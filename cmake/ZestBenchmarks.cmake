@@ -18,6 +18,11 @@ foreach(source IN LISTS zest_bench_sources)
   string(REGEX REPLACE "\\.cc$" "" target "${source}")
   add_executable(${target} "benchmarks/${source}")
   target_link_libraries(${target} PRIVATE zest::zest benchmark::benchmark)
+  if(source STREQUAL "pipeline_bubble_bench.cc")
+    # Runs ranks as threads and caps OpenBLAS at one thread per rank, as zest-train does
+    # (openblas_set_num_threads; libzest links OpenBLAS only privately).
+    target_link_libraries(${target} PRIVATE zest::openblas)
+  endif()
   if(ZEST_HAVE_CUDA)
     set_target_properties(${target} PROPERTIES LINKER_LANGUAGE CXX)
   endif()

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "base/error.h"
 #include "engine/device_batch.h"
@@ -151,14 +152,28 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
   const auto slot_at = [&](std::size_t chunk_index) -> Step::Slot& {
     return step.slots.at(chunk_index).at(static_cast<std::size_t>(action.micro_batch));
   };
-  // Trace: the compute (or send) work enqueued between the two calls is one slice.
+  // Trace: the compute (or send) work enqueued between the two calls is one slice. On the CPU
+  // device that work runs on the stream's own thread (kernels use one thread unless the process
+  // owner raises kernel_threads), so that thread's CPU time over the slice is the action's work
+  // without the time it waited, for an event or for a core (benchmarks/pipeline_bubble_bench.cc).
+  const bool cpu_time = context_.device.kind() != DeviceKind::kCuda;
   const auto traced = [&](Stream& stream, const char* track, const std::function<void()>& work) {
     if (!context_.trace) return work();
-    auto begin = std::make_shared<std::int64_t>(0);
-    stream.enqueue([begin] { *begin = TraceRecorder::now_us(); });
+    auto begin = std::make_shared<std::pair<std::int64_t, std::int64_t>>(0, 0);
+    stream.enqueue([begin, cpu_time] {
+      begin->first = TraceRecorder::now_us();
+      if (cpu_time) begin->second = TraceRecorder::thread_cpu_us();
+    });
     work();
-    stream.enqueue([begin, trace = context_.trace, rank = context_.rank, track, label] {
-      trace->add({rank, track, label, *begin, TraceRecorder::now_us(), -1});
+    stream.enqueue([begin, cpu_time, trace = context_.trace, rank = context_.rank, track, label] {
+      TraceRecorder::Slice slice;
+      slice.rank = rank;
+      slice.track = track;
+      slice.name = label;
+      slice.begin_us = begin->first;
+      slice.end_us = TraceRecorder::now_us();
+      if (cpu_time) slice.cpu_us = TraceRecorder::thread_cpu_us() - begin->second;
+      trace->add(std::move(slice));
     });
   };
   // Note: on the CPU device a free waits for its stream, so a host that enqueued the whole step

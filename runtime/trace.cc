@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include <time.h>
+
 #include <nlohmann/json.hpp>
 
 #include "base/durable_file.h"
@@ -63,6 +65,12 @@ std::int64_t TraceRecorder::now_us() {
   return duration_cast<microseconds>(steady_clock::now().time_since_epoch()).count();
 }
 
+std::int64_t TraceRecorder::thread_cpu_us() {
+  timespec time{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time);
+  return static_cast<std::int64_t>(time.tv_sec) * 1000000 + time.tv_nsec / 1000;
+}
+
 void TraceRecorder::add(Slice slice) {
   std::lock_guard lock(mutex_);
   slices_.push_back(std::move(slice));
@@ -93,6 +101,7 @@ void TraceRecorder::write(const std::string& path) const {
                             {"dur", slice.end_us - slice.begin_us}};
     event["cat"] = slice.bytes >= 0 ? "collective" : "compute";
     if (slice.bytes >= 0) event["args"] = {{"bytes", slice.bytes}};
+    if (slice.cpu_us >= 0) event["args"]["cpu_us"] = slice.cpu_us;
     events.push_back(std::move(event));
   }
   const nlohmann::json trace = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};

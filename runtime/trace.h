@@ -22,6 +22,10 @@ class TraceRecorder {
     std::int64_t begin_us = 0;
     std::int64_t end_us = 0;
     std::int64_t bytes = -1;  // moved by a collective; -1 when not a collective
+    // CPU time the stream's thread spent inside the slice (thread_cpu_us), for slices whose
+    // work runs on that thread: below the wall time when the thread waited or was descheduled
+    // (more ranks than cores). -1 when not recorded.
+    std::int64_t cpu_us = -1;
   };
 
   // Per rank: time busy computing, time busy communicating (comm and prefetch streams, their
@@ -34,6 +38,8 @@ class TraceRecorder {
 
   // Microseconds on a steady clock shared by every recorder in the process.
   static std::int64_t now_us();
+  // Microseconds of CPU time the calling thread has used (CLOCK_THREAD_CPUTIME_ID).
+  static std::int64_t thread_cpu_us();
 
   void add(Slice slice);
   std::vector<Slice> slices() const;

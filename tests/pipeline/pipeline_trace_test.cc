@@ -4,13 +4,13 @@
 // simulator's prediction (for benchmarks/RESULTS.md; no assertion on timings).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
 
+#include "pipeline/measured_bubble.h"
 #include "pipeline/schedule_generators.h"
 #include "pipeline/schedule_simulator.h"
 #include "tests/pipeline/pipeline_test_support.h"
@@ -33,13 +33,6 @@ std::shared_ptr<TraceRecorder> traced_run(ScheduleKind kind, int micro_batches, 
   return trace;
 }
 
-// The interpreter's slices ("backward-input of micro-batch 2"), not the engine's per-unit ones
-// inside them ("backward-input layer1").
-bool is_action(const std::string& name) {
-  return name.find(" of micro-batch ") != std::string::npos &&
-         (name.rfind("forward", 0) == 0 || name.rfind("backward", 0) == 0);
-}
-
 TEST(PipelineTrace, EachRankShowsItsActionsAndSends) {
   const auto trace = traced_run(ScheduleKind::kZeroBubbleH1, 4, 1);
   std::map<int, std::set<std::string>> names;
@@ -54,37 +47,39 @@ TEST(PipelineTrace, EachRankShowsItsActionsAndSends) {
   EXPECT_TRUE(names[1].count("compute: backward-weight of micro-batch 3"));
 }
 
-// Idle fraction of the last step: over each stage, the time from the step's first action to its
-// last not covered by an action slice.
+// On the CPU device each action slice carries its compute thread's CPU time: what the bubble
+// benchmark measures busy time with when ranks outnumber the cores.
+TEST(PipelineTrace, EachActionCarriesItsThreadsCpuTime) {
+  const auto trace = traced_run(ScheduleKind::kOneFOneB, 4, 2, TestModel::kWideMlp);
+  int actions = 0;
+  std::int64_t cpu = 0;
+  for (const TraceRecorder::Slice& slice : trace->slices()) {
+    if (slice.track != "compute" || !is_pipeline_action(slice.name)) continue;
+    ++actions;
+    EXPECT_GE(slice.cpu_us, 0) << slice.name;
+    cpu += slice.cpu_us;
+  }
+  EXPECT_EQ(actions, 2 * 2 * 2 * 4);  // ranks x steps x (forward, backward) x micro-batches
+  EXPECT_GT(cpu, 0);  // the wide MLP's products take milliseconds
+  const MeasuredBubble measured = measure_last_step_bubble(trace->slices(), 2);
+  EXPECT_GE(measured.cpu_idle_fraction, 0.0);
+  EXPECT_LT(measured.cpu_idle_fraction, 1.0);
+}
+
+// Idle fraction of the last step (pipeline/measured_bubble.h): over each stage, the time from the
+// step's first action to its last not covered by an action slice.
 TEST(PipelineTrace, MeasuredIdleFractionBesideThePrediction) {
   for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kOneFOneB,
                             ScheduleKind::kZeroBubbleH1}) {
     for (int m : {4, 8}) {
       const auto trace = traced_run(kind, m, 3, TestModel::kWideMlp);
-      // The last step's actions: each rank's last 2m (3m with the MLP's split backward).
-      const std::size_t per_step = static_cast<std::size_t>((kind == ScheduleKind::kZeroBubbleH1 ? 3 : 2) * m);
-      std::map<int, std::vector<TraceRecorder::Slice>> by_rank;
-      for (const TraceRecorder::Slice& slice : trace->slices()) {
-        if (slice.track == "compute" && is_action(slice.name)) by_rank[slice.rank].push_back(slice);
-      }
-      std::int64_t begin = INT64_MAX, end = 0;
-      double busy = 0.0;
-      for (auto& [rank, slices] : by_rank) {
-        std::sort(slices.begin(), slices.end(),
-                  [](const auto& x, const auto& y) { return x.begin_us < y.begin_us; });
-        ASSERT_GE(slices.size(), per_step) << rank;
-        for (std::size_t i = slices.size() - per_step; i < slices.size(); ++i) {
-          begin = std::min(begin, slices[i].begin_us);
-          end = std::max(end, slices[i].end_us);
-          busy += static_cast<double>(slices[i].end_us - slices[i].begin_us);
-        }
-      }
-      const double makespan = static_cast<double>(end - begin);
-      const double measured = (2 * makespan - busy) / (2 * makespan);
+      const MeasuredBubble measured = measure_last_step_bubble(trace->slices(), 3);
+      ASSERT_EQ(measured.ranks, 2);
       const ScheduleCosts costs;
       const double predicted = simulate_schedule(make_schedule(kind, 2, m), costs).idle_fraction;
       std::printf("idle fraction p=2 m=%d %-6s measured %.3f simulated %.3f\n", m,
-                  std::string(schedule_kind_name(kind)).c_str(), measured, predicted);
+                  std::string(schedule_kind_name(kind)).c_str(), measured.idle_fraction,
+                  predicted);
     }
   }
 }
