@@ -30,6 +30,7 @@ for delay in 0 2 10; do
                            --set zero_optimization.stage=1 --set train_micro_batch_size_per_gpu=2) ;;
     esac
     "$build/bin/zest-train" --config configs/default.json --set "steps=$steps" --set eval_every=0 \
+      --set "scheduler={}" \
       --set train_batch_size=32 --set world.ranks=4 --set "debug.collective_delay_ms=$delay" \
       "${shape[@]}" --metrics "$out/$delay-$system.jsonl" > /dev/null
     rows+=("$delay $system $out/$delay-$system.jsonl")
