@@ -1,19 +1,24 @@
 // The trace shows the schedule: each rank's forward, backward, backward-input and
 // backward-weight actions on its compute track and its sends on a send track, named as
-// describe_action says. Also prints the idle fraction measured from the trace beside the
-// simulator's prediction (for benchmarks/RESULTS.md; no assertion on timings).
+// describe_action says, each with its compute thread's CPU time (in the written trace too). Also
+// prints the idle fraction measured from the trace beside the simulator's prediction (no
+// assertion on timings; benchmarks/pipeline_bubble_bench.cc is the measurement).
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "pipeline/measured_bubble.h"
 #include "pipeline/schedule_generators.h"
 #include "pipeline/schedule_simulator.h"
 #include "tests/pipeline/pipeline_test_support.h"
+#include "tests/support/scratch_directory.h"
 
 namespace zest::testing {
 namespace {
@@ -64,6 +69,24 @@ TEST(PipelineTrace, EachActionCarriesItsThreadsCpuTime) {
   const MeasuredBubble measured = measure_last_step_bubble(trace->slices(), 2);
   EXPECT_GE(measured.cpu_idle_fraction, 0.0);
   EXPECT_LT(measured.cpu_idle_fraction, 1.0);
+}
+
+// The written trace (Perfetto, chrome://tracing) shows the CPU time as an argument of each action.
+class PipelineTraceFile : public ScratchDirectoryTest {};
+
+TEST_F(PipelineTraceFile, EachActionEventCarriesItsCpuTime) {
+  const auto trace = traced_run(ScheduleKind::kOneFOneB, 2, 1);
+  trace->write(path("trace.json"));
+  std::ifstream in(path("trace.json"));
+  const nlohmann::json written = nlohmann::json::parse(in);
+  int actions = 0;
+  for (const auto& event : written["traceEvents"]) {
+    if (event["ph"] != "X" || !is_pipeline_action(event["name"].get<std::string>())) continue;
+    ++actions;
+    ASSERT_TRUE(event.contains("args")) << event.dump();
+    EXPECT_GE(event["args"]["cpu_us"].get<std::int64_t>(), 0) << event.dump();
+  }
+  EXPECT_EQ(actions, 2 * 2 * 2);  // ranks x (forward, backward) x micro-batches
 }
 
 // Idle fraction of the last step (pipeline/measured_bubble.h): over each stage, the time from the
