@@ -14,6 +14,7 @@ std::string ZeroTrainer::training_memory_advice(const Batch& batch) const {
   input.units = module_.unit_memory(batch.inputs.shape);
   input.engine = options_;
   input.world_size = context_.world_size;
+  input.replicas = context_.replicas;
   input.device = context_.device.kind();
   input.batch_bytes = batch.inputs.bytes() + batch.targets.bytes();
   memory.capacity = context_.allocator().capacity();
