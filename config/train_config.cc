@@ -272,24 +272,6 @@ static void check_hybrid_pipeline(const TrainConfig& out) {
                    "), got " + std::to_string(asked));
 }
 
-// Note: qgZ quantizes the reduce-scatter inside a shard group but not the all-reduce across
-// replicas, so with hybrid sharding in effect it would send most of the inter-node bytes
-// unquantized; refused until that all-reduce is quantized too (the engine checks it as well,
-// where a "node" group is known only once the launcher has told the nodes).
-static void refuse_quantized_gradients_hybrid(const TrainConfig& out) {
-  const int asked = out.engine.hybrid_shard_size;
-  const int ranks = out.world.ranks;
-  if (!out.engine.quantized_gradients || asked == 0 || out.engine.stage == 0 || asked == ranks) {
-    return;
-  }
-  if (asked == kHybridShardNode && out.world.ranks_per_node <= 0) return;
-  if (asked == kHybridShardNode && out.world.ranks_per_node >= ranks) return;
-  config_error("zero_optimization.zero_quantized_gradients",
-               "true is not supported with hybrid sharding yet (the replicas' all-reduce would "
-               "stay unquantized); set zero_optimization.hybrid_shard_size to \"off\" or "
-               "zero_quantized_gradients to false");
-}
-
 // Note: qgZ's exchange is sends and receives inside the data-parallel group; inside pipeline
 // stages they would share the ranks with the interpreter's own transfers, a schedule no test has
 // run yet, so the combination is refused rather than risked.
@@ -408,7 +390,6 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   parse_monitor(root, out);
   parse_pipeline(root, out);
   check_hybrid_pipeline(out);
-  refuse_quantized_gradients_hybrid(out);
   refuse_quantized_gradients_pipeline(out);
   refuse_hpz_pipeline(out);
   // The engine takes the planner's out-of-memory advice as a hook (it never includes the planner).

@@ -1,9 +1,12 @@
 #include "engine/gradient_reducer.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
+#include "base/error.h"
 #include "kernels/convert.h"
+#include "runtime/hybrid_communicator.h"
 #include "runtime/release_after.h"
 
 namespace zest {
@@ -28,9 +31,20 @@ GradientReducer::GradientReducer(RankContext& context, const EngineOptions& opti
   if (options.quantized_gradients && plan.reduction == GradientReduction::kReduceScatter) {
     std::size_t largest = 0;
     for (const FlatUnit& unit : units) largest = std::max(largest, unit.layout.shard_length());
+    // Note: with hybrid sharding the shard group reduces as qgZ does without it (inside the
+    // node), then the replicas average their shard through int8 too: ZeRO++'s cross-node hop.
+    auto* hybrid = dynamic_cast<HybridCommunicator*>(&context.communicator);
+    if (context.replicas > 1 && hybrid == nullptr) {
+      throw Error(ErrorKind::kInternal, "qgZ with hybrid sharding needs its shard group's "
+                                        "communicator (HybridCommunicator)");
+    }
     quantized_ = std::make_unique<QuantizedReduceScatter>(
-        context.device, context.communicator, context.topology, largest,
-        options.quantization_block);
+        context.device, hybrid ? hybrid->shard() : context.communicator, context.topology,
+        largest, options.quantization_block);
+    if (hybrid) {
+      replicas_ = std::make_unique<QuantizedReplicaMean>(context.device, hybrid->replica(),
+                                                         largest, options.quantization_block);
+    }
   }
   forward_done_ = context.device.create_event();
   for (std::size_t i = 0; i < kForwardCallsAhead; ++i) {
@@ -199,13 +213,15 @@ void GradientReducer::reduce(FlatUnit& unit) {
   if (last_micro_batch_ && final_shard_) final_shard_(unit);
 }
 
-// qgZ: the reduce-scatter through int8 blocks, the mean in fp32 (quantized_collectives.h).
+// qgZ: the reduce-scatter through int8 blocks, the mean in fp32 (quantized_collectives.h); with
+// hybrid sharding, then the replicas' mean through int8 blocks (quantized_replicas.h).
 void GradientReducer::reduce_quantized(FlatUnit& unit, void* source, std::size_t shard,
                                        std::size_t first) {
   Stream& comm = context_.comm;
   const DType held = options_.compute_dtype;
-  quantized_->reduce_scatter(comm, source, held, shard,
-                             ("reduce " + unit.layout.unit_name()).c_str());
+  const std::string label = "reduce " + unit.layout.unit_name();
+  quantized_->reduce_scatter(comm, source, held, shard, label.c_str());
+  if (replicas_) replicas_->mean(comm, quantized_->result(), shard, label.c_str());
   if (!plan_.grads_sharded) {  // the full buffer keeps the reduced shard at its place
     convert(comm, quantized_->result(), DType::kFloat32,
             byte_offset(source, first * dtype_size(held)), held, shard);

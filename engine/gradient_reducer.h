@@ -22,6 +22,7 @@
 #include "engine/gradient_checks.h"
 #include "engine/parameter_gatherer.h"
 #include "engine/quantized_collectives.h"
+#include "engine/quantized_replicas.h"
 #include "engine/stage_plan.h"
 #include "runtime/world.h"
 
@@ -85,6 +86,7 @@ class GradientReducer {
   std::deque<int> buckets_in_flight_;  // units whose bucket the comm stream has yet to free
   std::unique_ptr<Event> serialize_;   // overlap_comm false: compute waits for each reduction
   std::unique_ptr<QuantizedReduceScatter> quantized_;  // qgZ
+  std::unique_ptr<QuantizedReplicaMean> replicas_;     // qgZ with hybrid sharding
   bool into_shard_ = false;            // accumulates_into_shard
   std::vector<bool> targeted_;  // into_shard_: per unit, its shard is this micro-batch's target
   std::unique_ptr<Event> forward_done_;  // into_shard_: compute at backward_begins

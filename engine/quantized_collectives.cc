@@ -34,7 +34,7 @@ int ranks_per_node_of(Communicator& communicator, const Topology& topology) {
 
 }  // namespace
 
-void check_quantized_collectives(const EngineOptions& options, bool hybrid) {
+void check_quantized_collectives(const EngineOptions& options) {
   if (options.quantized_weights && options.stage != 3) {
     throw Error(ErrorKind::kConfig,
                 "zero_optimization.zero_quantized_weights needs zero_optimization.stage 3 (got " +
@@ -45,12 +45,6 @@ void check_quantized_collectives(const EngineOptions& options, bool hybrid) {
     throw Error(ErrorKind::kConfig,
                 "zero_optimization.zero_quantized_gradients needs zero_optimization.stage 1, 2 or 3 "
                 "(got 0): stage 0 all-reduces gradients instead of reduce-scattering them");
-  }
-  if (options.quantized_gradients && hybrid) {
-    throw Error(ErrorKind::kConfig,
-                "zero_optimization.zero_quantized_gradients is not supported with "
-                "hybrid_shard_size yet (the replicas' all-reduce would stay unquantized); set "
-                "hybrid_shard_size to \"off\" or zero_quantized_gradients to false");
   }
   if ((options.quantized_weights || options.quantized_gradients) &&
       (options.quantization_block == 0 || options.quantization_block > kLargestBlock)) {

@@ -29,11 +29,10 @@ namespace zest {
 struct EngineOptions;
 
 // A kConfig Error naming the key for options the quantized collectives do not serve:
-// zero_quantized_weights below stage 3 (nothing is gathered before each use), zero_quantized_gradients
-// at stage 0 (gradients are all-reduced, not reduce-scattered) or with hybrid sharding in effect
-// (`hybrid`: the
-// replicas' all-reduce would stay unquantized: not built), a block size of 0.
-void check_quantized_collectives(const EngineOptions& options, bool hybrid);
+// zero_quantized_weights below stage 3 (nothing is gathered before each use),
+// zero_quantized_gradients at stage 0 (gradients are all-reduced, not reduce-scattered), a block
+// size of 0.
+void check_quantized_collectives(const EngineOptions& options);
 
 // qwZ's blocks in rank `rank`'s shard of a unit: a run of blocks starts at the shard's first
 // element and at each parameter's first element inside the shard (the padding joins the last

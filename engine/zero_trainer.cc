@@ -136,7 +136,7 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
                 "zero_optimization.stage 1, 2 or 3 (got 0): only a sharded optimizer state is "
                 "offloaded; raise the stage or set \"none\"");
   }
-  check_quantized_collectives(options_, context.replicas > 1);
+  check_quantized_collectives(options_);
   // Note: 2-byte training multiplies in its own type where the device can (CUDA's tensor
   // cores take the units' fp32 views rounded to it, as autocast does); fp32 training exactly.
   set_fp32_matmul_rounding(context.compute, options_.compute_dtype);

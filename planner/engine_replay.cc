@@ -12,6 +12,7 @@
 #include "engine/gradient_reducer.h"
 #include "engine/parameter_gatherer.h"
 #include "engine/quantized_collectives.h"
+#include "engine/quantized_replicas.h"
 #include "engine/secondary_partition.h"
 
 namespace zest {
@@ -122,6 +123,13 @@ void EngineReplay::construct() {
   if (options_.quantized_gradients && plan_.reduction == GradientReduction::kReduceScatter) {
     for (std::size_t bytes : quantized_reduction_bytes(largest_shard(), input_.world_size,
                                                        options_.quantization_block)) {
+      ledger_.allocate(bytes, Category::kBuckets);
+    }
+    // With hybrid sharding, then its mean across the replicas (engine/quantized_replicas.h).
+    for (std::size_t bytes : input_.replicas > 1
+                                 ? quantized_replica_bytes(largest_shard(), input_.replicas,
+                                                           options_.quantization_block)
+                                 : std::vector<std::size_t>{}) {
       ledger_.allocate(bytes, Category::kBuckets);
     }
   }

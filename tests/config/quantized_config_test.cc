@@ -94,17 +94,16 @@ TEST(QuantizedConfig, RefusedWhereMeaningless) {
   EXPECT_TRUE(parse_train_config(config, {}).engine.quantized_gradients);
 }
 
-TEST(QuantizedConfig, QuantizedGradientsWithHybridShardingAreRefused) {
+// qgZ with hybrid sharding quantizes the replicas' mean across nodes too
+// (engine/quantized_replicas.h): served at any shard group size.
+TEST(QuantizedConfig, QuantizedGradientsWithHybridShardingAreServed) {
   json config = base_config();
   config["zero_optimization"]["zero_quantized_gradients"] = true;
   config["zero_optimization"]["hybrid_shard_size"] = 2;
-  EXPECT_THAT(config_error(config),
-              HasSubstr("zero_optimization.zero_quantized_gradients: true is not supported with "
-                        "hybrid sharding yet"));
+  EXPECT_TRUE(parse_train_config(config, {}).engine.quantized_gradients);
   config["world"]["ranks_per_node"] = 2;
   config["zero_optimization"]["hybrid_shard_size"] = "node";
-  EXPECT_THAT(config_error(config), HasSubstr("hybrid_shard_size"));
-  // A shard group of the whole world is plain ZeRO: nothing to refuse.
+  EXPECT_EQ(parse_train_config(config, {}).engine.hybrid_shard_size, kHybridShardNode);
   config["zero_optimization"]["hybrid_shard_size"] = 4;
   EXPECT_TRUE(parse_train_config(config, {}).engine.quantized_gradients);
   // qwZ with hybrid sharding is served (its gathers stay inside the node, in int8).

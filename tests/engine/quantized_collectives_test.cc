@@ -332,7 +332,7 @@ TEST(QuantizedCollectives, RefusesWhatTheyDoNotServeInOneLineNamingTheKey) {
   options.quantized_weights = true;
   options.stage = 2;
   try {
-    check_quantized_collectives(options, false);
+    check_quantized_collectives(options);
     FAIL() << "qwZ at stage 2 accepted";
   } catch (const Error& error) {
     EXPECT_EQ(error.kind(), ErrorKind::kConfig);
@@ -342,12 +342,11 @@ TEST(QuantizedCollectives, RefusesWhatTheyDoNotServeInOneLineNamingTheKey) {
   }
   options = EngineOptions{};
   options.quantized_gradients = true;
-  EXPECT_THROW(check_quantized_collectives(options, false), Error);  // stage 0
+  EXPECT_THROW(check_quantized_collectives(options), Error);  // stage 0
   options.stage = 3;
-  EXPECT_NO_THROW(check_quantized_collectives(options, false));
-  EXPECT_THROW(check_quantized_collectives(options, true), Error);  // hybrid
+  EXPECT_NO_THROW(check_quantized_collectives(options));
   options.quantization_block = 0;
-  EXPECT_THROW(check_quantized_collectives(options, false), Error);
+  EXPECT_THROW(check_quantized_collectives(options), Error);
 }
 
 }  // namespace

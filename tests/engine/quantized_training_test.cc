@@ -410,13 +410,6 @@ TEST(QuantizedTraining, RefusedCombinationsAreOneLineConfigErrors) {
   const Error gradients = testing::capture_error([] { run_mlp(spec(0, false, true)); });
   EXPECT_NE(std::string(gradients.what()).find("zero_optimization.zero_quantized_gradients"),
             std::string::npos);
-  RunSpec hybrid = spec(3, false, true);
-  hybrid.configure_engine = [](EngineOptions& engine) {
-    engine.quantized_gradients = true;
-    engine.hybrid_shard_size = kHybridShardNode;
-  };
-  const Error both = testing::capture_error([&] { run_mlp(hybrid); });
-  EXPECT_NE(std::string(both.what()).find("hybrid_shard_size"), std::string::npos);
   // qwZ with hybrid sharding gathers inside the node through int8 as well.
   RunSpec hybrid_weights = spec(3, true, false);
   hybrid_weights.configure_engine = [](EngineOptions& engine) {
