@@ -235,7 +235,8 @@ static void parse_quantized(Block& block, TrainConfig& out) {
 
 // zero_optimization.zero_hpz_partition_size (DeepSpeed's ZeRO++ key): 1 is off; a larger group
 // of consecutive ranks inside a node keeps the secondary partition (engine/secondary_partition.h).
-// Stage 3 only, and not with hybrid sharding, whose gathers stay in the node already.
+// Stage 3 only, and not with hybrid sharding, whose gathers stay in the node already. With
+// zero_quantized_weights the gathers across nodes are the int8 ones (ZeRO++'s qwZ + hpZ).
 static void parse_hpz_partition_size(Block& block, TrainConfig& out) {
   const std::string path = block.path("zero_hpz_partition_size");
   const json& value = block.get_or("zero_hpz_partition_size", 1);
@@ -252,11 +253,6 @@ static void parse_hpz_partition_size(Block& block, TrainConfig& out) {
   // launcher reports.
   hpz_partition_size(static_cast<int>(size), out.engine.stage, out.world.ranks,
                      out.world.ranks_per_node);
-  if (out.engine.quantized_weights) {
-    config_error(path, value.dump() + " with zero_optimization.zero_quantized_weights: the "
-                       "secondary partition of quantized gathers is not supported yet; set one "
-                       "of them off");
-  }
   if (out.engine.hybrid_shard_size != 0) {
     config_error(path, value.dump() + " with zero_optimization.hybrid_shard_size: a hybrid shard "
                        "group's gathers stay inside its node already; set one of them off");

@@ -144,7 +144,7 @@ void* GatherRing::pin(const FlatUnit& unit, Stream& comm, Stream& compute,
     // The slot's previous unit may still be read by work already enqueued.
     comm.wait(*slot->unpinned);
     if (secondary) {
-      secondary->gather(unit, comm, slot->buffer.data());
+      secondary->gather(unit, comm, slot->buffer.data(), quantized_);
     } else if (quantized_) {
       communicator.label_next(("gather " + unit.layout.unit_name()).c_str());
       quantized_->all_gather(communicator, comm, unit.layout, unit.params.data(),

@@ -63,7 +63,8 @@ class GatherRing {
 
   // Makes `unit`'s full flat parameters present, pins its slot and returns them (valid for
   // `compute` work enqueued after this call until unpin()). With `secondary` (hpZ), it gathers
-  // the unit into the slot instead of `communicator`.
+  // the unit into the slot instead of `communicator` (with qwZ, its gathers across the group
+  // through quantize_gathers' buffer).
   void* pin(const FlatUnit& unit, Stream& comm, Stream& compute, Communicator& communicator,
             SecondaryPartition* secondary = nullptr);
   // The compute work enqueued so far is the last to read `unit`'s slot.

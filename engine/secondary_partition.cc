@@ -72,18 +72,28 @@ void SecondaryPartition::allocate(const std::vector<FlatUnit>& units) {
   fresh_.assign(units.size(), false);
 }
 
-void SecondaryPartition::gather(const FlatUnit& unit, Stream& stream, void* slot) {
+void SecondaryPartition::gather(const FlatUnit& unit, Stream& stream, void* slot,
+                                QuantizedGather* quantized) {
   const auto index = static_cast<std::size_t>(unit.index);
   const std::size_t part = unit.layout.flat_length() / static_cast<std::size_t>(size_);
   Buffer& shard = shards_.at(index);
   if (fresh_[index]) {
+    // Note: unquantized even with qwZ: the shards hold the dequantized values of the unit's
+    // quantized gather, and an exact copy of them is what keeps backward on forward's weights
+    // (quantizing them again, in blocks cut at other places, would move every value by up to
+    // half a scale); the bytes stay inside the node, where the link is the fast one.
     group_->label_next(("gather " + unit.layout.unit_name() + " (secondary)").c_str());
     group_->all_gather(stream, shard.data(), slot, part, dtype_);
     return;
   }
   Communicator& world = context_.communicator;
   world.label_next(("gather " + unit.layout.unit_name()).c_str());
-  world.all_gather(stream, unit.params.data(), slot, unit.layout.shard_length(), dtype_);
+  if (quantized) {
+    quantized->all_gather(world, stream, unit.params.data(), slot, unit.layout.shard_length(),
+                          dtype_);
+  } else {
+    world.all_gather(stream, unit.params.data(), slot, unit.layout.shard_length(), dtype_);
+  }
   // Part r of the gathered unit is what rank r of the node group holds; the group's all-gather
   // lays the parts out in its rank order, which is this one (split by rank % size).
   const std::size_t mine = static_cast<std::size_t>(group_->rank()) * part * dtype_size(dtype_);

@@ -8,12 +8,16 @@
 // nodes there. Invariant: a secondary shard is read only while fresh, that is after a gather
 // since the parameters last changed (an applied step or a loaded checkpoint; a skipped step
 // changes nothing, and the shards stay fresh as the gather ring's slots stay resident).
+// With qwZ (ZeRO++'s qwZ + hpZ) the gather across the whole group is the quantized one, and the
+// secondary shards keep its dequantized values, so every later gather of the unit yields them to
+// the bit: forward and backward compute with the same weights, as with qwZ alone.
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "engine/flat_unit.h"
+#include "engine/quantized_collectives.h"
 #include "runtime/world.h"
 
 namespace zest {
@@ -37,9 +41,11 @@ class SecondaryPartition {
   // One secondary shard per unit, flat length / size elements (category secondary).
   void allocate(const std::vector<FlatUnit>& units);
   // Makes `unit`'s full flat parameters in `slot`, on `stream`: inside the node group from the
-  // secondary shards when they are fresh, else across the whole group from the primary shards,
-  // then keeps this rank's part of the result as its secondary shard.
-  void gather(const FlatUnit& unit, Stream& stream, void* slot);
+  // secondary shards when they are fresh, else across the whole group from the primary shards
+  // (through `quantized`'s int8 blocks with qwZ), then keeps this rank's part of the result as
+  // its secondary shard.
+  void gather(const FlatUnit& unit, Stream& stream, void* slot,
+              QuantizedGather* quantized = nullptr);
   // The parameters changed (or may have): the next gather of every unit crosses the whole group.
   void parameters_changed();
 

@@ -1,6 +1,6 @@
 // zero_optimization.zero_hpz_partition_size (DeepSpeed's ZeRO++ key, engine/secondary_partition.h):
-// 1 (off) by default and in the resolved config; a group inside a node at stage 3; everything
-// else one line naming the key.
+// 1 (off) by default and in the resolved config; a group inside a node at stage 3, with qwZ and
+// qgZ too; everything else one line naming the key.
 #include <string>
 
 #include <gmock/gmock.h>
@@ -84,6 +84,18 @@ TEST(HpzConfig, EverythingElseIsOneLineNamingTheKey) {
   config["world"]["ranks_per_node"] = 1;
   config["zero_optimization"]["zero_hpz_partition_size"] = 2;
   EXPECT_THAT(config_error(config), HasSubstr("2 does not divide the 1 ranks of a node"));
+}
+
+// ZeRO++'s whole stack: the secondary partition keeps the quantized gather's values.
+TEST(HpzConfig, WithQuantizedWeightsAndGradientsIsServed) {
+  json config = two_nodes();
+  config["zero_optimization"]["zero_hpz_partition_size"] = 2;
+  config["zero_optimization"]["zero_quantized_weights"] = true;
+  config["zero_optimization"]["zero_quantized_gradients"] = true;
+  const TrainConfig parsed = parse_train_config(config, {});
+  EXPECT_EQ(parsed.engine.hpz_partition_size, 2);
+  EXPECT_TRUE(parsed.engine.quantized_weights);
+  EXPECT_TRUE(parsed.engine.quantized_gradients);
 }
 
 TEST(HpzConfig, InsidePipelineStagesIsRefusedInOneLine) {
