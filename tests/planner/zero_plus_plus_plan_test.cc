@@ -1,0 +1,198 @@
+// The planner with ZeRO++'s options together: qwZ + hpZ (+ qgZ) at stage 3, and qgZ with hybrid
+// sharding (its replicas' mean: engine/quantized_replicas.h), against the allocator, every
+// category to the byte (gather, secondary and buckets among them), for a small GPT (its
+// embedding in vocabulary pieces) on 2 nodes x 2 ranks and 1 x 4, fp32 and bf16, with
+// accumulation and recomputation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/quantized_replicas.h"
+#include "kernels/quantize.h"
+#include "models/gpt.h"
+#include "planner/peak_plan.h"
+#include "runtime/world.h"
+
+namespace zest {
+namespace {
+
+struct Job {
+  GptConfig model;
+  int nodes = 2;
+  int per_node = 2;
+  int stage = 3;
+  bool weights = false;    // qwZ
+  bool gradients = false;  // qgZ
+  int hpz = 1;
+  bool hybrid = false;     // shard groups of a node
+  DType dtype = DType::kFloat32;
+  int accumulation = 1;
+  RecomputePolicy recompute = RecomputePolicy::kNone;
+  std::int64_t sequences = 2;
+
+  int world() const { return nodes * per_node; }
+  EngineOptions options() const {
+    EngineOptions options;
+    options.stage = stage;
+    options.compute_dtype = dtype;
+    options.communication_dtype = dtype;
+    options.gradient_accumulation_steps = accumulation;
+    options.activation_checkpointing.policy = recompute;
+    options.quantized_weights = weights;
+    options.quantized_gradients = gradients;
+    options.hpz_partition_size = hpz;
+    options.hybrid_shard_size = hybrid ? kHybridShardNode : 0;
+    return options;
+  }
+  std::string name() const {
+    return std::to_string(nodes) + " x " + std::to_string(per_node) + ", stage " +
+           std::to_string(stage) + (weights ? ", qwZ" : "") + (gradients ? ", qgZ" : "") +
+           ", hpz " + std::to_string(hpz) + (hybrid ? ", hybrid" : "") + ", " +
+           dtype_name(dtype) + ", accumulation " + std::to_string(accumulation) +
+           ", recompute " + std::to_string(static_cast<int>(recompute));
+  }
+};
+
+PeakPrediction plan(const Job& job) {
+  Gpt model(job.model);
+  // Hybrid sharding: each unit is sharded over a node's ranks, and the nodes are its replicas.
+  const int shard = job.hybrid ? job.per_node : job.world();
+  PeakPlanInput input = plan_input(model, {job.sequences, job.model.seq_len}, job.options(),
+                                   make_optimizer(OptimizerOptions{})->state_count(), shard);
+  input.replicas = job.world() / shard;
+  return predict_peak(input);
+}
+
+std::vector<MemoryUsage> train(const Job& job) {
+  std::vector<MemoryUsage> usage(job.world());
+  WorldOptions world_options;
+  world_options.ranks = job.world();
+  world_options.ranks_per_node = job.per_node;
+  world_options.link.modelled = false;
+  world_options.hold_frees = true;  // frees when a wait proves them, as the plan replays them
+  World(world_options).run([&](RankContext& context) {
+    Gpt model(job.model);
+    Engine engine(context, job.options());
+    auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
+    std::mt19937 rng(3 + context.rank);
+    std::uniform_int_distribution<std::int32_t> token(0, job.model.vocab_size - 1);
+    std::vector<std::int32_t> inputs(job.sequences * job.model.seq_len);
+    std::vector<std::int32_t> targets(inputs.size());
+    for (auto& id : inputs) id = token(rng);
+    for (auto& id : targets) id = token(rng);
+    const Batch batch{Tensor{inputs.data(), {job.sequences, job.model.seq_len}, DType::kInt32},
+                      Tensor{targets.data(), {job.sequences, job.model.seq_len}, DType::kInt32}};
+    for (int step = 0; step < 2; ++step) {
+      for (int micro = 0; micro < job.accumulation; ++micro) trainer->forward_backward(batch);
+      trainer->step();
+    }
+    context.synchronize();
+    usage[context.rank] = context.allocator().usage();
+  });
+  return usage;
+}
+
+// Every category's peak on every rank equals the plan. With frees held until a wait proves them
+// (WorldOptions::hold_frees) the allocator frees in the plan's order; the largest peaks of up to
+// twelve runs are still taken, as in tests/planner/vocab_pieces_support.h.
+void expect_measured_equals_planned(const Job& job) {
+  const PeakPrediction planned = plan(job);
+  auto equal = [&](const std::vector<MemoryUsage>& measured) {
+    for (const MemoryUsage& usage : measured) {
+      if (usage.total_peak != planned.device_total) return false;
+      for (Category category : all_categories()) {
+        if (usage.peak_of(category) != planned.of(category)) return false;
+      }
+    }
+    return true;
+  };
+  std::vector<MemoryUsage> measured = train(job);
+  for (int run = 1; run < 12 && !equal(measured); ++run) {
+    const std::vector<MemoryUsage> again = train(job);
+    for (std::size_t rank = 0; rank < measured.size(); ++rank) {
+      for (std::size_t c = 0; c < kCategoryCount; ++c) {
+        measured[rank].peak[c] = std::max(measured[rank].peak[c], again[rank].peak[c]);
+      }
+      measured[rank].total_peak = std::max(measured[rank].total_peak, again[rank].total_peak);
+    }
+  }
+  for (std::size_t rank = 0; rank < measured.size(); ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    for (Category category : all_categories()) {
+      EXPECT_EQ(measured[rank].peak_of(category), planned.of(category)) << category_name(category);
+    }
+    EXPECT_EQ(measured[rank].total_peak, planned.device_total);
+  }
+}
+
+const GptConfig kSmallGpt{2, 2, 16, 512, 8, kAutoVocabPieces};
+
+Job job_of(int nodes, int per_node, int stage) {
+  Job job{kSmallGpt};
+  job.nodes = nodes;
+  job.per_node = per_node;
+  job.stage = stage;
+  return job;
+}
+
+TEST(ZeroPlusPlusPlan, QwzWithHpzEveryCategoryEqualsTheMeasuredPeakToTheByte) {
+  std::vector<Job> jobs;
+  for (int variant = 0; variant < 5; ++variant) {
+    Job job = variant == 4 ? job_of(1, 4, 3) : job_of(2, 2, 3);
+    job.weights = true;
+    job.hpz = variant == 4 ? 4 : 2;
+    job.gradients = variant >= 1;  // ZeRO++'s whole stack
+    if (variant == 2) job.dtype = DType::kBFloat16, job.accumulation = 2;
+    if (variant == 3) job.recompute = RecomputePolicy::kFull, job.accumulation = 2;
+    jobs.push_back(job);
+  }
+  for (const Job& job : jobs) {
+    SCOPED_TRACE(job.name());
+    expect_measured_equals_planned(job);
+  }
+}
+
+TEST(ZeroPlusPlusPlan, QgzWithHybridShardingEveryCategoryEqualsTheMeasuredPeakToTheByte) {
+  std::vector<Job> jobs;
+  for (int stage : {1, 2, 3}) {
+    Job job = job_of(2, 2, stage);
+    job.hybrid = true;
+    job.gradients = true;
+    jobs.push_back(job);
+  }
+  Job both = job_of(2, 2, 3);  // hybrid + qwZ + qgZ, bf16, accumulation
+  both.hybrid = both.weights = both.gradients = true;
+  both.dtype = DType::kBFloat16;
+  both.accumulation = 2;
+  jobs.push_back(both);
+  Job one = job_of(4, 1, 3);  // shard groups of one rank, four replicas
+  one.hybrid = one.gradients = true;
+  jobs.push_back(one);
+  for (const Job& job : jobs) {
+    SCOPED_TRACE(job.name());
+    expect_measured_equals_planned(job);
+  }
+}
+
+// The replicas' buffers are what the plan adds to qgZ's over hybrid sharding alone: two packed
+// runs of R slices and an fp32 slice, sized from the largest shard.
+TEST(ZeroPlusPlusPlan, TheReplicasBuffersAreTheBucketsQgzAddsWithHybridSharding) {
+  Job job = job_of(2, 2, 3);
+  job.hybrid = true;
+  job.gradients = true;
+  const PeakPrediction with = plan(job);
+  job.gradients = false;
+  const PeakPrediction without = plan(job);
+  EXPECT_GT(with.of(Category::kBuckets), without.of(Category::kBuckets));
+  std::size_t replica = 0;
+  for (std::size_t bytes : quantized_replica_bytes(1000, 2, 256)) replica += bytes;
+  EXPECT_EQ(replica, 2 * (2 * quantized_bytes(500, 256)) + 500 * sizeof(float));
+}
+
+}  // namespace
+}  // namespace zest
