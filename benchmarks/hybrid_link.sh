@@ -6,12 +6,15 @@
 # (its metrics records; every rank sends the same, so the world's traffic is 4 times it).
 # Setups: ZeRO-3; hybrid (shard in the node); ZeRO++ (ZeRO-3 + qwZ + hpZ of a node + qgZ);
 # hybrid + qwZ + qgZ (hpZ is redundant with hybrid sharding: its gathers stay in the node).
-# usage: benchmarks/hybrid_link.sh [BUILD_DIR] [STEPS] [LINKS]   (from the repository root)
-#   LINKS: the bandwidths, Gbit/s or "off" (not modelled), default "off 10 100"
+# usage: benchmarks/hybrid_link.sh [BUILD_DIR] [STEPS] [LINKS] [--set KEY=VALUE ...]
+#   (from the repository root) LINKS: the bandwidths, Gbit/s or "off" (not modelled), default
+#   "off 10 100"; the --set overrides go to every run (a short check:
+#   `benchmarks/hybrid_link.sh build-dev 3 "off 10 100" --set scheduler.params.warmup_num_steps=1`)
 set -euo pipefail
 build=${1:-build-dev}
 steps=${2:-30}
 links=${3:-off 10 100}
+extra=("${@:4}")
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 declare -A setup=(
@@ -27,7 +30,7 @@ for gbit in $links; do
     [ "$gbit" != off ] && link=(--set "world.link.bandwidth_gbit_s=$gbit")
     read -r -a options <<< "${setup[$mode]}"
     "$build/bin/zest-train" --config configs/default.json --set "steps=$steps" --set eval_every=0 \
-      --set world.ranks_per_node=2 "${options[@]}" "${link[@]}" \
+      --set world.ranks_per_node=2 "${options[@]}" "${link[@]}" ${extra[@]+"${extra[@]}"} \
       --metrics "$out/$gbit-$mode.jsonl" > /dev/null
     rows+=("$gbit $mode $out/$gbit-$mode.jsonl")
   done
