@@ -64,7 +64,9 @@ void expect_identical(const RunResult& reference, const RunResult& run) {
   EXPECT_EQ(reference.losses, run.losses);
   EXPECT_EQ(reference.grad_norms, run.grad_norms);
   ASSERT_EQ(reference.params.size(), run.params.size());
-  for (const auto& [name, values] : reference.params) EXPECT_EQ(values, run.params.at(name)) << name;
+  for (const auto& [name, values] : reference.params) {
+    EXPECT_EQ(values, run.params.at(name)) << name;
+  }
 }
 
 // ---- qwZ + hpZ ---------------------------------------------------------------------------------
@@ -101,7 +103,8 @@ std::string options_name(const ::testing::TestParamInfo<Options>& info) {
   const Options& o = info.param;
   return std::to_string(o.nodes) + "Nodes" + std::to_string(o.per_node) + "Ranks_Hpz" +
          std::to_string(o.hpz) + (o.gradients ? "_Qgz" : "") + "_Accumulation" +
-         std::to_string(o.accumulation) + (o.recompute == RecomputePolicy::kFull ? "_Recompute" : "") +
+         std::to_string(o.accumulation) +
+         (o.recompute == RecomputePolicy::kFull ? "_Recompute" : "") +
          (o.dtype == DType::kBFloat16 ? "_Bf16" : "");
 }
 
