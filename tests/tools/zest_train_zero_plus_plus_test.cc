@@ -1,0 +1,116 @@
+// ctest-labels: slow
+// ZeRO++'s options together through zest-train on the default GPT (configs/default.json, the
+// text corpus, 4 ranks on 2 nodes): ZeRO++ as DeepSpeed runs it (stage 3 + qwZ + hpZ of a node +
+// qgZ) against ZeRO-3, and hybrid + qgZ against hybrid sharding: the loss curve stays within
+// the stated tolerance at equal tokens, and the bytes across nodes per step fall as the wire
+// formats say.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/scratch_directory.h"
+#include "tests/support/subprocess.h"
+
+namespace {
+
+using nlohmann::json;
+using zest::testing::lines_of;
+using zest::testing::ProcessResult;
+using zest::testing::read_file;
+
+const std::string kTrain = ZEST_BINARY_DIR "/bin/zest-train";
+const std::string kConfig = ZEST_SOURCE_DIR "/configs/default.json";
+constexpr int kSteps = 40;
+
+class ZestTrainZeroPlusPlus : public zest::testing::ScratchDirectoryTest {
+ protected:
+  std::vector<json> steps(const std::string& name, const std::vector<std::string>& extra) const {
+    std::vector<std::string> args = {"--config", kConfig, "--set",
+                                     "steps=" + std::to_string(kSteps), "--set",
+                                     "world.ranks_per_node=2", "--set", "eval_every=0",
+                                     "--set", "world.link.model=\"off\"", "--set",
+                                     "data.path=" ZEST_SOURCE_DIR "/configs/corpus/stories.txt",
+                                     "--metrics", path(name + ".jsonl")};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const ProcessResult result = zest::testing::run_program(
+        kTrain, args, {path(name + ".out"), path(name + ".err")});
+    EXPECT_EQ(result.status, 0) << result.err;
+    std::vector<json> records;
+    for (const std::string& line : lines_of(read_file(path(name + ".jsonl")))) {
+      json record = json::parse(line);
+      if (record.contains("loss")) records.push_back(std::move(record));
+    }
+    return records;
+  }
+};
+
+double mean_loss(const std::vector<json>& records, int first, int last) {
+  double sum = 0.0;
+  for (int step = first; step <= last; ++step) sum += records[step - 1]["loss"].get<double>();
+  return sum / (last - first + 1);
+}
+
+double inter_of(const json& record, const std::string& kind) {
+  const json& bytes = record["wire_bytes"];
+  return bytes.contains(kind) ? bytes[kind][1].get<double>() : 0.0;
+}
+
+// Note: as tests/tools/zest_train_quantized_test.cc (the default GPT's warmup makes its first 15
+// steps spiky in every run, so means over steps 26-40 are compared; qwZ + qgZ measured 1.0 %
+// above fp32 there). 5 % states what is accepted and catches a collective that drops or doubles
+// a rank's share, or a backward that computes with other weights than its forward.
+constexpr double kTolerance = 0.05;
+
+void expect_trains_like(const std::vector<json>& reference, const std::vector<json>& run) {
+  ASSERT_EQ(reference.size(), static_cast<std::size_t>(kSteps));
+  ASSERT_EQ(run.size(), static_cast<std::size_t>(kSteps));
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_EQ(reference[step]["tokens"], run[step]["tokens"]);  // equal tokens
+  }
+  const double expected = mean_loss(reference, 26, kSteps);
+  const double measured = mean_loss(run, 26, kSteps);
+  EXPECT_NEAR(measured, expected, kTolerance * expected);
+  EXPECT_LT(measured, 0.6 * run[0]["loss"].get<double>());  // it learned
+}
+
+TEST_F(ZestTrainZeroPlusPlus, QwzHpzQgzTrainsAsZeroThreeAtAFifthOfTheBytesAcross) {
+  const std::vector<json> plain = steps("zero3", {});
+  const std::vector<json> zpp =
+      steps("zeropp", {"--set", "zero_optimization.zero_quantized_weights=true", "--set",
+                       "zero_optimization.zero_quantized_gradients=true", "--set",
+                       "zero_optimization.zero_hpz_partition_size=2"});
+  expect_trains_like(plain, zpp);
+  // Measured over steps 26-40: ZeRO-3 2.4592, ZeRO++ 2.4891 (+1.2 %, the same as qwZ + qgZ
+  // without hpZ: tests/engine/zero_plus_plus_test.cc holds them equal to the bit). Across nodes:
+  // forward's int8 gathers only (backward's stay in the node), qgZ's node partials; measured
+  // 0.160 of ZeRO-3's on this job.
+  const double ratio = zpp.back()["inter_node_bytes"].get<double>() /
+                       plain.back()["inter_node_bytes"].get<double>();
+  EXPECT_LT(ratio, 0.2);
+  EXPECT_GT(ratio, 0.1);
+  EXPECT_EQ(inter_of(zpp.back(), "reduce_scatter"), 0.0);
+}
+
+// Note: qgZ alone against hybrid sharding: qwZ's own gap (issue 24's open question, studied
+// apart) is larger than the tolerance in this window with hybrid sharding: measured over steps
+// 26-40, hybrid 2.4592, hybrid + qgZ 2.4493 (-0.4 %), hybrid + qwZ 2.6124 (+6.2 %), hybrid + qwZ
+// + qgZ 2.6155 (+6.4 %). qwZ's gathers stay inside the node here, so the bytes across are qgZ's.
+TEST_F(ZestTrainZeroPlusPlus, HybridWithQgzTrainsAsHybridAtAQuarterOfTheBytesAcross) {
+  const std::vector<json> hybrid =
+      steps("hybrid", {"--set", "zero_optimization.hybrid_shard_size=\"node\""});
+  const std::vector<json> quantized =
+      steps("hybrid-qgz", {"--set", "zero_optimization.hybrid_shard_size=\"node\"", "--set",
+                           "zero_optimization.zero_quantized_gradients=true"});
+  expect_trains_like(hybrid, quantized);
+  // Across nodes only the replicas' mean: int8 slices out, int8 means back, against the fp32
+  // all-reduce: a quarter, plus 4 bytes of scale per 256 values (and the step's scalars).
+  const double ratio = quantized.back()["inter_node_bytes"].get<double>() /
+                       hybrid.back()["inter_node_bytes"].get<double>();
+  EXPECT_NEAR(ratio, 0.25 * (1.0 + 4.0 / 256), 0.01);
+  EXPECT_LT(inter_of(quantized.back(), "all_reduce"),
+            1e-3 * inter_of(hybrid.back(), "all_reduce"));
+}
+
+}  // namespace
