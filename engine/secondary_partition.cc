@@ -89,8 +89,7 @@ void SecondaryPartition::gather(const FlatUnit& unit, Stream& stream, void* slot
   Communicator& world = context_.communicator;
   world.label_next(("gather " + unit.layout.unit_name()).c_str());
   if (quantized) {
-    quantized->all_gather(world, stream, unit.params.data(), slot, unit.layout.shard_length(),
-                          dtype_);
+    quantized->all_gather(world, stream, unit.layout, unit.params.data(), slot, dtype_);
   } else {
     world.all_gather(stream, unit.params.data(), slot, unit.layout.shard_length(), dtype_);
   }
