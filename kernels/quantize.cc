@@ -41,23 +41,64 @@ void check_block(std::size_t block, const char* kernel) {
   if (block == 0) throw Error(ErrorKind::kUsage, std::string(kernel) + ": block size 0");
 }
 
+void check_bits(int bits, const char* kernel) {
+  if (bits != 8 && bits != 4) {
+    throw Error(ErrorKind::kUsage,
+                std::string(kernel) + ": bits must be 8 or 4, got " + std::to_string(bits));
+  }
+}
+
 std::size_t block_count(std::size_t count, std::size_t block) { return (count + block - 1) / block; }
+
+// The largest level: values are quantized to [-levels, levels].
+float levels_of(int bits) { return bits == 8 ? 127.0f : 7.0f; }
+
+// Value i of a packed run (module header: one byte, or a nibble of byte i/2 in two's complement).
+float value_at(const std::uint8_t* values, std::size_t i, int bits) {
+  if (bits == 8) return static_cast<float>(static_cast<std::int8_t>(values[i]));
+  const int nibble = (values[i / 2] >> (4 * (i % 2))) & 0xF;
+  return static_cast<float>((nibble ^ 8) - 8);
+}
+
+const float* scales_of(const void* packed, std::size_t count, int bits) {
+  return reinterpret_cast<const float*>(static_cast<const char*>(packed) +
+                                        quantized_scales_offset(count, bits));
+}
 
 }  // namespace
 
-std::size_t quantized_scales_offset(std::size_t count) { return (count + 3) / 4 * 4; }
+std::size_t quantized_scales_offset(std::size_t count, int bits) {
+  check_bits(bits, "quantized_scales_offset");
+  const std::size_t value_bytes = bits == 8 ? count : (count + 1) / 2;
+  return (value_bytes + 3) / 4 * 4;
+}
 
-std::size_t quantized_bytes(std::size_t count, std::size_t block) {
-  return quantized_scales_offset(count) + block_count(count, block) * sizeof(float);
+std::size_t quantized_bytes(std::size_t count, std::size_t block, int bits) {
+  check_block(block, "quantized_bytes");
+  return quantized_scales_offset(count, bits) + block_count(count, block) * sizeof(float);
 }
 
 namespace cpu {
 
 void quantize_blocks(const void* source, DType type, std::size_t count, std::size_t block,
-                     void* packed) {
+                     void* packed, int bits) {
   check_block(block, "quantize_blocks");
-  auto* values = static_cast<std::int8_t*>(packed);
-  auto* scales = reinterpret_cast<float*>(static_cast<char*>(packed) + quantized_scales_offset(count));
+  check_bits(bits, "quantize_blocks");
+  auto* values = static_cast<std::uint8_t*>(packed);
+  const std::size_t value_bytes = quantized_scales_offset(count, bits);
+  auto* scales = reinterpret_cast<float*>(values + value_bytes);
+  const float levels = levels_of(bits);
+  // The padding bytes travel on the wire too: keep them defined. At 4 bits the nibbles are
+  // or-ed into zeros (a block may start inside a byte).
+  std::memset(values, 0, value_bytes);
+  const auto put = [&](std::size_t i, float q) {
+    const int level = static_cast<int>(q);
+    if (bits == 8) {
+      values[i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(level));
+    } else {
+      values[i / 2] |= static_cast<std::uint8_t>((level & 0xF) << (4 * (i % 2)));
+    }
+  };
   with_type(type, "quantize_blocks", [&](auto tag) {
     using T = decltype(tag);
     const T* in = static_cast<const T*>(source);
@@ -72,48 +113,45 @@ void quantize_blocks(const void* source, DType type, std::size_t count, std::siz
       }
       if (!finite || largest == 0.0f) {
         // Note: the NaN scale makes the whole block NaN when dequantized; zeros stay zeros.
+        // The values stay 0 (the memset above).
         scales[b] = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
-        std::memset(values + first, 0, last - first);
         continue;
       }
       // Note: a block of subnormals would get a scale that underflows; the smallest normal
       // scale still holds every value within s/2 (the values become 0 or +-1).
-      const float scale = std::max(largest / 127.0f, FLT_MIN);
+      const float scale = std::max(largest / levels, FLT_MIN);
       const float inverse = 1.0f / scale;
       scales[b] = scale;
       for (std::size_t i = first; i < last; ++i) {
-        const float q = std::nearbyint(to_float(in[i]) * inverse);
-        values[i] = static_cast<std::int8_t>(std::clamp(q, -127.0f, 127.0f));
+        put(i, std::clamp(std::nearbyint(to_float(in[i]) * inverse), -levels, levels));
       }
     }
   });
-  // The padding bytes travel on the wire too: keep them defined.
-  std::memset(values + count, 0, quantized_scales_offset(count) - count);
 }
 
 void dequantize_blocks(const void* packed, std::size_t count, std::size_t block,
-                       void* destination, DType type) {
+                       void* destination, DType type, int bits) {
   check_block(block, "dequantize_blocks");
-  const auto* values = static_cast<const std::int8_t*>(packed);
-  const auto* scales = reinterpret_cast<const float*>(static_cast<const char*>(packed) +
-                                                      quantized_scales_offset(count));
+  check_bits(bits, "dequantize_blocks");
+  const auto* values = static_cast<const std::uint8_t*>(packed);
+  const float* scales = scales_of(packed, count, bits);
   with_type(type, "dequantize_blocks", [&](auto tag) {
     using T = decltype(tag);
     T* out = static_cast<T*>(destination);
     for (std::size_t i = 0; i < count; ++i) {
-      out[i] = from_float<T>(static_cast<float>(values[i]) * scales[i / block]);
+      out[i] = from_float<T>(value_at(values, i, bits) * scales[i / block]);
     }
   });
 }
 
 void dequantize_accumulate(const void* packed, std::size_t count, std::size_t block,
-                           float* destination) {
+                           float* destination, int bits) {
   check_block(block, "dequantize_accumulate");
-  const auto* values = static_cast<const std::int8_t*>(packed);
-  const auto* scales = reinterpret_cast<const float*>(static_cast<const char*>(packed) +
-                                                      quantized_scales_offset(count));
+  check_bits(bits, "dequantize_accumulate");
+  const auto* values = static_cast<const std::uint8_t*>(packed);
+  const float* scales = scales_of(packed, count, bits);
   for (std::size_t i = 0; i < count; ++i) {
-    destination[i] += static_cast<float>(values[i]) * scales[i / block];
+    destination[i] += value_at(values, i, bits) * scales[i / block];
   }
 }
 
@@ -124,45 +162,48 @@ void scale_values(float* data, std::size_t count, float factor) {
 }  // namespace cpu
 
 void quantize_blocks(Stream& stream, const void* source, DType type, std::size_t count,
-                     std::size_t block, void* packed) {
+                     std::size_t block, void* packed, int bits) {
   check_block(block, "quantize_blocks");
+  check_bits(bits, "quantize_blocks");
 #if ZEST_HAVE_CUDA
   if (on_cuda(stream)) {
     cuda::quantize_blocks(source, type, count, block, packed,
-                          cuda::stream_handle(stream, "quantize_blocks"));
+                          cuda::stream_handle(stream, "quantize_blocks"), bits);
     return;
   }
 #endif
   dispatch_kernel(stream, "quantize_blocks",
-                  [=] { cpu::quantize_blocks(source, type, count, block, packed); });
+                  [=] { cpu::quantize_blocks(source, type, count, block, packed, bits); });
 }
 
 void dequantize_blocks(Stream& stream, const void* packed, std::size_t count, std::size_t block,
-                       void* destination, DType type) {
+                       void* destination, DType type, int bits) {
   check_block(block, "dequantize_blocks");
+  check_bits(bits, "dequantize_blocks");
 #if ZEST_HAVE_CUDA
   if (on_cuda(stream)) {
     cuda::dequantize_blocks(packed, count, block, destination, type,
-                            cuda::stream_handle(stream, "dequantize_blocks"));
+                            cuda::stream_handle(stream, "dequantize_blocks"), bits);
     return;
   }
 #endif
   dispatch_kernel(stream, "dequantize_blocks",
-                  [=] { cpu::dequantize_blocks(packed, count, block, destination, type); });
+                  [=] { cpu::dequantize_blocks(packed, count, block, destination, type, bits); });
 }
 
 void dequantize_accumulate(Stream& stream, const void* packed, std::size_t count,
-                           std::size_t block, float* destination) {
+                           std::size_t block, float* destination, int bits) {
   check_block(block, "dequantize_accumulate");
+  check_bits(bits, "dequantize_accumulate");
 #if ZEST_HAVE_CUDA
   if (on_cuda(stream)) {
     cuda::dequantize_accumulate(packed, count, block, destination,
-                                cuda::stream_handle(stream, "dequantize_accumulate"));
+                                cuda::stream_handle(stream, "dequantize_accumulate"), bits);
     return;
   }
 #endif
   dispatch_kernel(stream, "dequantize_accumulate",
-                  [=] { cpu::dequantize_accumulate(packed, count, block, destination); });
+                  [=] { cpu::dequantize_accumulate(packed, count, block, destination, bits); });
 }
 
 void scale_values(Stream& stream, float* data, std::size_t count, float factor) {

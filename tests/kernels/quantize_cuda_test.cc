@@ -1,7 +1,8 @@
 // ctest-labels: gpu
-// The CUDA int8 block quantization packs the same bytes as the CPU body for the same input
-// (fp32 and bf16; a NaN block, a zero block, a short last block), and its dequantize and
-// dequantize-accumulate give the CPU's values bit for bit.
+// The CUDA int8 and int4 block quantization packs the same bytes as the CPU body for the same
+// input (fp32 and bf16; a NaN block, a zero block, a short last block; at 4 bits an odd block, so
+// that blocks share bytes), and its dequantize and dequantize-accumulate give the CPU's values bit
+// for bit.
 #include "kernels/quantize_cuda.h"
 
 #include <gtest/gtest.h>
@@ -29,20 +30,18 @@ std::vector<float> values_for_test(std::size_t count) {
   return values;
 }
 
-TEST(QuantizeCuda, PacksTheBytesTheCpuPacks) {
-  ZEST_SKIP_WITHOUT_CUDA();
-  constexpr std::size_t kCount = 1000;  // a short last block
-  constexpr std::size_t kBlock = 256;
-  const std::vector<float> values = values_for_test(kCount);
-  const std::size_t bytes = quantized_bytes(kCount, kBlock);
+void expect_cuda_packs_the_cpus_bytes(std::size_t count, std::size_t block, int bits) {
+  const std::vector<float> values = values_for_test(count);
+  const std::size_t bytes = quantized_bytes(count, block, bits);
   std::vector<std::uint32_t> expected(bytes / 4);
-  cpu::quantize_blocks(values.data(), DType::kFloat32, kCount, kBlock, expected.data());
+  cpu::quantize_blocks(values.data(), DType::kFloat32, count, block, expected.data(), bits);
   testing::DeviceArray<float> source(values);
   testing::DeviceArray<std::uint32_t> packed(bytes / 4);
-  cuda::quantize_blocks(source.data(), DType::kFloat32, kCount, kBlock, packed.data(), nullptr);
+  cuda::quantize_blocks(source.data(), DType::kFloat32, count, block, packed.data(), nullptr,
+                        bits);
   const std::vector<std::uint32_t> got = packed.download();
   ASSERT_EQ(got.size(), expected.size());
-  const std::size_t value_words = quantized_scales_offset(kCount) / 4;
+  const std::size_t value_words = quantized_scales_offset(count, bits) / 4;
   for (std::size_t i = 0; i < got.size(); ++i) {
     const float* scale = reinterpret_cast<const float*>(&expected[i]);
     if (i >= value_words && std::isnan(*scale)) {
@@ -52,17 +51,17 @@ TEST(QuantizeCuda, PacksTheBytesTheCpuPacks) {
     ASSERT_EQ(got[i], expected[i]) << "word " << i;
   }
 
-  std::vector<float> back(kCount), sum(kCount, 0.5f);
-  cpu::dequantize_blocks(expected.data(), kCount, kBlock, back.data(), DType::kFloat32);
-  cpu::dequantize_accumulate(expected.data(), kCount, kBlock, sum.data());
-  testing::DeviceArray<float> device_back(kCount);
-  testing::DeviceArray<float> device_sum(std::vector<float>(kCount, 0.5f));
-  cuda::dequantize_blocks(packed.data(), kCount, kBlock, device_back.data(), DType::kFloat32,
-                          nullptr);
-  cuda::dequantize_accumulate(packed.data(), kCount, kBlock, device_sum.data(), nullptr);
+  std::vector<float> back(count), sum(count, 0.5f);
+  cpu::dequantize_blocks(expected.data(), count, block, back.data(), DType::kFloat32, bits);
+  cpu::dequantize_accumulate(expected.data(), count, block, sum.data(), bits);
+  testing::DeviceArray<float> device_back(count);
+  testing::DeviceArray<float> device_sum(std::vector<float>(count, 0.5f));
+  cuda::dequantize_blocks(packed.data(), count, block, device_back.data(), DType::kFloat32,
+                          nullptr, bits);
+  cuda::dequantize_accumulate(packed.data(), count, block, device_sum.data(), nullptr, bits);
   const std::vector<float> got_back = device_back.download();
   const std::vector<float> got_sum = device_sum.download();
-  for (std::size_t i = 0; i < kCount; ++i) {
+  for (std::size_t i = 0; i < count; ++i) {
     if (std::isnan(back[i])) {
       EXPECT_TRUE(std::isnan(got_back[i]) && std::isnan(got_sum[i])) << i;
       continue;
@@ -72,9 +71,21 @@ TEST(QuantizeCuda, PacksTheBytesTheCpuPacks) {
   }
 }
 
+TEST(QuantizeCuda, PacksTheBytesTheCpuPacks) {
+  ZEST_SKIP_WITHOUT_CUDA();
+  expect_cuda_packs_the_cpus_bytes(1000, 256, 8);  // a short last block
+}
+
+TEST(QuantizeCuda, Int4PacksTheBytesTheCpuPacks) {
+  ZEST_SKIP_WITHOUT_CUDA();
+  expect_cuda_packs_the_cpus_bytes(1000, 256, 4);
+  expect_cuda_packs_the_cpus_bytes(1001, 255, 4);  // odd blocks: bytes shared by two blocks
+}
+
 TEST(QuantizeCuda, ZeroCountLaunchesNothingAndOtherTypesAreRefused) {
   EXPECT_NO_THROW(cuda::quantize_blocks(nullptr, DType::kFloat32, 0, 256, nullptr, nullptr));
   EXPECT_THROW(cuda::quantize_blocks(nullptr, DType::kInt32, 0, 256, nullptr, nullptr), Error);
+  EXPECT_THROW(cuda::quantize_blocks(nullptr, DType::kFloat32, 0, 256, nullptr, nullptr, 2), Error);
 }
 
 }  // namespace
