@@ -204,10 +204,21 @@ static void parse_hybrid_shard_size(Block& block, TrainConfig& out) {
   out.engine.hybrid_shard_size = static_cast<int>(size);
 }
 
+// zero_optimization.zero_quantized_gradients_bits: the number 8 or 4 (8.0 too, as JSON writes
+// it), nothing else. Read whether or not qgZ is on, so the resolved config always shows it.
+static void parse_quantized_gradient_bits(Block& block, EngineOptions& engine) {
+  const std::string path = block.path("zero_quantized_gradients_bits");
+  const json& value = block.get_or("zero_quantized_gradients_bits", engine.quantized_gradient_bits);
+  const double bits = value.is_number() ? value.get<double>() : 0.0;
+  if (bits != 8.0 && bits != 4.0) config_error(path, "must be 8 or 4, got " + describe(value));
+  engine.quantized_gradient_bits = static_cast<int>(bits);
+}
+
 // ZeRO++'s quantized collectives (engine/quantized_collectives.h): DeepSpeed's booleans
 // zero_quantized_weights (qwZ, stage 3) and zero_quantized_gradients (qgZ, stages 1-3), and
-// zest's zero_quantized_block_size, the elements that share one scale in both. Note: DeepSpeed
-// sizes its quantization groups itself; zest names the one number the wire format has.
+// zest's zero_quantized_block_size, the elements that share one scale in both, and
+// zero_quantized_gradients_bits, qgZ's 8 (int8, the default) or 4 (int4, as ZeRO++ sends). Note:
+// DeepSpeed sizes its quantization groups itself; zest names the one number the wire format has.
 static void parse_quantized(Block& block, TrainConfig& out) {
   EngineOptions& engine = out.engine;
   engine.quantized_weights = read_bool(block.get_or("zero_quantized_weights", false),
@@ -221,6 +232,7 @@ static void parse_quantized(Block& block, TrainConfig& out) {
     config_error(size_path, "must be at most 16777216 elements, got " +
                                 std::to_string(engine.quantization_block));
   }
+  parse_quantized_gradient_bits(block, engine);
   if (engine.quantized_weights && engine.stage != 3) {
     config_error(block.path("zero_quantized_weights"),
                  "true needs zero_optimization.stage 3 (got " + std::to_string(engine.stage) +
@@ -265,7 +277,7 @@ void parse_zero(Block& root, TrainConfig& out) {
                "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
                "contiguous_gradients", "offload_optimizer", "hybrid_shard_size",
                "zero_quantized_weights", "zero_quantized_gradients", "zero_quantized_block_size",
-               "zero_hpz_partition_size"});
+               "zero_quantized_gradients_bits", "zero_hpz_partition_size"});
   const json& stage = block.get_or("stage", 0);
   const std::int64_t value = read_integer(stage, block.path("stage"));
   if (value < 0 || value > 3) {

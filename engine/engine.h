@@ -95,10 +95,12 @@ struct EngineOptions {
   // ZeRO++'s quantized collectives (engine/quantized_collectives.h), in int8 blocks of
   // quantization_block elements with an fp32 scale each: stage 3's parameter gathers (qwZ,
   // zero_optimization.zero_quantized_weights) and the gradient reduce-scatter of stages 1-3
-  // (qgZ, zero_quantized_gradients; accumulated in fp32, communication_dtype unused).
+  // (qgZ, zero_quantized_gradients; accumulated in fp32, communication_dtype unused), whose
+  // blocks are int8 or int4 (quantized_gradient_bits, 8 or 4; ZeRO++ sends int4).
   bool quantized_weights = false;
   bool quantized_gradients = false;
   std::size_t quantization_block = 256;  // zero_optimization.zero_quantized_block_size
+  int quantized_gradient_bits = 8;       // zero_optimization.zero_quantized_gradients_bits
   // zero_optimization.zero_hpz_partition_size (ZeRO++'s hpZ, engine/secondary_partition.h):
   // stage 3 keeps a secondary shard of each unit over groups of this many consecutive ranks
   // inside a node, and gathers from it after a unit's first gather of a step, so backward's

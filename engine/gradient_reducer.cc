@@ -40,7 +40,7 @@ GradientReducer::GradientReducer(RankContext& context, const EngineOptions& opti
     }
     quantized_ = std::make_unique<QuantizedReduceScatter>(
         context.device, hybrid ? hybrid->shard() : context.communicator, context.topology,
-        largest, options.quantization_block);
+        largest, options.quantization_block, options.quantized_gradient_bits);
     if (hybrid) {
       replicas_ = std::make_unique<QuantizedReplicaMean>(context.device, hybrid->replica(),
                                                          largest, options.quantization_block);
@@ -213,8 +213,8 @@ void GradientReducer::reduce(FlatUnit& unit) {
   if (last_micro_batch_ && final_shard_) final_shard_(unit);
 }
 
-// qgZ: the reduce-scatter through int8 blocks, the mean in fp32 (quantized_collectives.h); with
-// hybrid sharding, then the replicas' mean through int8 blocks (quantized_replicas.h).
+// qgZ: the reduce-scatter through int8 or int4 blocks, the mean in fp32 (quantized_collectives.h);
+// with hybrid sharding, then the replicas' mean through int8 blocks (quantized_replicas.h).
 void GradientReducer::reduce_quantized(FlatUnit& unit, void* source, std::size_t shard,
                                        std::size_t first) {
   Stream& comm = context_.comm;

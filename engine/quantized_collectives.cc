@@ -52,11 +52,17 @@ void check_quantized_collectives(const EngineOptions& options) {
                                         std::to_string(kLargestBlock) + ", got " +
                                         std::to_string(options.quantization_block));
   }
+  if (options.quantized_gradients && options.quantized_gradient_bits != 8 &&
+      options.quantized_gradient_bits != 4) {
+    throw Error(ErrorKind::kConfig, "zero_optimization.zero_quantized_gradients_bits must be 8 or "
+                                    "4, got " + std::to_string(options.quantized_gradient_bits));
+  }
 }
 
 std::vector<std::size_t> quantized_reduction_bytes(std::size_t largest_shard, int world_size,
-                                                   std::size_t block) {
-  const std::size_t packed = static_cast<std::size_t>(world_size) * quantized_bytes(largest_shard, block);
+                                                   std::size_t block, int bits) {
+  const std::size_t packed =
+      static_cast<std::size_t>(world_size) * quantized_bytes(largest_shard, block, bits);
   return {packed, packed, largest_shard * sizeof(float), largest_shard * sizeof(float)};
 }
 
@@ -146,14 +152,15 @@ void QuantizedGather::all_gather(Communicator& communicator, Stream& stream,
 
 QuantizedReduceScatter::QuantizedReduceScatter(Device& device, Communicator& communicator,
                                                const Topology& topology,
-                                               std::size_t largest_shard, std::size_t block)
-    : device_(device), communicator_(communicator), block_(block),
+                                               std::size_t largest_shard, std::size_t block,
+                                               int bits)
+    : device_(device), communicator_(communicator), block_(block), bits_(bits),
       per_node_(ranks_per_node_of(communicator, topology)),
       sends_(device.create_stream("rank " + std::to_string(communicator.rank()) +
                                   " quantized gradient sends")),
       quantized_(device.create_event()), sends_done_(device.create_event()) {
   const std::vector<std::size_t> bytes =
-      quantized_reduction_bytes(largest_shard, communicator.world_size(), block);
+      quantized_reduction_bytes(largest_shard, communicator.world_size(), block, bits);
   packed_ = device.allocator().allocate(bytes[0], Category::kBuckets);
   received_ = device.allocator().allocate(bytes[1], Category::kBuckets);
   partial_ = device.allocator().allocate(bytes[2], Category::kBuckets);
@@ -183,7 +190,7 @@ void QuantizedReduceScatter::reduce_scatter(Stream& comm, const void* full, DTyp
   const int k = n / g;
   const int a = r / g;
   const int l = r % g;
-  const std::size_t packed = quantized_bytes(shard_count, block_);
+  const std::size_t packed = quantized_bytes(shard_count, block_, bits_);
   const std::size_t slice_bytes = shard_count * dtype_size(type);
   const auto slice = [&](int s) {
     return static_cast<const char*>(full) + static_cast<std::size_t>(s) * slice_bytes;
@@ -191,7 +198,7 @@ void QuantizedReduceScatter::reduce_scatter(Stream& comm, const void* full, DTyp
   const auto slot = [&](Buffer& buffer, int region, int index) {
     return buffer.as<char>() + static_cast<std::size_t>(region * k + index) * packed;
   };
-  const std::string name = std::string(label) + " (int8)";
+  const std::string name = std::string(label) + " (int" + std::to_string(bits_) + ")";
   float* partial = partial_.as<float>();
   float* result = result_.as<float>();
 
@@ -199,7 +206,10 @@ void QuantizedReduceScatter::reduce_scatter(Stream& comm, const void* full, DTyp
   comm.wait(*sends_done_);
   for (int b = 0; b < k; ++b) {
     for (int peer = 0; peer < g; ++peer) {
-      if (peer != l) quantize_blocks(comm, slice(b * g + peer), type, shard_count, block_, slot(packed_, peer, b));
+      if (peer != l) {
+        quantize_blocks(comm, slice(b * g + peer), type, shard_count, block_,
+                        slot(packed_, peer, b), bits_);
+      }
     }
   }
   if (g > 1) {
@@ -227,10 +237,13 @@ void QuantizedReduceScatter::reduce_scatter(Stream& comm, const void* full, DTyp
       if (peer == l) {
         accumulate_into(comm, sum, DType::kFloat32, slice(b * g + l), type, shard_count);
       } else {
-        dequantize_accumulate(comm, slot(received_, peer, b), shard_count, block_, sum);
+        dequantize_accumulate(comm, slot(received_, peer, b), shard_count, block_, sum, bits_);
       }
     }
-    if (b != a) quantize_blocks(comm, partial, DType::kFloat32, shard_count, block_, slot(received_, l, b));
+    if (b != a) {
+      quantize_blocks(comm, partial, DType::kFloat32, shard_count, block_, slot(received_, l, b),
+                      bits_);
+    }
   }
   if (k > 1) {
     comm.record(*quantized_);
@@ -246,7 +259,9 @@ void QuantizedReduceScatter::reduce_scatter(Stream& comm, const void* full, DTyp
       communicator_.receive(comm, slot(packed_, l, node), packed, DType::kInt8, node * g + l);
     }
     for (int node = 0; node < k; ++node) {
-      if (node != a) dequantize_accumulate(comm, slot(packed_, l, node), shard_count, block_, result);
+      if (node != a) {
+        dequantize_accumulate(comm, slot(packed_, l, node), shard_count, block_, result, bits_);
+      }
     }
   }
   sends_->record(*sends_done_);

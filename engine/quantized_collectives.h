@@ -5,9 +5,10 @@
 //   shard included, computes with the same dequantized parameters; a block never holds two
 //   parameters (quantized_runs);
 // - qgZ (zero_quantized_gradients): a unit's gradient reduce-scatter as ZeRO++'s hierarchical
-//   all-to-all: int8 slices to the ranks of the node, summed there in fp32, the node's partial
-//   sums quantized again and sent across nodes to the rank with the same place in its node,
-//   summed in fp32 by the owner. In one node it is a one-hop all-to-all.
+//   all-to-all: int8 (or int4: zero_quantized_gradients_bits) slices to the ranks of the node,
+//   summed there in fp32, the node's partial sums quantized again and sent across nodes to the
+//   rank with the same place in its node, summed in fp32 by the owner. In one node it is a
+//   one-hop all-to-all.
 // Both own their staging buffers, allocated once (gather / buckets) from the largest unit, sized
 // by the functions below, which the memory planner calls too. Invariant: every rank of the group
 // calls them in the same order with the same counts (they are collectives).
@@ -31,7 +32,7 @@ struct EngineOptions;
 // A kConfig Error naming the key for options the quantized collectives do not serve:
 // zero_quantized_weights below stage 3 (nothing is gathered before each use),
 // zero_quantized_gradients at stage 0 (gradients are all-reduced, not reduce-scattered), a block
-// size of 0.
+// size of 0, gradient bits other than 8 or 4.
 void check_quantized_collectives(const EngineOptions& options);
 
 // qwZ's blocks in rank `rank`'s shard of a unit: a run of blocks starts at the shard's first
@@ -52,7 +53,7 @@ std::size_t quantized_shard_bytes(const ShardLayout& layout, std::size_t block);
 std::size_t quantized_gather_bytes(const std::vector<ShardLayout>& layouts, std::size_t block);
 // qgZ's buffers (category buckets), in the order they are allocated.
 std::vector<std::size_t> quantized_reduction_bytes(std::size_t largest_shard, int world_size,
-                                                   std::size_t block);
+                                                   std::size_t block, int bits = 8);
 
 class QuantizedGather {
  public:
@@ -75,9 +76,10 @@ class QuantizedReduceScatter {
  public:
   // `topology` places the group's ranks on nodes (through communicator.world_rank_of); the
   // hierarchical step is taken where each node holds the same number of consecutive ranks of the
-  // group, else the whole group is one hop. `communicator` outlives this.
+  // group, else the whole group is one hop. Both hops send `bits` (8 or 4) a value.
+  // `communicator` outlives this.
   QuantizedReduceScatter(Device& device, Communicator& communicator, const Topology& topology,
-                         std::size_t largest_shard, std::size_t block);
+                         std::size_t largest_shard, std::size_t block, int bits = 8);
   ~QuantizedReduceScatter();
   QuantizedReduceScatter(const QuantizedReduceScatter&) = delete;
   QuantizedReduceScatter& operator=(const QuantizedReduceScatter&) = delete;
@@ -85,6 +87,7 @@ class QuantizedReduceScatter {
   // The mean over the group's ranks of slice `rank` of every rank's `full` (group size ×
   // shard_count elements of `type`), in fp32, into result() — valid for work enqueued on `comm`
   // after this call until the next call. Enqueued on `comm` (and on a send stream of its own).
+  // The sends are labelled `label` (int8) or (int4).
   void reduce_scatter(Stream& comm, const void* full, DType type, std::size_t shard_count,
                       const char* label);
   float* result() { return result_.as<float>(); }
@@ -95,6 +98,7 @@ class QuantizedReduceScatter {
   Device& device_;
   Communicator& communicator_;
   std::size_t block_;
+  int bits_;
   int per_node_ = 1;  // g: ranks of a node in the group; the group has n / g nodes
   std::unique_ptr<Stream> sends_;
   std::unique_ptr<Event> quantized_;   // comm: the slices to send are packed

@@ -121,8 +121,9 @@ void EngineReplay::construct() {
   }
   // GradientReducer's constructor: qgZ's buffers, wherever gradients are reduce-scattered.
   if (options_.quantized_gradients && plan_.reduction == GradientReduction::kReduceScatter) {
-    for (std::size_t bytes : quantized_reduction_bytes(largest_shard(), input_.world_size,
-                                                       options_.quantization_block)) {
+    for (std::size_t bytes :
+         quantized_reduction_bytes(largest_shard(), input_.world_size,
+                                   options_.quantization_block, options_.quantized_gradient_bits)) {
       ledger_.allocate(bytes, Category::kBuckets);
     }
     // With hybrid sharding, then its mean across the replicas (engine/quantized_replicas.h).
