@@ -13,9 +13,8 @@ namespace {
 // source is written only after every source has been read for the block.
 constexpr std::size_t kBlock = 1024;
 
-inline float load(const float* data, std::size_t i) { return data[i]; }
+// The 2-byte types' conversions (fp32 has a loop of its own below).
 inline float load(const BFloat16* data, std::size_t i) { return static_cast<float>(data[i]); }
-inline void store(float* data, std::size_t i, float value) { data[i] = value; }
 inline void store(BFloat16* data, std::size_t i, float value) { data[i] = BFloat16(value); }
 inline float load(const Float16* data, std::size_t i) { return static_cast<float>(data[i]); }
 inline void store(Float16* data, std::size_t i, float value) { data[i] = Float16(value); }
