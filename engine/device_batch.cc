@@ -1,5 +1,6 @@
 #include "engine/device_batch.h"
 
+#include <exception>
 #include <utility>
 
 #include "runtime/host_copies.h"
@@ -8,7 +9,7 @@
 namespace zest {
 
 DeviceBatch::DeviceBatch(Device& device, Stream& stream, const Batch& host)
-    : device_(device), stream_(stream) {
+    : device_(device), stream_(stream), exceptions_at_construction_(std::uncaught_exceptions()) {
   if (device.kind() == DeviceKind::kCpu) {
     batch_ = host;
     return;
@@ -18,6 +19,17 @@ DeviceBatch::DeviceBatch(Device& device, Stream& stream, const Batch& host)
 }
 
 DeviceBatch::~DeviceBatch() {
+  if (device_.kind() == DeviceKind::kCpu && std::uncaught_exceptions() > exceptions_at_construction_) {
+    // Note: this wait ends. Of ranks failing at different points, the one that issued the
+    // fewest collectives waits only on collectives its peers have issued too; it unwinds and
+    // poisons the group, which fails the others' waits fast. A failed stream says so again at
+    // its next synchronize; the error being unwound is the one to report.
+    try {
+      stream_.synchronize();
+    } catch (...) {
+    }
+    return;
+  }
   try {
     if (!inputs_.empty()) release_after(device_, stream_, std::move(inputs_));
     if (!targets_.empty()) release_after(device_, stream_, std::move(targets_));

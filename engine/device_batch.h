@@ -3,7 +3,10 @@
 // memory is not host memory the engine first copies the inputs and targets in, charged to
 // activations, and frees them in stream order after the micro-batch. On the CPU device the
 // batch is used where it is: no copy. Invariant: the host batch may change once the
-// constructor returns (the copy has read it by then).
+// DeviceBatch is gone. On a device with its own memory the copy has read it by then; on the CPU
+// device the engine has read the loss (which waits for the stream) on the way out, and on the
+// way out of an error the destructor waits for the stream, since the caller frees or reuses
+// the batch the moment the exception reaches it.
 #pragma once
 
 #include "memory/allocator.h"
@@ -18,7 +21,8 @@ class DeviceBatch {
   DeviceBatch(Device& device, Stream& stream, const Batch& host);
   DeviceBatch(const DeviceBatch&) = delete;
   DeviceBatch& operator=(const DeviceBatch&) = delete;
-  // Frees the copies after the work enqueued on the stream so far (it uses them).
+  // Frees the copies after the work enqueued on the stream so far (it uses them). Unwinding
+  // on the CPU device, first waits for that work (it reads the caller's batch).
   ~DeviceBatch();
 
   const Batch& batch() const { return batch_; }
@@ -31,6 +35,7 @@ class DeviceBatch {
   Batch batch_;
   Buffer inputs_;
   Buffer targets_;
+  int exceptions_at_construction_;  // std::uncaught_exceptions(): more at destruction = unwinding
 };
 
 }  // namespace zest

@@ -3,6 +3,8 @@
 // change that fits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -151,6 +153,38 @@ TEST(MemoryPlan, TrainingOutOfMemoryNamesTheEstimateAndAMicroBatchThatFits) {
                          format_bytes(peak_at(2).device_total)),
             std::string::npos)
       << message;
+}
+
+// A micro-batch that runs out of memory after the embedding was enqueued: the caller frees or
+// reuses its batch the moment the error reaches it, so nothing may still be queued to read it.
+// Stage 3 with slow collectives keeps the compute stream behind the host (it waits on each
+// gather), so without the wait the embedding would read the tokens written after the error.
+TEST(MemoryPlan, AMicroBatchThatRunsOutOfMemoryLeavesNothingReadingTheBatch) {
+  const GptConfig config{2, 2, 64, 256, 32};
+  EngineOptions options;
+  options.stage = 3;
+  auto peak_at = [&](std::int64_t sequences) {
+    Gpt model(config);
+    return predict_peak(plan_input(model, {sequences, config.seq_len}, options, 2, 1));
+  };
+  const std::size_t capacity = peak_at(2).device_total + 1024;
+  ASSERT_GT(peak_at(8).device_total, capacity);
+  WorldOptions world_options;
+  world_options.ranks = 2;
+  world_options.device_memory = capacity;
+  world_options.collective_delay = std::chrono::milliseconds(20);
+  World(world_options).run([&](RankContext& context) {
+    Gpt model(config);
+    Engine engine(context, options);
+    auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
+    std::vector<std::int32_t> tokens(8 * config.seq_len, 1);
+    Batch batch{Tensor{tokens.data(), {8, config.seq_len}, DType::kInt32},
+                Tensor{tokens.data(), {8, config.seq_len}, DType::kInt32}};
+    EXPECT_THROW(trainer->forward_backward(batch), OutOfMemory);
+    // Outside the vocabulary: an embedding that read these now would fail its stream.
+    std::fill(tokens.begin(), tokens.end(), config.vocab_size + 7);
+    EXPECT_NO_THROW(context.compute.synchronize());
+  });
 }
 
 }  // namespace
