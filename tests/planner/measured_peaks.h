@@ -15,14 +15,16 @@
 
 namespace zest::testing {
 
-// `train_once()` runs the job and returns each rank's allocator usage.
-template <typename TrainOnce>
-void expect_largest_peaks_equal_plan(const PeakPrediction& planned, TrainOnce&& train_once) {
+// `train_once()` runs the job and returns each rank's allocator usage; `planned_for(rank)` is
+// that rank's plan (a pipeline's stages plan differently).
+template <typename PlannedFor, typename TrainOnce>
+void expect_largest_peaks_equal_plans(PlannedFor&& planned_for, TrainOnce&& train_once) {
   auto equal = [&](const std::vector<MemoryUsage>& measured) {
-    for (const MemoryUsage& usage : measured) {
-      if (usage.total_peak != planned.device_total) return false;
+    for (std::size_t rank = 0; rank < measured.size(); ++rank) {
+      const PeakPrediction& planned = planned_for(rank);
+      if (measured[rank].total_peak != planned.device_total) return false;
       for (Category category : all_categories()) {
-        if (usage.peak_of(category) != planned.of(category)) return false;
+        if (measured[rank].peak_of(category) != planned.of(category)) return false;
       }
     }
     return true;
@@ -39,11 +41,19 @@ void expect_largest_peaks_equal_plan(const PeakPrediction& planned, TrainOnce&& 
   }
   for (std::size_t rank = 0; rank < measured.size(); ++rank) {
     SCOPED_TRACE("rank " + std::to_string(rank));
+    const PeakPrediction& planned = planned_for(rank);
     for (Category category : all_categories()) {
       EXPECT_EQ(measured[rank].peak_of(category), planned.of(category)) << category_name(category);
     }
     EXPECT_EQ(measured[rank].total_peak, planned.device_total);
   }
+}
+
+// Every rank against one plan.
+template <typename TrainOnce>
+void expect_largest_peaks_equal_plan(const PeakPrediction& planned, TrainOnce&& train_once) {
+  expect_largest_peaks_equal_plans([&](std::size_t) -> const PeakPrediction& { return planned; },
+                                   train_once);
 }
 
 }  // namespace zest::testing

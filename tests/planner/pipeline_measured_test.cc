@@ -17,6 +17,7 @@
 #include "planner/pipeline_plan.h"
 #include "runtime/world.h"
 #include "tests/pipeline/pipeline_test_support.h"
+#include "tests/planner/measured_peaks.h"
 
 namespace zest::testing {
 namespace {
@@ -90,36 +91,10 @@ std::vector<PipelineStagePeak> plan(const Case& c) {
 void expect_measured_equals_planned(const Case& c) {
   SCOPED_TRACE(c.name());
   const std::vector<PipelineStagePeak> planned = plan(c);
-  const auto stage_of = [&](std::size_t rank) {
+  const auto stage_of = [&](std::size_t rank) -> const PeakPrediction& {
     return planned.at(rank / static_cast<std::size_t>(c.data_parallel)).peak;
   };
-  const auto equal = [&](const std::vector<MemoryUsage>& measured) {
-    for (std::size_t rank = 0; rank < measured.size(); ++rank) {
-      if (measured[rank].total_peak != stage_of(rank).device_total) return false;
-      for (Category category : all_categories()) {
-        if (measured[rank].peak_of(category) != stage_of(rank).of(category)) return false;
-      }
-    }
-    return true;
-  };
-  std::vector<MemoryUsage> measured = measure(c);
-  for (int run = 1; run < 12 && !equal(measured); ++run) {
-    const std::vector<MemoryUsage> again = measure(c);
-    for (std::size_t rank = 0; rank < measured.size(); ++rank) {
-      for (std::size_t k = 0; k < kCategoryCount; ++k) {
-        measured[rank].peak[k] = std::max(measured[rank].peak[k], again[rank].peak[k]);
-      }
-      measured[rank].total_peak = std::max(measured[rank].total_peak, again[rank].total_peak);
-    }
-  }
-  for (std::size_t rank = 0; rank < measured.size(); ++rank) {
-    SCOPED_TRACE("rank " + std::to_string(rank));
-    for (Category category : all_categories()) {
-      EXPECT_EQ(measured[rank].peak_of(category), stage_of(rank).of(category))
-          << category_name(category);
-    }
-    EXPECT_EQ(measured[rank].total_peak, stage_of(rank).device_total);
-  }
+  testing::expect_largest_peaks_equal_plans(stage_of, [&] { return measure(c); });
 }
 
 using Mesh = std::pair<int, int>;

@@ -15,6 +15,7 @@
 #include "models/gpt.h"
 #include "planner/peak_plan.h"
 #include "runtime/world.h"
+#include "tests/planner/measured_peaks.h"
 
 namespace zest {
 namespace {
@@ -79,35 +80,9 @@ std::vector<MemoryUsage> train(const Job& job) {
 
 // Every category's peak on every rank equals the plan. With frees held until a wait proves them
 // (WorldOptions::hold_frees) the allocator frees in the plan's order; the largest peaks of up to
-// twelve runs are still taken, as in tests/planner/vocab_pieces_support.h.
+// twelve runs are still taken (tests/planner/measured_peaks.h).
 void expect_measured_equals_planned(const Job& job) {
-  const PeakPrediction planned = plan(job);
-  auto equal = [&](const std::vector<MemoryUsage>& measured) {
-    for (const MemoryUsage& usage : measured) {
-      if (usage.total_peak != planned.device_total) return false;
-      for (Category category : all_categories()) {
-        if (usage.peak_of(category) != planned.of(category)) return false;
-      }
-    }
-    return true;
-  };
-  std::vector<MemoryUsage> measured = train(job);
-  for (int run = 1; run < 12 && !equal(measured); ++run) {
-    const std::vector<MemoryUsage> again = train(job);
-    for (std::size_t rank = 0; rank < measured.size(); ++rank) {
-      for (std::size_t c = 0; c < kCategoryCount; ++c) {
-        measured[rank].peak[c] = std::max(measured[rank].peak[c], again[rank].peak[c]);
-      }
-      measured[rank].total_peak = std::max(measured[rank].total_peak, again[rank].total_peak);
-    }
-  }
-  for (std::size_t rank = 0; rank < measured.size(); ++rank) {
-    SCOPED_TRACE("rank " + std::to_string(rank));
-    for (Category category : all_categories()) {
-      EXPECT_EQ(measured[rank].peak_of(category), planned.of(category)) << category_name(category);
-    }
-    EXPECT_EQ(measured[rank].total_peak, planned.device_total);
-  }
+  testing::expect_largest_peaks_equal_plan(plan(job), [&] { return train(job); });
 }
 
 const GptConfig kSmallGpt{2, 2, 16, 512, 8, kAutoVocabPieces};

@@ -14,6 +14,7 @@
 #include "engine/recompute.h"
 #include "models/gpt.h"
 #include "planner/peak_plan.h"
+#include "tests/planner/measured_peaks.h"
 #include "runtime/world.h"
 
 namespace zest::pieces_support {
@@ -81,35 +82,9 @@ inline void expect_measured_equals_planned(const GptConfig& config, std::int64_t
                                            RecomputePolicy recompute = RecomputePolicy::kNone) {
   const PeakPrediction planned =
       plan_gpt(config, sequences, 3, world, dtype, accumulation, recompute);
-  auto equal = [&](const std::vector<MemoryUsage>& measured) {
-    for (const MemoryUsage& usage : measured) {
-      if (usage.total_peak != planned.device_total) return false;
-      for (Category category : all_categories()) {
-        if (usage.peak_of(category) != planned.of(category)) return false;
-      }
-    }
-    return true;
-  };
-  auto train_once = [&] {
+  testing::expect_largest_peaks_equal_plan(planned, [&] {
     return train(config, sequences, world, dtype, accumulation, recompute);
-  };
-  std::vector<MemoryUsage> measured = train_once();
-  for (int run = 1; run < 12 && !equal(measured); ++run) {
-    const std::vector<MemoryUsage> again = train_once();
-    for (std::size_t rank = 0; rank < measured.size(); ++rank) {
-      for (std::size_t c = 0; c < kCategoryCount; ++c) {
-        measured[rank].peak[c] = std::max(measured[rank].peak[c], again[rank].peak[c]);
-      }
-      measured[rank].total_peak = std::max(measured[rank].total_peak, again[rank].total_peak);
-    }
-  }
-  for (std::size_t rank = 0; rank < measured.size(); ++rank) {
-    SCOPED_TRACE("rank " + std::to_string(rank));
-    for (Category category : all_categories()) {
-      EXPECT_EQ(measured[rank].peak_of(category), planned.of(category)) << category_name(category);
-    }
-    EXPECT_EQ(measured[rank].total_peak, planned.device_total);
-  }
+  });
 }
 
 }  // namespace zest::pieces_support
