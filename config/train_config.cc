@@ -52,7 +52,7 @@ static void parse_link(Block& world, LinkOptions& out) {
 void parse_world(Block& root, TrainConfig& out) {
   Block block(root.object_or_empty("world"), "world",
               {"backend", "ranks", "ranks_per_node", "link", "device", "device_memory",
-               "host_memory", "timeout_s"});
+               "host_memory", "timeout_s", "pin_ranks"});
 
   // The default backend is the device's: local (threads) for cpu, nccl for cuda.
   const bool cuda = block.find("device") != nullptr && block.find("device")->is_string() &&
@@ -135,6 +135,19 @@ void parse_world(Block& root, TrainConfig& out) {
   }
   out.world.timeout = std::chrono::milliseconds(
       std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(timeout * 1000.0))));
+
+  // Ranks as threads that outnumber the cores run pinned (runtime/core_pinning.h); "off" for a
+  // machine shared with other work, "on" to pin even with a core for each rank.
+  const std::string pinning =
+      read_string(block.get_or("pin_ranks", "auto"), block.path("pin_ranks"));
+  if (pinning == "on") {
+    out.world.pin_ranks = RankPinning::kOn;
+  } else if (pinning == "off") {
+    out.world.pin_ranks = RankPinning::kOff;
+  } else if (pinning != "auto") {
+    config_error(block.path("pin_ranks"),
+                 "must be \"auto\", \"on\" or \"off\", got \"" + pinning + "\"");
+  }
 }
 
 // DeepSpeed's rule: train_batch_size = train_micro_batch_size_per_gpu ×

@@ -21,13 +21,16 @@ std::vector<int> allowed_cores() {
   return cores;
 }
 
-int rank_core(int rank, int ranks, const std::vector<int>& cores, const char* environment) {
+RankPinning pinning_from_environment(const char* value) {
+  if (value != nullptr && std::strcmp(value, "0") == 0) return RankPinning::kOff;
+  if (value != nullptr && std::strcmp(value, "1") == 0) return RankPinning::kOn;
+  return RankPinning::kAuto;
+}
+
+int rank_core(int rank, int ranks, const std::vector<int>& cores, RankPinning pinning) {
   const auto count = static_cast<int>(cores.size());
-  if (ranks < 2 || count < 2) return -1;
-  const auto is = [&](const char* value) {
-    return environment != nullptr && std::strcmp(environment, value) == 0;
-  };
-  if (is("0") || (!is("1") && ranks <= count)) return -1;
+  if (ranks < 2 || count < 2 || pinning == RankPinning::kOff) return -1;
+  if (pinning == RankPinning::kAuto && ranks <= count) return -1;
   return cores[static_cast<std::size_t>(rank % count)];
 }
 

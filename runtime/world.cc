@@ -210,7 +210,9 @@ void World::run(const std::function<void(RankContext&)>& work) const {
   group.set_failure_observer(
       [&failures](int rank, const Error& failure) { failures.offer(rank, failure); });
   const std::vector<int> cores = allowed_cores();
-  const char* pinning = std::getenv("ZEST_PIN_RANKS");
+  const RankPinning pinning = options_.pin_ranks != RankPinning::kAuto
+                                  ? options_.pin_ranks
+                                  : pinning_from_environment(std::getenv("ZEST_PIN_RANKS"));
   detail::run_rank_threads(
       options_, failures,
       [&](int rank) {

@@ -21,6 +21,7 @@
 
 #include "memory/allocator.h"
 #include "runtime/communicator.h"
+#include "runtime/core_pinning.h"
 #include "runtime/device.h"
 #include "runtime/link_model.h"
 #include "runtime/topology.h"
@@ -43,6 +44,10 @@ struct WorldOptions {
   // Per rank, bytes: the host memory an offloaded optimizer lives in (Device::host_allocator).
   std::size_t host_memory = kUnlimitedCapacity;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // Ranks as threads on the CPU device: pinned to cores when they outnumber them (kAuto), always
+  // (kOn) or never (kOff); runtime/core_pinning.h. kAuto defers to env ZEST_PIN_RANKS when set
+  // (config world.pin_ranks).
+  RankPinning pin_ranks = RankPinning::kAuto;
   // Debug: every collective sleeps this long before it starts, to widen race windows in tests
   // (config debug.collective_delay_ms, or env ZEST_DEBUG_COLLECTIVE_DELAY_MS when this is 0).
   std::chrono::milliseconds collective_delay{0};

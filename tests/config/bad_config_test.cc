@@ -79,7 +79,7 @@ const BadConfig kBadConfigs[] = {
      "log_interval: unknown key; did you mean 'steps_per_print'?"},
     {"UnknownKeyFarFromAny", false, {"world.flavour=\"x\""},
      "world.flavour: unknown key; allowed here: backend, ranks, ranks_per_node, link, device, "
-     "device_memory, host_memory or timeout_s"},
+     "device_memory, host_memory, timeout_s or pin_ranks"},
     {"GptKeyOnTheMlp", false, {"model.n_layer=2"},
      "model.n_layer: unknown key; allowed here: type, sizes or init_from"},
     {"TypoInGptKey", true, {"model.n_embed=32"},
@@ -99,6 +99,8 @@ const BadConfig kBadConfigs[] = {
     {"StageFour", false, {"zero_optimization.stage=4"},
      "zero_optimization.stage: must be 0, 1, 2 or 3, got 4"},
     {"NoRanks", false, {"world.ranks=0"}, "world.ranks: must be an integer from 1 to 65536, got 0"},
+    {"PinRanksAsABoolean", false, {"world.pin_ranks=\"yes\""},
+     "world.pin_ranks: must be \"auto\", \"on\" or \"off\", got \"yes\""},
     {"ZeroWidthLayer", false, {"model.sizes=[8, 0, 4]"},
      "model.sizes[1]: must be an integer >= 1, got 0"},
     {"ZeroLearningRate", false, {"optimizer.params.lr=0"},

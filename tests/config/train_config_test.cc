@@ -81,6 +81,7 @@ TEST(TrainConfig, ValidConfigFillsEveryField) {
   EXPECT_EQ(config.world.device, DeviceKind::kCpu);
   EXPECT_EQ(config.world.device_memory, kUnlimitedCapacity);
   EXPECT_EQ(config.world.timeout, std::chrono::seconds(300));
+  EXPECT_EQ(config.world.pin_ranks, RankPinning::kAuto);
   EXPECT_EQ(config.engine.stage, 3);
   EXPECT_EQ(config.engine.seed, 1234u);
   EXPECT_EQ(config.engine.gradient_clipping, 0.0f);
@@ -105,6 +106,7 @@ TEST(TrainConfig, ResolvedJsonHasDefaultsAndParsesToTheSameConfig) {
   const json& resolved = config.json;
   EXPECT_EQ(resolved["world"]["device"], "cpu");
   EXPECT_EQ(resolved["world"]["timeout_s"], 300);
+  EXPECT_EQ(resolved["world"]["pin_ranks"], "auto");
   EXPECT_EQ(resolved["train_micro_batch_size_per_gpu"], 4);
   EXPECT_EQ(resolved["gradient_accumulation_steps"], 1);
   EXPECT_EQ(resolved["optimizer"]["params"]["betas"], json::parse("[0.9, 0.999]"));
@@ -157,6 +159,16 @@ TEST(TrainConfig, DebugHoldFreesReachesTheWorld) {
   EXPECT_TRUE(parse_train_config(config).world.hold_frees);
   config["debug"]["hold_frees"] = "yes";
   EXPECT_THAT(config_error(config), HasSubstr("debug.hold_frees"));
+}
+
+TEST(TrainConfig, PinRanksReachesTheWorld) {
+  json config = base_config();
+  config["world"]["pin_ranks"] = "off";
+  EXPECT_EQ(parse_train_config(config).world.pin_ranks, RankPinning::kOff);
+  config["world"]["pin_ranks"] = "on";
+  EXPECT_EQ(parse_train_config(config).world.pin_ranks, RankPinning::kOn);
+  config["world"]["pin_ranks"] = true;
+  EXPECT_THAT(config_error(config), HasSubstr("world.pin_ranks"));
 }
 
 TEST(TrainConfig, OptimizerTypeIsCaseInsensitiveAndCanonical) {
@@ -407,7 +419,7 @@ TEST(TrainConfig, UnknownKeySuggestsTheClosestKnownKey) {
   EXPECT_THAT(config_error(config),
               AllOf(HasSubstr("world.flavour: unknown key"),
                     HasSubstr("allowed here: backend, ranks, ranks_per_node, link, device, "
-                              "device_memory, host_memory or timeout_s")));
+                              "device_memory, host_memory, timeout_s or pin_ranks")));
 }
 
 TEST(TrainConfig, WrongTypeNamesWhatIsAllowed) {

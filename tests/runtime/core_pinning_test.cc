@@ -1,6 +1,6 @@
-// Ranks as threads pinned to cores when they outnumber them (ZEST_PIN_RANKS): which core each
-// rank gets, and that the rank's own thread and its streams' workers all run there while the
-// caller's thread stays free.
+// Ranks as threads pinned to cores when they outnumber them (world.pin_ranks, ZEST_PIN_RANKS):
+// which core each rank gets, and that the rank's own thread and its streams' workers all run
+// there while the caller's thread stays free.
 #include "runtime/core_pinning.h"
 
 #include <gtest/gtest.h>
@@ -15,25 +15,34 @@
 namespace zest {
 namespace {
 
+constexpr RankPinning kAuto = RankPinning::kAuto;
+
 TEST(CorePinning, RanksGoRoundTheAllowedCoresWhenTheyOutnumberThem) {
   const std::vector<int> cores = {3, 5};
   std::vector<int> got;
-  for (int rank = 0; rank < 5; ++rank) got.push_back(rank_core(rank, 5, cores, nullptr));
+  for (int rank = 0; rank < 5; ++rank) got.push_back(rank_core(rank, 5, cores, kAuto));
   EXPECT_EQ(got, (std::vector<int>{3, 5, 3, 5, 3}));
-  EXPECT_EQ(rank_core(2, 3, {0, 1}, "auto"), 0);  // anything but 0 and 1 is the default
 }
 
 TEST(CorePinning, FewerRanksThanCoresArePinnedOnlyWhenAsked) {
-  EXPECT_EQ(rank_core(1, 2, {0, 1, 2, 3}, nullptr), -1);
-  EXPECT_EQ(rank_core(1, 2, {0, 1}, nullptr), -1);
-  EXPECT_EQ(rank_core(1, 2, {0, 1, 2, 3}, "1"), 1);
+  EXPECT_EQ(rank_core(1, 2, {0, 1, 2, 3}, kAuto), -1);
+  EXPECT_EQ(rank_core(1, 2, {0, 1}, kAuto), -1);
+  EXPECT_EQ(rank_core(1, 2, {0, 1, 2, 3}, RankPinning::kOn), 1);
 }
 
 TEST(CorePinning, OffWhenTurnedOffAndWithOneRankOrOneCore) {
-  EXPECT_EQ(rank_core(1, 4, {0, 1}, "0"), -1);
-  EXPECT_EQ(rank_core(0, 1, {0, 1}, "1"), -1);  // one rank has the machine
-  EXPECT_EQ(rank_core(1, 4, {0}, "1"), -1);     // one core: nothing to choose
-  EXPECT_EQ(rank_core(1, 4, {}, nullptr), -1);  // unknown
+  EXPECT_EQ(rank_core(1, 4, {0, 1}, RankPinning::kOff), -1);
+  EXPECT_EQ(rank_core(0, 1, {0, 1}, RankPinning::kOn), -1);  // one rank has the machine
+  EXPECT_EQ(rank_core(1, 4, {0}, RankPinning::kOn), -1);     // one core: nothing to choose
+  EXPECT_EQ(rank_core(1, 4, {}, kAuto), -1);                 // unknown
+}
+
+TEST(CorePinning, TheEnvironmentSaysZeroForOffOneForOnAndAnythingElseIsAuto) {
+  EXPECT_EQ(pinning_from_environment("0"), RankPinning::kOff);
+  EXPECT_EQ(pinning_from_environment("1"), RankPinning::kOn);
+  EXPECT_EQ(pinning_from_environment("auto"), kAuto);
+  EXPECT_EQ(pinning_from_environment(""), kAuto);
+  EXPECT_EQ(pinning_from_environment(nullptr), kAuto);
 }
 
 // Sets an environment variable for one test and restores it.
@@ -57,11 +66,13 @@ class ScopedEnvironment {
 };
 
 // Per rank, the cores its thread and each of its streams' workers may use.
-std::vector<std::vector<std::vector<int>>> cores_seen(int ranks) {
+std::vector<std::vector<std::vector<int>>> cores_seen(int ranks,
+                                                      RankPinning pinning = RankPinning::kAuto) {
   std::vector<std::vector<std::vector<int>>> seen(static_cast<std::size_t>(ranks));
   std::mutex mutex;
   WorldOptions options;
   options.ranks = ranks;
+  options.pin_ranks = pinning;
   World world(options);
   world.run([&](RankContext& context) {
     std::vector<std::vector<int>> mine = {allowed_cores(), {}, {}, {}};
@@ -97,6 +108,26 @@ TEST(CorePinning, RanksKeepEveryCoreWhenTurnedOff) {
   ScopedEnvironment pin("ZEST_PIN_RANKS", "0");
   for (const auto& rank : cores_seen(static_cast<int>(cores.size()) + 2)) {
     for (const auto& thread : rank) EXPECT_EQ(thread, cores);
+  }
+}
+
+// world.pin_ranks: the options beat the environment, which speaks only where they say "auto".
+TEST(CorePinning, TheWorldsOptionsBeatTheEnvironment) {
+  const std::vector<int> cores = allowed_cores();
+  if (cores.size() < 2) GTEST_SKIP() << "needs two cores";
+  const int ranks = static_cast<int>(cores.size()) + 2;
+  {
+    ScopedEnvironment pin("ZEST_PIN_RANKS", "1");
+    for (const auto& rank : cores_seen(ranks, RankPinning::kOff)) {
+      for (const auto& thread : rank) EXPECT_EQ(thread, cores);
+    }
+  }
+  ScopedEnvironment pin("ZEST_PIN_RANKS", "0");
+  const auto seen = cores_seen(2, RankPinning::kOn);  // pinned even with a core for each rank
+  for (int rank = 0; rank < 2; ++rank) {
+    for (const auto& thread : seen[static_cast<std::size_t>(rank)]) {
+      EXPECT_EQ(thread, std::vector<int>{cores[static_cast<std::size_t>(rank)]}) << "rank " << rank;
+    }
   }
 }
 
