@@ -33,7 +33,8 @@ struct PipelineOptions {
   // interleaved with fewer than 2; interleaved micro-batches not a multiple of the stages;
   // fewer micro-batches than stages where the schedule needs them (gpipe and 1f1b run with
   // fewer, interleaved cannot); fewer units than virtual stages; an explicit partition of
-  // another length, another sum, or with an empty stage.
+  // another length, another sum, or with an empty stage (those last with partition.h's
+  // messages, the ones the config's `pipeline` block gives).
   void validate(std::size_t units) const;
 
   // The units of each virtual stage: the explicit partition, or the uniform one.

@@ -50,16 +50,16 @@ TEST(PipelineOptions, RefusesWhatCannotRunNamingTheKey) {
   EXPECT_THAT(refusal(options(4, 2, ScheduleKind::kInterleavedOneFOneB, 2), 16),
               HasSubstr("pipeline.micro_batches"));  // fewer than the stages
   EXPECT_THAT(refusal(options(4, 8), 3),
-              HasSubstr("pipeline.stages: the model has 3 units, fewer than the 4 virtual stages"));
+              HasSubstr("pipeline.partition: the model has 3 units, fewer than its 4 virtual stages"));
   PipelineOptions partition = options(2, 4);
   partition.units_per_virtual_stage = {3, 0};
   EXPECT_THAT(refusal(partition, 3),
-              HasSubstr("pipeline.partition: virtual stage 1 (stage 1, chunk 0) has no units"));
+              HasSubstr("pipeline.partition: [1] is 0: virtual stage 1 would hold no unit"));
   partition.units_per_virtual_stage = {2, 2};
-  EXPECT_THAT(refusal(partition, 5), HasSubstr("pipeline.partition: the entries sum to 4 units; "
-                                               "the model has 5"));
+  EXPECT_THAT(refusal(partition, 5), HasSubstr("pipeline.partition: the list sums to 4 units, "
+                                               "but the model has 5"));
   partition.units_per_virtual_stage = {2, 2, 1};
-  EXPECT_THAT(refusal(partition, 5), HasSubstr("pipeline.partition: 3 entries for 2 virtual"));
+  EXPECT_THAT(refusal(partition, 5), HasSubstr("pipeline.partition: lists 3 stages, not one per virtual stage (2"));
 }
 
 TEST(PipelineOptions, FewerMicroBatchesThanStagesRunUnderGPipeOneFOneBAndZeroBubble) {
