@@ -49,8 +49,9 @@ TEST(PipelineOptions, RefusesWhatCannotRunNamingTheKey) {
                         "pipeline.stages (4), got 6"));
   EXPECT_THAT(refusal(options(4, 2, ScheduleKind::kInterleavedOneFOneB, 2), 16),
               HasSubstr("pipeline.micro_batches"));  // fewer than the stages
-  EXPECT_THAT(refusal(options(4, 8), 3),
-              HasSubstr("pipeline.partition: the model has 3 units, fewer than its 4 virtual stages"));
+  EXPECT_THAT(
+      refusal(options(4, 8), 3),
+      HasSubstr("pipeline.partition: the model has 3 units, fewer than its 4 virtual stages"));
   PipelineOptions partition = options(2, 4);
   partition.units_per_virtual_stage = {3, 0};
   EXPECT_THAT(refusal(partition, 3),
@@ -59,7 +60,8 @@ TEST(PipelineOptions, RefusesWhatCannotRunNamingTheKey) {
   EXPECT_THAT(refusal(partition, 5), HasSubstr("pipeline.partition: the list sums to 4 units, "
                                                "but the model has 5"));
   partition.units_per_virtual_stage = {2, 2, 1};
-  EXPECT_THAT(refusal(partition, 5), HasSubstr("pipeline.partition: lists 3 stages, not one per virtual stage (2"));
+  EXPECT_THAT(refusal(partition, 5),
+              HasSubstr("pipeline.partition: lists 3 stages, not one per virtual stage (2"));
 }
 
 TEST(PipelineOptions, FewerMicroBatchesThanStagesRunUnderGPipeOneFOneBAndZeroBubble) {
