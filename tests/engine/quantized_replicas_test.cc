@@ -11,7 +11,6 @@
 #include <cmath>
 #include <functional>
 #include <mutex>
-#include <random>
 #include <tuple>
 #include <vector>
 
@@ -19,29 +18,18 @@
 #include "runtime/hybrid_communicator.h"
 #include "runtime/link_model.h"
 #include "runtime/world.h"
+#include "tests/engine/quantized_test_support.h"
 
 namespace zest {
 namespace {
 
 constexpr std::size_t kBlock = 64;
 
+using quantized_support::world_of;
+
 // Rank r's shard: normal, with a spread that differs per block so the scales differ.
 std::vector<float> values_of(int rank, std::size_t count) {
-  std::mt19937 generator(300 + rank);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> values(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    values[i] = normal(generator) * static_cast<float>(1 + (i / kBlock) % 7);
-  }
-  return values;
-}
-
-WorldOptions world_of(int nodes, int per_node) {
-  WorldOptions options;
-  options.ranks = nodes * per_node;
-  options.ranks_per_node = per_node;
-  options.link.modelled = false;
-  return options;
+  return quantized_support::block_values(300 + rank, count, kBlock, 7);
 }
 
 struct Outcome {
