@@ -22,13 +22,12 @@
 #include "runtime/link_model.h"
 #include "runtime/world.h"
 #include "tests/engine/quantized_test_support.h"
+#include "tests/support/nodes_world.h"
 
 namespace zest {
 namespace {
 
 constexpr std::size_t kBlock = 64;
-
-using quantized_support::world_of;
 
 // Rank r's values: normal, with a spread that differs per block so the scales differ.
 std::vector<float> values_of(int rank, std::size_t count) {
@@ -53,7 +52,7 @@ TEST(QuantizedGather, EveryRankGetsTheSameParametersWithinHalfAScaleOfEachShard)
   std::mutex mutex;
   std::vector<std::vector<float>> gathered(kRanks);
   std::vector<WireBytes> wire(kRanks);
-  World(world_of(2, 2)).run([&](RankContext& context) {
+  World(testing::nodes_world(2, 2)).run([&](RankContext& context) {
     const std::vector<float> shard = values_of(context.rank, kShard);
     std::vector<float> full(kShard * kRanks, -1.0f);
     const ShardLayout layout = one_parameter(kShard, kRanks);
@@ -91,7 +90,7 @@ TEST(QuantizedGather, TwoByteParametersComeBackInTheirType) {
   constexpr std::size_t kShard = 300;
   std::mutex mutex;
   std::vector<BFloat16> gathered;
-  World(world_of(1, 2)).run([&](RankContext& context) {
+  World(testing::nodes_world(1, 2)).run([&](RankContext& context) {
     std::vector<BFloat16> shard;
     for (float v : values_of(context.rank, kShard)) shard.emplace_back(v);
     std::vector<BFloat16> full(2 * kShard);
@@ -163,7 +162,7 @@ TEST(QuantizedGather, EachParameterIsWithinHalfAScaleOfItsOwnBlocks) {
   const std::size_t shard = layout.shard_length();
   std::mutex mutex;
   std::vector<float> gathered;
-  World(world_of(1, 2)).run([&](RankContext& context) {
+  World(testing::nodes_world(1, 2)).run([&](RankContext& context) {
     std::vector<float> full(layout.flat_length(), -1.0f);
     QuantizedGather gather(context.device, {layout}, kBlock);
     gather.all_gather(context.communicator, context.comm, layout,
@@ -228,10 +227,7 @@ INSTANTIATE_TEST_SUITE_P(NodesByRanks, QuantizedReduceScatterOn,
                          ::testing::Values(std::make_tuple(1, 1), std::make_tuple(1, 4),
                                            std::make_tuple(2, 2), std::make_tuple(4, 1),
                                            std::make_tuple(3, 2), std::make_tuple(2, 3)),
-                         [](const auto& info) {
-                           return std::to_string(std::get<0>(info.param)) + "x" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         quantized_support::nodes_by_ranks_name);
 
 TEST(QuantizedReduceScatter, ANanInOneRanksGradientReachesItsOwnersMean) {
   const auto values = [](int rank, std::size_t count) {

@@ -78,10 +78,7 @@ INSTANTIATE_TEST_SUITE_P(NodesByRanks, QuantizedInt4ReduceScatterOn,
                          ::testing::Values(std::make_tuple(1, 1), std::make_tuple(1, 4),
                                            std::make_tuple(2, 2), std::make_tuple(4, 1),
                                            std::make_tuple(3, 2), std::make_tuple(2, 3)),
-                         [](const auto& info) {
-                           return std::to_string(std::get<0>(info.param)) + "x" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         quantized_support::nodes_by_ranks_name);
 
 // The same reduction at 8 and 4 bits on 2 x 2: int4 sends a little more than half of int8's
 // bytes (the same scales, half the values), inside the node and across it.

@@ -19,13 +19,12 @@
 #include "runtime/link_model.h"
 #include "runtime/world.h"
 #include "tests/engine/quantized_test_support.h"
+#include "tests/support/nodes_world.h"
 
 namespace zest {
 namespace {
 
 constexpr std::size_t kBlock = 64;
-
-using quantized_support::world_of;
 
 // Rank r's shard: normal, with a spread that differs per block so the scales differ.
 std::vector<float> values_of(int rank, std::size_t count) {
@@ -44,7 +43,7 @@ Outcome run_mean(int nodes, int per_node, std::size_t count,
   const int n = nodes * per_node;
   Outcome outcome{std::vector<std::vector<float>>(n), std::vector<WireBytes>(n)};
   std::mutex mutex;
-  World(world_of(nodes, per_node)).run([&](RankContext& context) {
+  World(testing::nodes_world(nodes, per_node)).run([&](RankContext& context) {
     HybridCommunicator hybrid(context.communicator, per_node);
     std::vector<float> input = values_of(context.rank, count);
     if (adjust) adjust(context.rank, input);
@@ -131,10 +130,7 @@ TEST_P(QuantizedReplicaMeanOn, EveryReplicaGetsTheSameMeanWithinTheBoundOfItsTwo
 INSTANTIATE_TEST_SUITE_P(NodesByRanks, QuantizedReplicaMeanOn,
                          ::testing::Values(std::make_tuple(2, 2), std::make_tuple(3, 2),
                                            std::make_tuple(2, 3), std::make_tuple(4, 1)),
-                         [](const auto& info) {
-                           return std::to_string(std::get<0>(info.param)) + "x" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         quantized_support::nodes_by_ranks_name);
 
 // Three elements over four replicas: the last replica's slice is empty; every replica still
 // takes part in each exchange, and the mean is within the int8 error.

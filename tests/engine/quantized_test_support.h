@@ -1,8 +1,8 @@
 // Shared by the quantized-collective suites (qwZ's gather, qgZ's reduce-scatter at 8 and 4 bits,
-// the replicas' mean): nodes that count bytes without waiting for a modelled link, each rank's
-// values with a spread that differs per block, the block scales of a float64 reference, and qgZ's
-// reduce-scatter run on every rank beside the error bound its quantization steps add up to.
-// The bound is a reference computed apart from the kernels: a test holds each rank's mean to it.
+// the replicas' mean): each rank's values with a spread that differs per block, the block scales
+// of a float64 reference, and qgZ's reduce-scatter run on every rank beside the error bound its
+// quantization steps add up to. The bound is computed apart from the kernels, in float64: a test
+// holds each rank's mean to it.
 #pragma once
 
 #include <algorithm>
@@ -11,21 +11,22 @@
 #include <functional>
 #include <mutex>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "engine/quantized_collectives.h"
 #include "runtime/link_model.h"
 #include "runtime/world.h"
+#include "tests/support/nodes_world.h"
 
 namespace zest::quantized_support {
 
-// `nodes` x `per_node` ranks; bytes only, no modelled link to wait for.
-inline WorldOptions world_of(int nodes, int per_node) {
-  WorldOptions options;
-  options.ranks = nodes * per_node;
-  options.ranks_per_node = per_node;
-  options.link.modelled = false;
-  return options;
+// A (nodes, ranks a node) test parameter's name: "2x3".
+inline std::string nodes_by_ranks_name(const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
+  return std::to_string(std::get<0>(info.param)) + "x" + std::to_string(std::get<1>(info.param));
 }
 
 // Normal values from `seed`, the spread 1 + (block index mod `spreads`) in blocks of `block`, so
@@ -79,7 +80,7 @@ inline ReduceScatterRun run_reduce_scatter(const ReduceScatterJob& job) {
   ReduceScatterRun run{std::vector<std::vector<double>>(n), std::vector<std::vector<float>>(n),
                        std::vector<WireBytes>(n), std::vector<int>(n)};
   std::mutex mutex;
-  World(world_of(job.nodes, job.per_node)).run([&](RankContext& context) {
+  World(testing::nodes_world(job.nodes, job.per_node)).run([&](RankContext& context) {
     const std::vector<float> full = job.values(context.rank, job.shard * n);
     QuantizedReduceScatter reduce(context.device, context.communicator, context.topology,
                                   job.shard, job.block, job.bits);

@@ -14,6 +14,7 @@
 #include "runtime/link_model.h"
 #include "runtime/world.h"
 #include "tests/engine/engine_test_support.h"
+#include "tests/support/nodes_world.h"
 
 namespace zest::testing {
 
@@ -25,13 +26,9 @@ struct SecondStepWire {
 // `configure` sets the engine options beyond stage 3 (qwZ, hpZ, hybrid sharding, qgZ). Eight
 // layers: more units than the ring holds, so backward gathers most of them again.
 inline SecondStepWire second_step_wire(const std::function<void(EngineOptions&)>& configure) {
-  WorldOptions world_options;
-  world_options.ranks = 4;
-  world_options.ranks_per_node = 2;
-  world_options.link.modelled = false;  // bytes only
   std::mutex mutex;
   SecondStepWire wire;
-  World(world_options).run([&](RankContext& context) {
+  World(nodes_world(2, 2)).run([&](RankContext& context) {
     Mlp model(MlpConfig{{13, 31, 29, 27, 25, 23, 21, 19, 7}});
     EngineOptions options;
     options.stage = 3;

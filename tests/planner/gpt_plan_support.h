@@ -11,12 +11,26 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/recompute.h"
 #include "memory/allocator.h"
 #include "models/gpt.h"
 #include "planner/peak_plan.h"
 #include "runtime/world.h"
 
 namespace zest::testing {
+
+// A job's engine options: its stage, compute and communication in `dtype`, `accumulation`
+// micro-batches a step, recomputation by `recompute`; a suite adds its ZeRO++ options.
+inline EngineOptions engine_options(int stage, DType dtype, int accumulation,
+                                    RecomputePolicy recompute = RecomputePolicy::kNone) {
+  EngineOptions options;
+  options.stage = stage;
+  options.compute_dtype = dtype;
+  options.communication_dtype = dtype;
+  options.gradient_accumulation_steps = accumulation;
+  options.activation_checkpointing.policy = recompute;
+  return options;
+}
 
 // The plan input of `config` on batches of `sequences`, with AdamW's states, sharded over
 // `world` ranks.
@@ -71,15 +85,6 @@ inline std::vector<MemoryUsage> gpt_usage_after_two_steps(const GptConfig& confi
                             context.allocator().usage();
                       });
   return usage;
-}
-
-// `nodes` x `per_node` ranks that count bytes without waiting for a modelled link.
-inline WorldOptions nodes_of(int nodes, int per_node) {
-  WorldOptions world;
-  world.ranks = nodes * per_node;
-  world.ranks_per_node = per_node;
-  world.link.modelled = false;
-  return world;
 }
 
 }  // namespace zest::testing

@@ -18,6 +18,7 @@
 #include "runtime/world.h"
 #include "tests/planner/gpt_plan_support.h"
 #include "tests/planner/measured_peaks.h"
+#include "tests/support/nodes_world.h"
 
 namespace zest {
 namespace {
@@ -35,11 +36,7 @@ struct Job {
 
   int world() const { return nodes * per_node; }
   EngineOptions options() const {
-    EngineOptions options;
-    options.stage = stage;
-    options.compute_dtype = dtype;
-    options.communication_dtype = dtype;
-    options.gradient_accumulation_steps = accumulation;
+    EngineOptions options = testing::engine_options(stage, dtype, accumulation);
     options.quantized_gradients = true;
     options.quantized_gradient_bits = bits;
     return options;
@@ -57,7 +54,7 @@ PeakPlanInput input_of(const Job& job) {
 
 std::vector<MemoryUsage> train(const Job& job) {
   return testing::gpt_usage_after_two_steps(kSmallGpt, job.sequences, job.options(),
-                                            testing::nodes_of(job.nodes, job.per_node),
+                                            testing::nodes_world(job.nodes, job.per_node),
                                             /*seed=*/5);
 }
 

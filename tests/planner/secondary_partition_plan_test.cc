@@ -15,6 +15,7 @@
 #include "runtime/world.h"
 #include "tests/planner/gpt_plan_support.h"
 #include "tests/planner/measured_peaks.h"
+#include "tests/support/nodes_world.h"
 
 namespace zest {
 namespace {
@@ -31,12 +32,7 @@ struct Job {
 
   int world() const { return nodes * per_node; }
   EngineOptions options() const {
-    EngineOptions options;
-    options.stage = 3;
-    options.compute_dtype = dtype;
-    options.communication_dtype = dtype;
-    options.gradient_accumulation_steps = accumulation;
-    options.activation_checkpointing.policy = recompute;
+    EngineOptions options = testing::engine_options(3, dtype, accumulation, recompute);
     options.hpz_partition_size = hpz;
     return options;
   }
@@ -49,7 +45,7 @@ PeakPrediction plan(const Job& job) {
 
 std::vector<MemoryUsage> train(const Job& job) {
   return testing::gpt_usage_after_two_steps(job.model, job.sequences, job.options(),
-                                            testing::nodes_of(job.nodes, job.per_node));
+                                            testing::nodes_world(job.nodes, job.per_node));
 }
 
 // Every category's peak on every rank equals the plan. With frees held until a wait proves them

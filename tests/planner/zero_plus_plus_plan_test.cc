@@ -17,6 +17,7 @@
 #include "runtime/world.h"
 #include "tests/planner/gpt_plan_support.h"
 #include "tests/planner/measured_peaks.h"
+#include "tests/support/nodes_world.h"
 
 namespace zest {
 namespace {
@@ -37,12 +38,7 @@ struct Job {
 
   int world() const { return nodes * per_node; }
   EngineOptions options() const {
-    EngineOptions options;
-    options.stage = stage;
-    options.compute_dtype = dtype;
-    options.communication_dtype = dtype;
-    options.gradient_accumulation_steps = accumulation;
-    options.activation_checkpointing.policy = recompute;
+    EngineOptions options = testing::engine_options(stage, dtype, accumulation, recompute);
     options.quantized_weights = weights;
     options.quantized_gradients = gradients;
     options.hpz_partition_size = hpz;
@@ -68,7 +64,7 @@ PeakPrediction plan(const Job& job) {
 
 std::vector<MemoryUsage> train(const Job& job) {
   return testing::gpt_usage_after_two_steps(job.model, job.sequences, job.options(),
-                                            testing::nodes_of(job.nodes, job.per_node));
+                                            testing::nodes_world(job.nodes, job.per_node));
 }
 
 // Every category's peak on every rank equals the plan. With frees held until a wait proves them
