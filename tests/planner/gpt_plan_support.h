@@ -1,8 +1,8 @@
-// Shared by the planner's GPT suites (qgZ, hpZ, ZeRO++, qwZ's staging, vocabulary pieces): a
-// GPT's plan input for a job's engine options, and the same job trained for two steps, each rank
-// on its own random tokens, with frees held until a wait proves them (WorldOptions::hold_frees),
-// as the plan replays them. Measured and planned are then compared by the suites
-// (tests/planner/measured_peaks.h).
+// Shared by the planner's GPT suites (qgZ, hpZ, ZeRO++, qwZ's staging, vocabulary pieces, large
+// vocabularies): a GPT's plan input for a job's engine options, and the same job trained for two
+// steps, each rank on its own random tokens, with frees held until a wait proves them
+// (WorldOptions::hold_frees), as the plan replays them. The suites then compare measured and
+// planned (tests/planner/measured_peaks.h).
 #pragma once
 
 #include <cstdint>
