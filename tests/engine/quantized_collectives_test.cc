@@ -21,6 +21,8 @@
 #include "memory/shard_layout.h"
 #include "runtime/link_model.h"
 #include "runtime/world.h"
+#include "tests/engine/quantized_test_support.h"
+#include "tests/support/nodes_world.h"
 
 namespace zest {
 namespace {
@@ -29,25 +31,12 @@ constexpr std::size_t kBlock = 64;
 
 // Rank r's values: normal, with a spread that differs per block so the scales differ.
 std::vector<float> values_of(int rank, std::size_t count) {
-  std::mt19937 generator(100 + rank);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> values(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    values[i] = normal(generator) * static_cast<float>(1 + (i / kBlock) % 5);
-  }
-  return values;
+  return quantized_support::block_values(100 + rank, count, kBlock, 5);
 }
 
 // max|x| / 127 of x[first, first + count) cut into blocks of kBlock: the scale of each element.
 std::vector<double> scales_of(const std::vector<double>& x, std::size_t first, std::size_t count) {
-  std::vector<double> scales(count);
-  for (std::size_t begin = 0; begin < count; begin += kBlock) {
-    const std::size_t end = std::min(count, begin + kBlock);
-    double largest = 0.0;
-    for (std::size_t i = begin; i < end; ++i) largest = std::max(largest, std::fabs(x[first + i]));
-    for (std::size_t i = begin; i < end; ++i) scales[i] = largest / 127.0;
-  }
-  return scales;
+  return quantized_support::scales_of(x, first, count, kBlock, 127.0);
 }
 
 // A unit of one parameter whose shards are `shard` elements each, no padding: its blocks are
@@ -57,21 +46,13 @@ ShardLayout one_parameter(std::size_t shard, int ranks) {
                             /*alignment=*/4);
 }
 
-WorldOptions world_of(int nodes, int per_node) {
-  WorldOptions options;
-  options.ranks = nodes * per_node;
-  options.ranks_per_node = per_node;
-  options.link.modelled = false;
-  return options;
-}
-
 TEST(QuantizedGather, EveryRankGetsTheSameParametersWithinHalfAScaleOfEachShard) {
   constexpr std::size_t kShard = 1000;  // not a multiple of the block
   constexpr int kRanks = 4;
   std::mutex mutex;
   std::vector<std::vector<float>> gathered(kRanks);
   std::vector<WireBytes> wire(kRanks);
-  World(world_of(2, 2)).run([&](RankContext& context) {
+  World(testing::nodes_world(2, 2)).run([&](RankContext& context) {
     const std::vector<float> shard = values_of(context.rank, kShard);
     std::vector<float> full(kShard * kRanks, -1.0f);
     const ShardLayout layout = one_parameter(kShard, kRanks);
@@ -109,7 +90,7 @@ TEST(QuantizedGather, TwoByteParametersComeBackInTheirType) {
   constexpr std::size_t kShard = 300;
   std::mutex mutex;
   std::vector<BFloat16> gathered;
-  World(world_of(1, 2)).run([&](RankContext& context) {
+  World(testing::nodes_world(1, 2)).run([&](RankContext& context) {
     std::vector<BFloat16> shard;
     for (float v : values_of(context.rank, kShard)) shard.emplace_back(v);
     std::vector<BFloat16> full(2 * kShard);
@@ -181,7 +162,7 @@ TEST(QuantizedGather, EachParameterIsWithinHalfAScaleOfItsOwnBlocks) {
   const std::size_t shard = layout.shard_length();
   std::mutex mutex;
   std::vector<float> gathered;
-  World(world_of(1, 2)).run([&](RankContext& context) {
+  World(testing::nodes_world(1, 2)).run([&](RankContext& context) {
     std::vector<float> full(layout.flat_length(), -1.0f);
     QuantizedGather gather(context.device, {layout}, kBlock);
     gather.all_gather(context.communicator, context.comm, layout,
@@ -213,87 +194,32 @@ TEST(QuantizedGather, EachParameterIsWithinHalfAScaleOfItsOwnBlocks) {
 
 class QuantizedReduceScatterOn : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
-// The error bound of rank r's mean, element by element, from how the sum was made: every slice
-// that crossed to r inside its node carries half its block's scale; every other node's partial
-// sum carries half the scale of its own blocks (whose max grows by at most the errors in it) plus
-// the errors of its node's slices. Plus fp32 rounding of the sums: 1e-6 of the sum of |x|.
+// Each rank's mean within the bound of quantized_support::reduce_scatter_bound (half a block
+// scale per int8 step the sum took), plus fp32 rounding of the sums: 1e-6 of the sum of |x|.
 TEST_P(QuantizedReduceScatterOn, MeanIsWithinTheBoundOfItsQuantizationSteps) {
   const auto [nodes, per_node] = GetParam();
   const int n = nodes * per_node;
   constexpr std::size_t kShard = 700;
-  std::mutex mutex;
-  std::vector<std::vector<float>> results(n);
-  std::vector<WireBytes> wire(n);
-  std::vector<int> grouped(n);
-  World(world_of(nodes, per_node)).run([&](RankContext& context) {
-    const std::vector<float> full = values_of(context.rank, kShard * n);
-    QuantizedReduceScatter reduce(context.device, context.communicator, context.topology, kShard,
-                                  kBlock);
-    std::vector<float> result(kShard);
-    const WireBytes before = context.wire->snapshot();
-    for (int call = 0; call < 2; ++call) {  // the second reuses the buffers
-      reduce.reduce_scatter(context.comm, full.data(), DType::kFloat32, kShard, "test");
-      context.device.copy(context.comm, result.data(), reduce.result(), kShard * sizeof(float));
-    }
-    context.synchronize();
-    std::lock_guard lock(mutex);
-    results[context.rank] = result;
-    wire[context.rank] = context.wire->snapshot() - before;
-    grouped[context.rank] = reduce.ranks_per_node();
-  });
+  const quantized_support::ReduceScatterJob job{nodes, per_node, kShard, kBlock, 8, 2, values_of};
+  const quantized_support::ReduceScatterRun run = quantized_support::run_reduce_scatter(job);
   const int g = per_node;
   const int k = nodes;
-  std::vector<std::vector<double>> x(n);
-  for (int r = 0; r < n; ++r) {
-    const std::vector<float> v = values_of(r, kShard * n);
-    x[r].assign(v.begin(), v.end());
-  }
   for (int r = 0; r < n; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
-    EXPECT_EQ(grouped[r], g);
-    const int a = r / g;
-    const int l = r % g;
-    const std::size_t first = static_cast<std::size_t>(r) * kShard;
-    std::vector<double> exact(kShard, 0.0), bound(kShard, 0.0), magnitude(kShard, 0.0);
-    for (int b = 0; b < k; ++b) {
-      std::vector<double> partial(kShard, 0.0), carried(kShard, 0.0);
-      for (int peer = 0; peer < g; ++peer) {
-        const int source = b * g + peer;
-        const std::vector<double> scale = scales_of(x[source], first, kShard);
-        for (std::size_t i = 0; i < kShard; ++i) {
-          partial[i] += x[source][first + i];
-          magnitude[i] += std::fabs(x[source][first + i]);
-          if (peer != l) carried[i] += scale[i] * (0.5 + 1e-5);
-        }
-      }
-      std::vector<double> crossing(kShard, 0.0);
-      if (b != a) {  // the partial was quantized again: its block max may have grown by carried
-        for (std::size_t begin = 0; begin < kShard; begin += kBlock) {
-          double largest = 0.0;
-          for (std::size_t i = begin; i < std::min(kShard, begin + kBlock); ++i) {
-            largest = std::max(largest, std::fabs(partial[i]) + carried[i]);
-          }
-          for (std::size_t i = begin; i < std::min(kShard, begin + kBlock); ++i) {
-            crossing[i] = largest / 127.0 * (0.5 + 1e-5);
-          }
-        }
-      }
-      for (std::size_t i = 0; i < kShard; ++i) {
-        exact[i] += partial[i];
-        bound[i] += carried[i] + crossing[i];
-      }
-    }
+    EXPECT_EQ(run.grouped[r], g);
+    const quantized_support::MeanBound sum =
+        quantized_support::reduce_scatter_bound(job, run.inputs, r, 127.0);
     for (std::size_t i = 0; i < kShard; ++i) {
-      const double mean = exact[i] / n;
-      const double allowed = (bound[i] + 1e-6 * magnitude[i]) / n;
-      ASSERT_LE(std::fabs(results[r][i] - mean), allowed) << "element " << i;
+      const double mean = sum.exact[i] / n;
+      const double allowed = (sum.bound[i] + 1e-6 * sum.magnitude[i]) / n;
+      ASSERT_LE(std::fabs(run.results[r][i] - mean), allowed) << "element " << i;
     }
     // Bytes: step 1 sends k packed slices to each of g-1 ranks of the node, step 2 one packed
     // partial to each of k-1 nodes; twice.
     const double packed = static_cast<double>(quantized_bytes(kShard, kBlock));
     const int send = static_cast<int>(WireKind::kSend);
-    EXPECT_DOUBLE_EQ(wire[r].intra_node[send], 2.0 * (g - 1) * k * packed);
-    EXPECT_DOUBLE_EQ(wire[r].inter_node[send], 2.0 * (k - 1) * packed);
+    EXPECT_DOUBLE_EQ(run.wire[r].intra_node[send], 2.0 * (g - 1) * k * packed);
+    EXPECT_DOUBLE_EQ(run.wire[r].inter_node[send], 2.0 * (k - 1) * packed);
   }
 }
 
@@ -301,26 +227,16 @@ INSTANTIATE_TEST_SUITE_P(NodesByRanks, QuantizedReduceScatterOn,
                          ::testing::Values(std::make_tuple(1, 1), std::make_tuple(1, 4),
                                            std::make_tuple(2, 2), std::make_tuple(4, 1),
                                            std::make_tuple(3, 2), std::make_tuple(2, 3)),
-                         [](const auto& info) {
-                           return std::to_string(std::get<0>(info.param)) + "x" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         quantized_support::nodes_by_ranks_name);
 
 TEST(QuantizedReduceScatter, ANanInOneRanksGradientReachesItsOwnersMean) {
-  std::mutex mutex;
-  std::vector<std::vector<float>> results(4);
-  World(world_of(2, 2)).run([&](RankContext& context) {
-    std::vector<float> full = values_of(context.rank, 4 * 100);
-    if (context.rank == 3) full[1 * 100 + 5] = std::nanf("");  // in rank 1's slice
-    QuantizedReduceScatter reduce(context.device, context.communicator, context.topology, 100,
-                                  kBlock);
-    reduce.reduce_scatter(context.comm, full.data(), DType::kFloat32, 100, "test");
-    std::vector<float> result(100);
-    context.device.copy(context.comm, result.data(), reduce.result(), sizeof(float) * 100);
-    context.synchronize();
-    std::lock_guard lock(mutex);
-    results[context.rank] = result;
-  });
+  const auto values = [](int rank, std::size_t count) {
+    std::vector<float> full = values_of(rank, count);
+    if (rank == 3) full[1 * 100 + 5] = std::nanf("");  // in rank 1's slice
+    return full;
+  };
+  const std::vector<std::vector<float>> results =
+      quantized_support::run_reduce_scatter({2, 2, 100, kBlock, 8, 1, values}).results;
   EXPECT_TRUE(std::isnan(results[1][5]));
   for (int r : {0, 2, 3}) {
     for (float v : results[r]) ASSERT_TRUE(std::isfinite(v)) << r;

@@ -10,8 +10,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <mutex>
-#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -21,6 +19,7 @@
 #include "kernels/quantize.h"
 #include "runtime/link_model.h"
 #include "runtime/world.h"
+#include "tests/engine/quantized_test_support.h"
 
 namespace zest {
 namespace {
@@ -32,115 +31,34 @@ constexpr std::size_t kShard = 701;
 
 // Rank r's values: normal, with a spread that differs per block so the scales differ.
 std::vector<float> values_of(int rank, std::size_t count) {
-  std::mt19937 generator(200 + rank);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> values(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    values[i] = normal(generator) * static_cast<float>(1 + (i / kBlock) % 5);
-  }
-  return values;
-}
-
-// max|x| / 7 of x[first, first + count) cut into blocks of kBlock: the scale of each element.
-std::vector<double> scales_of(const std::vector<double>& x, std::size_t first, std::size_t count) {
-  std::vector<double> scales(count);
-  for (std::size_t begin = 0; begin < count; begin += kBlock) {
-    const std::size_t end = std::min(count, begin + kBlock);
-    double largest = 0.0;
-    for (std::size_t i = begin; i < end; ++i) largest = std::max(largest, std::fabs(x[first + i]));
-    for (std::size_t i = begin; i < end; ++i) scales[i] = largest / kLevels;
-  }
-  return scales;
-}
-
-WorldOptions world_of(int nodes, int per_node) {
-  WorldOptions options;
-  options.ranks = nodes * per_node;
-  options.ranks_per_node = per_node;
-  options.link.modelled = false;
-  return options;
+  return quantized_support::block_values(200 + rank, count, kBlock, 5);
 }
 
 class QuantizedInt4ReduceScatterOn : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
-// The error bound of rank r's mean, element by element, from how the sum was made: every slice
-// that crossed to r inside its node carries half its block's scale (max|x| / 7); every other
-// node's partial sum carries half the scale of its own blocks (whose max grows by at most the
-// errors in it) plus the errors of its node's slices. Plus fp32 rounding of the sums: 1e-6 of the
-// sum of |x|. The 1e-5 of a scale covers the fp32 products feeding and leaving the rounding
-// (tests/kernels/quantize_int4_test.cc).
+// Each rank's mean within the bound of quantized_support::reduce_scatter_bound (half a block
+// scale, max|x| / 7, per int4 step the sum took), plus fp32 rounding of the sums: 1e-6 of the
+// sum of |x|.
 TEST_P(QuantizedInt4ReduceScatterOn, MeanIsWithinTheBoundOfItsInt4QuantizationSteps) {
   const auto [nodes, per_node] = GetParam();
   const int n = nodes * per_node;
-  std::mutex mutex;
-  std::vector<std::vector<float>> results(n);
-  std::vector<WireBytes> wire(n);
-  std::vector<int> grouped(n);
-  World(world_of(nodes, per_node)).run([&](RankContext& context) {
-    const std::vector<float> full = values_of(context.rank, kShard * n);
-    QuantizedReduceScatter reduce(context.device, context.communicator, context.topology, kShard,
-                                  kBlock, kBits);
-    std::vector<float> result(kShard);
-    const WireBytes before = context.wire->snapshot();
-    for (int call = 0; call < 2; ++call) {  // the second reuses the buffers
-      reduce.reduce_scatter(context.comm, full.data(), DType::kFloat32, kShard, "test");
-      context.device.copy(context.comm, result.data(), reduce.result(), kShard * sizeof(float));
-    }
-    context.synchronize();
-    std::lock_guard lock(mutex);
-    results[context.rank] = result;
-    wire[context.rank] = context.wire->snapshot() - before;
-    grouped[context.rank] = reduce.ranks_per_node();
-  });
+  const quantized_support::ReduceScatterJob job{nodes, per_node, kShard, kBlock, kBits, 2,
+                                                values_of};
+  const quantized_support::ReduceScatterRun run = quantized_support::run_reduce_scatter(job);
   const int g = per_node;
   const int k = nodes;
-  std::vector<std::vector<double>> x(n);
-  for (int r = 0; r < n; ++r) {
-    const std::vector<float> v = values_of(r, kShard * n);
-    x[r].assign(v.begin(), v.end());
-  }
   double worst = 0.0;  // the largest error as a share of its bound: the bound is not loose
   for (int r = 0; r < n; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
-    EXPECT_EQ(grouped[r], g);
-    const int a = r / g;
-    const int l = r % g;
-    const std::size_t first = static_cast<std::size_t>(r) * kShard;
-    std::vector<double> exact(kShard, 0.0), bound(kShard, 0.0), magnitude(kShard, 0.0);
-    for (int b = 0; b < k; ++b) {
-      std::vector<double> partial(kShard, 0.0), carried(kShard, 0.0);
-      for (int peer = 0; peer < g; ++peer) {
-        const int source = b * g + peer;
-        const std::vector<double> scale = scales_of(x[source], first, kShard);
-        for (std::size_t i = 0; i < kShard; ++i) {
-          partial[i] += x[source][first + i];
-          magnitude[i] += std::fabs(x[source][first + i]);
-          if (peer != l) carried[i] += scale[i] * (0.5 + 1e-5);
-        }
-      }
-      std::vector<double> crossing(kShard, 0.0);
-      if (b != a) {  // the partial was quantized again: its block max may have grown by carried
-        for (std::size_t begin = 0; begin < kShard; begin += kBlock) {
-          double largest = 0.0;
-          for (std::size_t i = begin; i < std::min(kShard, begin + kBlock); ++i) {
-            largest = std::max(largest, std::fabs(partial[i]) + carried[i]);
-          }
-          for (std::size_t i = begin; i < std::min(kShard, begin + kBlock); ++i) {
-            crossing[i] = largest / kLevels * (0.5 + 1e-5);
-          }
-        }
-      }
-      for (std::size_t i = 0; i < kShard; ++i) {
-        exact[i] += partial[i];
-        bound[i] += carried[i] + crossing[i];
-      }
-    }
+    EXPECT_EQ(run.grouped[r], g);
+    const quantized_support::MeanBound sum =
+        quantized_support::reduce_scatter_bound(job, run.inputs, r, kLevels);
     for (std::size_t i = 0; i < kShard; ++i) {
-      const double mean = exact[i] / n;
-      const double allowed = (bound[i] + 1e-6 * magnitude[i]) / n;
-      const double error = std::fabs(results[r][i] - mean);
+      const double mean = sum.exact[i] / n;
+      const double allowed = (sum.bound[i] + 1e-6 * sum.magnitude[i]) / n;
+      const double error = std::fabs(run.results[r][i] - mean);
       ASSERT_LE(error, allowed) << "element " << i;
-      if (bound[i] > 0.0) worst = std::max(worst, error / allowed);
+      if (sum.bound[i] > 0.0) worst = std::max(worst, error / allowed);
     }
     // Bytes: step 1 sends k packed slices to each of g-1 ranks of the node, step 2 one packed
     // partial to each of k-1 nodes; twice. An int4 slice of 701 values in blocks of 63: 351
@@ -148,8 +66,8 @@ TEST_P(QuantizedInt4ReduceScatterOn, MeanIsWithinTheBoundOfItsInt4QuantizationSt
     const double packed = static_cast<double>(quantized_bytes(kShard, kBlock, kBits));
     ASSERT_EQ(packed, 352.0 + 12 * 4);
     const int send = static_cast<int>(WireKind::kSend);
-    EXPECT_DOUBLE_EQ(wire[r].intra_node[send], 2.0 * (g - 1) * k * packed);
-    EXPECT_DOUBLE_EQ(wire[r].inter_node[send], 2.0 * (k - 1) * packed);
+    EXPECT_DOUBLE_EQ(run.wire[r].intra_node[send], 2.0 * (g - 1) * k * packed);
+    EXPECT_DOUBLE_EQ(run.wire[r].inter_node[send], 2.0 * (k - 1) * packed);
   }
   if (n > 1) {
     EXPECT_GT(worst, 0.2) << "int4 errors should reach a fair share of their bound";
@@ -160,31 +78,18 @@ INSTANTIATE_TEST_SUITE_P(NodesByRanks, QuantizedInt4ReduceScatterOn,
                          ::testing::Values(std::make_tuple(1, 1), std::make_tuple(1, 4),
                                            std::make_tuple(2, 2), std::make_tuple(4, 1),
                                            std::make_tuple(3, 2), std::make_tuple(2, 3)),
-                         [](const auto& info) {
-                           return std::to_string(std::get<0>(info.param)) + "x" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         quantized_support::nodes_by_ranks_name);
 
 // The same reduction at 8 and 4 bits on 2 x 2: int4 sends a little more than half of int8's
 // bytes (the same scales, half the values), inside the node and across it.
 TEST(QuantizedInt4ReduceScatter, SendsAboutHalfOfInt8sBytes) {
   std::vector<double> inter(2), intra(2);
   for (int bits : {8, 4}) {
-    std::mutex mutex;
-    World(world_of(2, 2)).run([&](RankContext& context) {
-      const std::vector<float> full = values_of(context.rank, 4 * 1024);
-      QuantizedReduceScatter reduce(context.device, context.communicator, context.topology, 1024,
-                                    256, bits);
-      const WireBytes before = context.wire->snapshot();
-      reduce.reduce_scatter(context.comm, full.data(), DType::kFloat32, 1024, "test");
-      context.synchronize();
-      const WireBytes sent = context.wire->snapshot() - before;
-      std::lock_guard lock(mutex);
-      if (context.rank != 0) return;
-      const int send = static_cast<int>(WireKind::kSend);
-      inter[bits == 8 ? 0 : 1] = sent.inter_node[send];
-      intra[bits == 8 ? 0 : 1] = sent.intra_node[send];
-    });
+    const WireBytes sent =
+        quantized_support::run_reduce_scatter({2, 2, 1024, 256, bits, 1, values_of}).wire[0];
+    const int send = static_cast<int>(WireKind::kSend);
+    inter[bits == 8 ? 0 : 1] = sent.inter_node[send];
+    intra[bits == 8 ? 0 : 1] = sent.intra_node[send];
   }
   // Per 1024 values: int8 1024 + 4 scales of 4 bytes, int4 512 + 16.
   EXPECT_DOUBLE_EQ(inter[0], 1040.0);
@@ -194,20 +99,13 @@ TEST(QuantizedInt4ReduceScatter, SendsAboutHalfOfInt8sBytes) {
 }
 
 TEST(QuantizedInt4ReduceScatter, ANanInOneRanksGradientReachesItsOwnersMean) {
-  std::mutex mutex;
-  std::vector<std::vector<float>> results(4);
-  World(world_of(2, 2)).run([&](RankContext& context) {
-    std::vector<float> full = values_of(context.rank, 4 * 101);
-    if (context.rank == 3) full[1 * 101 + 5] = std::nanf("");  // in rank 1's slice
-    QuantizedReduceScatter reduce(context.device, context.communicator, context.topology, 101,
-                                  kBlock, kBits);
-    reduce.reduce_scatter(context.comm, full.data(), DType::kFloat32, 101, "test");
-    std::vector<float> result(101);
-    context.device.copy(context.comm, result.data(), reduce.result(), sizeof(float) * 101);
-    context.synchronize();
-    std::lock_guard lock(mutex);
-    results[context.rank] = result;
-  });
+  const auto values = [](int rank, std::size_t count) {
+    std::vector<float> full = values_of(rank, count);
+    if (rank == 3) full[1 * 101 + 5] = std::nanf("");  // in rank 1's slice
+    return full;
+  };
+  const std::vector<std::vector<float>> results =
+      quantized_support::run_reduce_scatter({2, 2, 101, kBlock, kBits, 1, values}).results;
   // Rank 1's block [0, 63) holds the NaN: NaN throughout; its other block and the other ranks'
   // shards stay finite.
   for (std::size_t i = 0; i < 63; ++i) EXPECT_TRUE(std::isnan(results[1][i])) << i;

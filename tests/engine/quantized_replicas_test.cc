@@ -11,7 +11,6 @@
 #include <cmath>
 #include <functional>
 #include <mutex>
-#include <random>
 #include <tuple>
 #include <vector>
 
@@ -19,6 +18,8 @@
 #include "runtime/hybrid_communicator.h"
 #include "runtime/link_model.h"
 #include "runtime/world.h"
+#include "tests/engine/quantized_test_support.h"
+#include "tests/support/nodes_world.h"
 
 namespace zest {
 namespace {
@@ -27,21 +28,7 @@ constexpr std::size_t kBlock = 64;
 
 // Rank r's shard: normal, with a spread that differs per block so the scales differ.
 std::vector<float> values_of(int rank, std::size_t count) {
-  std::mt19937 generator(300 + rank);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> values(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    values[i] = normal(generator) * static_cast<float>(1 + (i / kBlock) % 7);
-  }
-  return values;
-}
-
-WorldOptions world_of(int nodes, int per_node) {
-  WorldOptions options;
-  options.ranks = nodes * per_node;
-  options.ranks_per_node = per_node;
-  options.link.modelled = false;
-  return options;
+  return quantized_support::block_values(300 + rank, count, kBlock, 7);
 }
 
 struct Outcome {
@@ -56,7 +43,7 @@ Outcome run_mean(int nodes, int per_node, std::size_t count,
   const int n = nodes * per_node;
   Outcome outcome{std::vector<std::vector<float>>(n), std::vector<WireBytes>(n)};
   std::mutex mutex;
-  World(world_of(nodes, per_node)).run([&](RankContext& context) {
+  World(testing::nodes_world(nodes, per_node)).run([&](RankContext& context) {
     HybridCommunicator hybrid(context.communicator, per_node);
     std::vector<float> input = values_of(context.rank, count);
     if (adjust) adjust(context.rank, input);
@@ -143,10 +130,7 @@ TEST_P(QuantizedReplicaMeanOn, EveryReplicaGetsTheSameMeanWithinTheBoundOfItsTwo
 INSTANTIATE_TEST_SUITE_P(NodesByRanks, QuantizedReplicaMeanOn,
                          ::testing::Values(std::make_tuple(2, 2), std::make_tuple(3, 2),
                                            std::make_tuple(2, 3), std::make_tuple(4, 1)),
-                         [](const auto& info) {
-                           return std::to_string(std::get<0>(info.param)) + "x" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         quantized_support::nodes_by_ranks_name);
 
 // Three elements over four replicas: the last replica's slice is empty; every replica still
 // takes part in each exchange, and the mean is within the int8 error.

@@ -7,13 +7,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <mutex>
 #include <string>
 #include <tuple>
 
 #include "engine/secondary_partition.h"
 #include "runtime/link_model.h"
 #include "tests/engine/engine_test_support.h"
+#include "tests/engine/second_step_wire.h"
 #include "tests/support/capture_error.h"
 
 namespace zest {
@@ -21,6 +21,7 @@ namespace {
 
 using testing::RunResult;
 using testing::RunSpec;
+using testing::SecondStepWire;
 using testing::run_mlp;
 
 // Note: the secondary shards are copies of gathered bytes, so a gather from them yields the
@@ -156,58 +157,19 @@ TEST(SecondaryPartition, SkippedStepsKeepTheShardsAndTrainAsPlainStageThree) {
   for (const auto& [name, values] : plain.params) EXPECT_EQ(values, hpz.params.at(name)) << name;
 }
 
-// Inter-node bytes of each collective kind over `steps` steps (rank 0's; every rank counts alike)
-// of the MLP at stage 3 on 2 nodes x 2 ranks, and of one evaluate() (forward gathers only).
-struct Wire {
-  WireBytes step;
-  WireBytes evaluate;
-};
-
-Wire wire_on_two_nodes(int hpz) {
-  WorldOptions world_options;
-  world_options.ranks = 4;
-  world_options.ranks_per_node = 2;
-  world_options.link.modelled = false;  // bytes only
-  std::mutex mutex;
-  Wire wire;
-  World(world_options).run([&](RankContext& context) {
-    Mlp model(MlpConfig{{13, 31, 29, 27, 25, 23, 21, 19, 7}});
-    EngineOptions options;
-    options.stage = 3;
+// Inter-node bytes of each collective kind over the second step (rank 0's; every rank counts
+// alike) of the MLP at stage 3 on 2 nodes x 2 ranks, and of one evaluate() (forward gathers only).
+SecondStepWire wire_on_two_nodes(int hpz) {
+  return testing::second_step_wire([hpz](EngineOptions& options) {
     options.hpz_partition_size = hpz;
-    Engine engine(context, options);
-    auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
-    std::vector<float> inputs;
-    std::vector<std::int32_t> targets;
-    testing::make_global_batch(0, 60, 13, 7, inputs, targets);
-    const std::size_t first = static_cast<std::size_t>(context.rank) * 15;
-    Batch batch;
-    batch.inputs = Tensor{inputs.data() + first * 13, {15, 13}, DType::kFloat32};
-    batch.targets = Tensor{targets.data() + first, {15}, DType::kInt32};
-    trainer->forward_backward(batch);  // the first step's counts include nothing extra
-    trainer->step();
-    context.synchronize();
-    const WireBytes before_step = context.wire->snapshot();
-    trainer->forward_backward(batch);
-    trainer->step();
-    context.synchronize();
-    const WireBytes after_step = context.wire->snapshot();
-    trainer->evaluate(batch);
-    context.synchronize();
-    const WireBytes after_evaluate = context.wire->snapshot();
-    if (context.rank != 0) return;
-    std::lock_guard lock(mutex);
-    wire.step = after_step - before_step;
-    wire.evaluate = after_evaluate - after_step;
   });
-  return wire;
 }
 
 TEST(SecondaryPartitionWire, BackwardGathersPutNoByteAcrossNodes) {
   constexpr auto kAllGather = static_cast<std::size_t>(WireKind::kAllGather);
   constexpr auto kReduceScatter = static_cast<std::size_t>(WireKind::kReduceScatter);
-  const Wire plain = wire_on_two_nodes(1);
-  const Wire hpz = wire_on_two_nodes(2);
+  const SecondStepWire plain = wire_on_two_nodes(1);
+  const SecondStepWire hpz = wire_on_two_nodes(2);
   // A step's gathers across nodes are its forward's, each unit once: what a forward-only pass
   // (evaluate) gathers. Plain stage 3 crosses in backward too.
   EXPECT_GT(plain.evaluate.inter_node[kAllGather], 0.0);

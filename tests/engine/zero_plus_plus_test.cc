@@ -16,12 +16,14 @@
 #include "kernels/quantize.h"
 #include "runtime/link_model.h"
 #include "tests/engine/engine_test_support.h"
+#include "tests/engine/second_step_wire.h"
 
 namespace zest {
 namespace {
 
 using testing::RunResult;
 using testing::RunSpec;
+using testing::SecondStepWire;
 using testing::run_mlp;
 
 struct Options {
@@ -134,56 +136,17 @@ INSTANTIATE_TEST_SUITE_P(
 // Inter-node bytes of each collective kind over the second step (rank 0's; every rank counts
 // alike) of the MLP at stage 3 on 2 nodes x 2 ranks with qwZ, and of one evaluate() (forward
 // gathers only).
-struct Wire {
-  WireBytes step;
-  WireBytes evaluate;
-};
-
-Wire wire_on_two_nodes(int hpz) {
-  WorldOptions world_options;
-  world_options.ranks = 4;
-  world_options.ranks_per_node = 2;
-  world_options.link.modelled = false;  // bytes only
-  std::mutex mutex;
-  Wire wire;
-  World(world_options).run([&](RankContext& context) {
-    Mlp model(MlpConfig{{13, 31, 29, 27, 25, 23, 21, 19, 7}});
-    EngineOptions options;
-    options.stage = 3;
+SecondStepWire wire_on_two_nodes(int hpz) {
+  return testing::second_step_wire([hpz](EngineOptions& options) {
     options.quantized_weights = true;
     options.hpz_partition_size = hpz;
-    Engine engine(context, options);
-    auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
-    std::vector<float> inputs;
-    std::vector<std::int32_t> targets;
-    testing::make_global_batch(0, 60, 13, 7, inputs, targets);
-    const std::size_t first = static_cast<std::size_t>(context.rank) * 15;
-    Batch batch;
-    batch.inputs = Tensor{inputs.data() + first * 13, {15, 13}, DType::kFloat32};
-    batch.targets = Tensor{targets.data() + first, {15}, DType::kInt32};
-    trainer->forward_backward(batch);
-    trainer->step();
-    context.synchronize();
-    const WireBytes before_step = context.wire->snapshot();
-    trainer->forward_backward(batch);
-    trainer->step();
-    context.synchronize();
-    const WireBytes after_step = context.wire->snapshot();
-    trainer->evaluate(batch);
-    context.synchronize();
-    const WireBytes after_evaluate = context.wire->snapshot();
-    if (context.rank != 0) return;
-    std::lock_guard lock(mutex);
-    wire.step = after_step - before_step;
-    wire.evaluate = after_evaluate - after_step;
   });
-  return wire;
 }
 
 TEST(QwzWithHpzWire, OnlyForwardsInt8GathersCrossNodes) {
   constexpr auto kAllGather = static_cast<std::size_t>(WireKind::kAllGather);
-  const Wire qwz = wire_on_two_nodes(1);
-  const Wire both = wire_on_two_nodes(2);
+  const SecondStepWire qwz = wire_on_two_nodes(1);
+  const SecondStepWire both = wire_on_two_nodes(2);
   // A step's gathers across nodes are its forward's, each unit once, in int8: what a
   // forward-only pass with qwZ gathers across.
   EXPECT_GT(qwz.evaluate.inter_node[kAllGather], 0.0);
@@ -263,39 +226,10 @@ TEST(QgzWithHybridSharding, EveryReplicaEndsWithTheSameParameters) {
 
 // What rank 0 put on the wire in the second step of the MLP at stage 3, hybrid on 2 x 2.
 WireBytes hybrid_wire(bool gradients) {
-  WorldOptions world_options;
-  world_options.ranks = 4;
-  world_options.ranks_per_node = 2;
-  world_options.link.modelled = false;
-  std::mutex mutex;
-  WireBytes bytes;
-  World(world_options).run([&](RankContext& context) {
-    Mlp model(MlpConfig{{13, 31, 29, 27, 25, 23, 21, 19, 7}});
-    EngineOptions options;
-    options.stage = 3;
+  return testing::second_step_wire([gradients](EngineOptions& options) {
     options.hybrid_shard_size = kHybridShardNode;
     options.quantized_gradients = gradients;
-    Engine engine(context, options);
-    auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
-    std::vector<float> inputs;
-    std::vector<std::int32_t> targets;
-    testing::make_global_batch(0, 60, 13, 7, inputs, targets);
-    const std::size_t first = static_cast<std::size_t>(context.rank) * 15;
-    Batch batch;
-    batch.inputs = Tensor{inputs.data() + first * 13, {15, 13}, DType::kFloat32};
-    batch.targets = Tensor{targets.data() + first, {15}, DType::kInt32};
-    trainer->forward_backward(batch);
-    trainer->step();
-    context.synchronize();
-    const WireBytes before = context.wire->snapshot();
-    trainer->forward_backward(batch);
-    trainer->step();
-    context.synchronize();
-    if (context.rank != 0) return;
-    std::lock_guard lock(mutex);
-    bytes = context.wire->snapshot() - before;
-  });
-  return bytes;
+  }).step;
 }
 
 TEST(QgzWithHybridShardingWire, TheReplicasMeanCrossesNodesInInt8) {

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -17,6 +16,7 @@
 #include "models/gpt.h"
 #include "planner/peak_plan.h"
 #include "runtime/world.h"
+#include "tests/planner/gpt_plan_support.h"
 
 namespace zest {
 namespace {
@@ -30,9 +30,7 @@ EngineOptions at_stage(int stage, DType dtype = DType::kFloat32) {
 }
 
 PeakPrediction plan_gpt(const GptConfig& config, std::int64_t sequences, int stage, int world) {
-  Gpt model(config);
-  return predict_peak(plan_input(model, {sequences, config.seq_len}, at_stage(stage),
-                                 make_optimizer(OptimizerOptions{})->state_count(), world));
+  return predict_peak(testing::gpt_plan_input(config, sequences, at_stage(stage), world));
 }
 
 std::size_t working_memory(const PeakPrediction& prediction) {
@@ -91,32 +89,11 @@ const GptConfig kWideVocabulary{/*n_layer=*/2, /*n_head=*/2, /*n_embd=*/16, /*vo
 constexpr std::int64_t kSequences = 2;
 
 std::vector<MemoryUsage> train(int world, DType dtype, int accumulation) {
-  std::vector<MemoryUsage> usage(world);
   WorldOptions world_options;
   world_options.ranks = world;
-  world_options.hold_frees = true;  // frees when a wait proves them, as the plan replays
-  World(world_options).run([&](RankContext& context) {
-    Gpt model(kWideVocabulary);
-    EngineOptions options = at_stage(3, dtype);
-    options.gradient_accumulation_steps = accumulation;
-    Engine engine(context, options);
-    auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
-    std::mt19937 rng(3 + context.rank);
-    std::uniform_int_distribution<std::int32_t> token(0, kWideVocabulary.vocab_size - 1);
-    std::vector<std::int32_t> inputs(kSequences * kWideVocabulary.seq_len);
-    std::vector<std::int32_t> targets(inputs.size());
-    for (auto& id : inputs) id = token(rng);
-    for (auto& id : targets) id = token(rng);
-    const Batch batch{Tensor{inputs.data(), {kSequences, kWideVocabulary.seq_len}, DType::kInt32},
-                      Tensor{targets.data(), {kSequences, kWideVocabulary.seq_len}, DType::kInt32}};
-    for (int step = 0; step < 2; ++step) {
-      for (int micro = 0; micro < accumulation; ++micro) trainer->forward_backward(batch);
-      trainer->step();
-    }
-    context.synchronize();
-    usage[context.rank] = context.allocator().usage();
-  });
-  return usage;
+  EngineOptions options = at_stage(3, dtype);
+  options.gradient_accumulation_steps = accumulation;
+  return testing::gpt_usage_after_two_steps(kWideVocabulary, kSequences, options, world_options);
 }
 
 TEST(LargeVocabulary, MeasuredGatherAndBucketsEqualThePlanToTheByte) {

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -17,6 +16,7 @@
 #include "models/gpt.h"
 #include "planner/peak_plan.h"
 #include "runtime/world.h"
+#include "tests/planner/gpt_plan_support.h"
 
 namespace zest {
 namespace {
@@ -35,9 +35,7 @@ EngineOptions quantized(std::size_t block) {
 }
 
 PeakPrediction plan(const EngineOptions& options, int world) {
-  Gpt model(kGpt);
-  return predict_peak(plan_input(model, {kSequences, kGpt.seq_len}, options,
-                                 make_optimizer(OptimizerOptions{})->state_count(), world));
+  return predict_peak(testing::gpt_plan_input(kGpt, kSequences, options, world));
 }
 
 struct Measured {
@@ -50,28 +48,12 @@ Measured train(const EngineOptions& options, int world) {
   measured.gather_peaks.resize(static_cast<std::size_t>(world));
   WorldOptions world_options;
   world_options.ranks = world;
-  world_options.hold_frees = true;  // frees when a wait proves them, as the plan replays
-  World(world_options).run([&](RankContext& context) {
-    Gpt model(kGpt);
-    Engine engine(context, options);
-    auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
-    std::mt19937 rng(3 + context.rank);
-    std::uniform_int_distribution<std::int32_t> token(0, kGpt.vocab_size - 1);
-    std::vector<std::int32_t> inputs(kSequences * kGpt.seq_len);
-    std::vector<std::int32_t> targets(inputs.size());
-    for (auto& id : inputs) id = token(rng);
-    for (auto& id : targets) id = token(rng);
-    const Batch batch{Tensor{inputs.data(), {kSequences, kGpt.seq_len}, DType::kInt32},
-                      Tensor{targets.data(), {kSequences, kGpt.seq_len}, DType::kInt32}};
-    for (int step = 0; step < 2; ++step) {
-      trainer->forward_backward(batch);
-      trainer->step();
-    }
-    context.synchronize();
-    measured.gather_peaks[static_cast<std::size_t>(context.rank)] =
-        context.allocator().usage().peak_of(Category::kGather);
-    if (context.rank == 0) measured.layouts = trainer->layouts();
-  });
+  testing::train_gpt_two_steps(kGpt, kSequences, options, world_options, /*seed=*/3,
+                               [&](RankContext& context, Trainer& trainer) {
+                                 measured.gather_peaks[static_cast<std::size_t>(context.rank)] =
+                                     context.allocator().usage().peak_of(Category::kGather);
+                                 if (context.rank == 0) measured.layouts = trainer.layouts();
+                               });
   return measured;
 }
 

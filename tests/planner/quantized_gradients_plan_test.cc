@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -17,7 +16,9 @@
 #include "models/gpt.h"
 #include "planner/peak_plan.h"
 #include "runtime/world.h"
+#include "tests/planner/gpt_plan_support.h"
 #include "tests/planner/measured_peaks.h"
+#include "tests/support/nodes_world.h"
 
 namespace zest {
 namespace {
@@ -35,11 +36,7 @@ struct Job {
 
   int world() const { return nodes * per_node; }
   EngineOptions options() const {
-    EngineOptions options;
-    options.stage = stage;
-    options.compute_dtype = dtype;
-    options.communication_dtype = dtype;
-    options.gradient_accumulation_steps = accumulation;
+    EngineOptions options = testing::engine_options(stage, dtype, accumulation);
     options.quantized_gradients = true;
     options.quantized_gradient_bits = bits;
     return options;
@@ -52,38 +49,13 @@ struct Job {
 };
 
 PeakPlanInput input_of(const Job& job) {
-  Gpt model(kSmallGpt);
-  return plan_input(model, {job.sequences, kSmallGpt.seq_len}, job.options(),
-                    make_optimizer(OptimizerOptions{})->state_count(), job.world());
+  return testing::gpt_plan_input(kSmallGpt, job.sequences, job.options(), job.world());
 }
 
 std::vector<MemoryUsage> train(const Job& job) {
-  std::vector<MemoryUsage> usage(job.world());
-  WorldOptions world_options;
-  world_options.ranks = job.world();
-  world_options.ranks_per_node = job.per_node;
-  world_options.link.modelled = false;
-  world_options.hold_frees = true;  // frees when a wait proves them, as the plan replays them
-  World(world_options).run([&](RankContext& context) {
-    Gpt model(kSmallGpt);
-    Engine engine(context, job.options());
-    auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
-    std::mt19937 rng(5 + context.rank);
-    std::uniform_int_distribution<std::int32_t> token(0, kSmallGpt.vocab_size - 1);
-    std::vector<std::int32_t> inputs(job.sequences * kSmallGpt.seq_len);
-    std::vector<std::int32_t> targets(inputs.size());
-    for (auto& id : inputs) id = token(rng);
-    for (auto& id : targets) id = token(rng);
-    const Batch batch{Tensor{inputs.data(), {job.sequences, kSmallGpt.seq_len}, DType::kInt32},
-                      Tensor{targets.data(), {job.sequences, kSmallGpt.seq_len}, DType::kInt32}};
-    for (int step = 0; step < 2; ++step) {
-      for (int micro = 0; micro < job.accumulation; ++micro) trainer->forward_backward(batch);
-      trainer->step();
-    }
-    context.synchronize();
-    usage[context.rank] = context.allocator().usage();
-  });
-  return usage;
+  return testing::gpt_usage_after_two_steps(kSmallGpt, job.sequences, job.options(),
+                                            testing::nodes_world(job.nodes, job.per_node),
+                                            /*seed=*/5);
 }
 
 // Every category's peak on every rank equals the plan. With frees held until a wait proves them

@@ -4,9 +4,7 @@
 // 2 nodes x 2 ranks and 1 x 4: fp32 and bf16, accumulation, with and without recomputation.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -15,7 +13,9 @@
 #include "models/gpt.h"
 #include "planner/peak_plan.h"
 #include "runtime/world.h"
+#include "tests/planner/gpt_plan_support.h"
 #include "tests/planner/measured_peaks.h"
+#include "tests/support/nodes_world.h"
 
 namespace zest {
 namespace {
@@ -32,50 +32,20 @@ struct Job {
 
   int world() const { return nodes * per_node; }
   EngineOptions options() const {
-    EngineOptions options;
-    options.stage = 3;
-    options.compute_dtype = dtype;
-    options.communication_dtype = dtype;
-    options.gradient_accumulation_steps = accumulation;
-    options.activation_checkpointing.policy = recompute;
+    EngineOptions options = testing::engine_options(3, dtype, accumulation, recompute);
     options.hpz_partition_size = hpz;
     return options;
   }
 };
 
 PeakPrediction plan(const Job& job) {
-  Gpt model(job.model);
-  return predict_peak(plan_input(model, {job.sequences, job.model.seq_len}, job.options(),
-                                 make_optimizer(OptimizerOptions{})->state_count(), job.world()));
+  return predict_peak(
+      testing::gpt_plan_input(job.model, job.sequences, job.options(), job.world()));
 }
 
 std::vector<MemoryUsage> train(const Job& job) {
-  std::vector<MemoryUsage> usage(job.world());
-  WorldOptions world_options;
-  world_options.ranks = job.world();
-  world_options.ranks_per_node = job.per_node;
-  world_options.link.modelled = false;
-  world_options.hold_frees = true;  // frees when a wait proves them, as the plan replays them
-  World(world_options).run([&](RankContext& context) {
-    Gpt model(job.model);
-    Engine engine(context, job.options());
-    auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
-    std::mt19937 rng(3 + context.rank);
-    std::uniform_int_distribution<std::int32_t> token(0, job.model.vocab_size - 1);
-    std::vector<std::int32_t> inputs(job.sequences * job.model.seq_len);
-    std::vector<std::int32_t> targets(inputs.size());
-    for (auto& id : inputs) id = token(rng);
-    for (auto& id : targets) id = token(rng);
-    const Batch batch{Tensor{inputs.data(), {job.sequences, job.model.seq_len}, DType::kInt32},
-                      Tensor{targets.data(), {job.sequences, job.model.seq_len}, DType::kInt32}};
-    for (int step = 0; step < 2; ++step) {
-      for (int micro = 0; micro < job.accumulation; ++micro) trainer->forward_backward(batch);
-      trainer->step();
-    }
-    context.synchronize();
-    usage[context.rank] = context.allocator().usage();
-  });
-  return usage;
+  return testing::gpt_usage_after_two_steps(job.model, job.sequences, job.options(),
+                                            testing::nodes_world(job.nodes, job.per_node));
 }
 
 // Every category's peak on every rank equals the plan. With frees held until a wait proves them

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -14,6 +13,7 @@
 #include "engine/recompute.h"
 #include "models/gpt.h"
 #include "planner/peak_plan.h"
+#include "tests/planner/gpt_plan_support.h"
 #include "tests/planner/measured_peaks.h"
 #include "runtime/world.h"
 
@@ -30,12 +30,8 @@ inline EngineOptions at_stage(int stage, DType dtype = DType::kFloat32) {
 inline PeakPrediction plan_gpt(const GptConfig& config, std::int64_t sequences, int stage,
                                int world, DType dtype = DType::kFloat32, int accumulation = 1,
                                RecomputePolicy recompute = RecomputePolicy::kNone) {
-  Gpt model(config);
-  EngineOptions options = at_stage(stage, dtype);
-  options.gradient_accumulation_steps = accumulation;
-  options.activation_checkpointing.policy = recompute;
-  return predict_peak(plan_input(model, {sequences, config.seq_len}, options,
-                                 make_optimizer(OptimizerOptions{})->state_count(), world));
+  return predict_peak(testing::gpt_plan_input(
+      config, sequences, testing::engine_options(stage, dtype, accumulation, recompute), world));
 }
 
 inline std::size_t working_memory(const PeakPrediction& prediction) {
@@ -44,33 +40,10 @@ inline std::size_t working_memory(const PeakPrediction& prediction) {
 
 inline std::vector<MemoryUsage> train(const GptConfig& config, std::int64_t sequences, int world,
                                       DType dtype, int accumulation, RecomputePolicy recompute) {
-  std::vector<MemoryUsage> usage(world);
   WorldOptions world_options;
   world_options.ranks = world;
-  world_options.hold_frees = true;  // frees when a wait proves them, as the plan replays
-  World(world_options).run([&](RankContext& context) {
-    Gpt model(config);
-    EngineOptions options = at_stage(3, dtype);
-    options.gradient_accumulation_steps = accumulation;
-    options.activation_checkpointing.policy = recompute;
-    Engine engine(context, options);
-    auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
-    std::mt19937 rng(3 + context.rank);
-    std::uniform_int_distribution<std::int32_t> token(0, config.vocab_size - 1);
-    std::vector<std::int32_t> inputs(sequences * config.seq_len);
-    std::vector<std::int32_t> targets(inputs.size());
-    for (auto& id : inputs) id = token(rng);
-    for (auto& id : targets) id = token(rng);
-    const Batch batch{Tensor{inputs.data(), {sequences, config.seq_len}, DType::kInt32},
-                      Tensor{targets.data(), {sequences, config.seq_len}, DType::kInt32}};
-    for (int step = 0; step < 2; ++step) {
-      for (int micro = 0; micro < accumulation; ++micro) trainer->forward_backward(batch);
-      trainer->step();
-    }
-    context.synchronize();
-    usage[context.rank] = context.allocator().usage();
-  });
-  return usage;
+  return testing::gpt_usage_after_two_steps(
+      config, sequences, testing::engine_options(3, dtype, accumulation, recompute), world_options);
 }
 
 // Stage 3: every category's peak on every rank equals the plan. Frees run in stream order, so a

@@ -5,9 +5,7 @@
 // accumulation and recomputation.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -17,7 +15,9 @@
 #include "models/gpt.h"
 #include "planner/peak_plan.h"
 #include "runtime/world.h"
+#include "tests/planner/gpt_plan_support.h"
 #include "tests/planner/measured_peaks.h"
+#include "tests/support/nodes_world.h"
 
 namespace zest {
 namespace {
@@ -38,12 +38,7 @@ struct Job {
 
   int world() const { return nodes * per_node; }
   EngineOptions options() const {
-    EngineOptions options;
-    options.stage = stage;
-    options.compute_dtype = dtype;
-    options.communication_dtype = dtype;
-    options.gradient_accumulation_steps = accumulation;
-    options.activation_checkpointing.policy = recompute;
+    EngineOptions options = testing::engine_options(stage, dtype, accumulation, recompute);
     options.quantized_weights = weights;
     options.quantized_gradients = gradients;
     options.hpz_partition_size = hpz;
@@ -60,42 +55,16 @@ struct Job {
 };
 
 PeakPrediction plan(const Job& job) {
-  Gpt model(job.model);
   // Hybrid sharding: each unit is sharded over a node's ranks, and the nodes are its replicas.
   const int shard = job.hybrid ? job.per_node : job.world();
-  PeakPlanInput input = plan_input(model, {job.sequences, job.model.seq_len}, job.options(),
-                                   make_optimizer(OptimizerOptions{})->state_count(), shard);
+  PeakPlanInput input = testing::gpt_plan_input(job.model, job.sequences, job.options(), shard);
   input.replicas = job.world() / shard;
   return predict_peak(input);
 }
 
 std::vector<MemoryUsage> train(const Job& job) {
-  std::vector<MemoryUsage> usage(job.world());
-  WorldOptions world_options;
-  world_options.ranks = job.world();
-  world_options.ranks_per_node = job.per_node;
-  world_options.link.modelled = false;
-  world_options.hold_frees = true;  // frees when a wait proves them, as the plan replays them
-  World(world_options).run([&](RankContext& context) {
-    Gpt model(job.model);
-    Engine engine(context, job.options());
-    auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
-    std::mt19937 rng(3 + context.rank);
-    std::uniform_int_distribution<std::int32_t> token(0, job.model.vocab_size - 1);
-    std::vector<std::int32_t> inputs(job.sequences * job.model.seq_len);
-    std::vector<std::int32_t> targets(inputs.size());
-    for (auto& id : inputs) id = token(rng);
-    for (auto& id : targets) id = token(rng);
-    const Batch batch{Tensor{inputs.data(), {job.sequences, job.model.seq_len}, DType::kInt32},
-                      Tensor{targets.data(), {job.sequences, job.model.seq_len}, DType::kInt32}};
-    for (int step = 0; step < 2; ++step) {
-      for (int micro = 0; micro < job.accumulation; ++micro) trainer->forward_backward(batch);
-      trainer->step();
-    }
-    context.synchronize();
-    usage[context.rank] = context.allocator().usage();
-  });
-  return usage;
+  return testing::gpt_usage_after_two_steps(job.model, job.sequences, job.options(),
+                                            testing::nodes_world(job.nodes, job.per_node));
 }
 
 // Every category's peak on every rank equals the plan. With frees held until a wait proves them

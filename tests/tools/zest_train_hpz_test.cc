@@ -11,16 +11,15 @@
 
 #include "tests/support/scratch_directory.h"
 #include "tests/support/subprocess.h"
+#include "tests/tools/zest_train_support.h"
 
 namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
-using zest::testing::lines_of;
 using zest::testing::ProcessResult;
-using zest::testing::read_file;
 
-const std::string kTrain = ZEST_BINARY_DIR "/bin/zest-train";
+const std::string& kTrain = zest::testing::kZestTrain;
 const std::string kConfig = ZEST_SOURCE_DIR "/configs/mlp.json";
 
 class ZestTrainHpz : public zest::testing::ScratchDirectoryTest {
@@ -33,15 +32,8 @@ class ZestTrainHpz : public zest::testing::ScratchDirectoryTest {
                                      "world.ranks_per_node=2", "--set", "world.link.model=\"off\"",
                                      "--metrics", path(name + ".jsonl")};
     args.insert(args.end(), extra.begin(), extra.end());
-    const ProcessResult result =
-        zest::testing::run_program(kTrain, args, {path("stdout.txt"), path("stderr.txt")});
-    EXPECT_EQ(result.status, 0) << result.err;
-    std::vector<json> records;
-    for (const std::string& line : lines_of(read_file(path(name + ".jsonl")))) {
-      json record = json::parse(line);
-      if (record.contains("loss")) records.push_back(std::move(record));
-    }
-    return records;
+    return zest::testing::train_steps(args, path(name + ".jsonl"),
+                                      {path("stdout.txt"), path("stderr.txt")});
   }
 };
 

@@ -14,15 +14,15 @@
 
 #include "tests/support/scratch_directory.h"
 #include "tests/support/subprocess.h"
+#include "tests/tools/zest_train_support.h"
 
 namespace {
 
 using nlohmann::json;
+using zest::testing::kZestTrain;
 using zest::testing::lines_of;
 using zest::testing::ProcessResult;
-using zest::testing::read_file;
 
-const std::string kBinary = ZEST_BINARY_DIR "/bin/zest-train";
 const std::string kGptConfig = ZEST_SOURCE_DIR "/configs/default.json";
 // A GPT small enough for a test (as tests/tools/zest_train_test.cc's), on 2 nodes x 2 ranks.
 const std::vector<std::string> kTinyGpt = {
@@ -38,7 +38,7 @@ class ZestTrainInt4 : public zest::testing::ScratchDirectoryTest {
   ProcessResult run(std::vector<std::string> args) const {
     args.insert(args.begin(), {"--config", kGptConfig});
     args.insert(args.end(), kTinyGpt.begin(), kTinyGpt.end());
-    return zest::testing::run_program(kBinary, args, {path("stdout.txt"), path("stderr.txt")});
+    return zest::testing::run_program(kZestTrain, args, {path("stdout.txt"), path("stderr.txt")});
   }
 
   std::vector<json> steps(const std::string& name, const std::vector<std::string>& extra) const {
@@ -47,12 +47,7 @@ class ZestTrainInt4 : public zest::testing::ScratchDirectoryTest {
     args.insert(args.end(), extra.begin(), extra.end());
     const ProcessResult result = run(args);
     EXPECT_EQ(result.status, 0) << result.err;
-    std::vector<json> records;
-    for (const std::string& line : lines_of(read_file(metrics))) {
-      json record = json::parse(line);
-      if (record.contains("loss")) records.push_back(std::move(record));
-    }
-    return records;
+    return zest::testing::step_records(metrics);
   }
 };
 

@@ -10,47 +10,22 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tests/support/scratch_directory.h"
-#include "tests/support/subprocess.h"
+#include "tests/tools/zest_train_support.h"
 
 namespace {
 
 using nlohmann::json;
-using zest::testing::lines_of;
-using zest::testing::ProcessResult;
-using zest::testing::read_file;
+using zest::testing::mean_loss;
 
-const std::string kTrain = ZEST_BINARY_DIR "/bin/zest-train";
-const std::string kConfig = ZEST_SOURCE_DIR "/configs/default.json";
 constexpr int kSteps = 40;
 
-class ZestTrainZeroPlusPlus : public zest::testing::ScratchDirectoryTest {
+class ZestTrainZeroPlusPlus : public zest::testing::DefaultGptOnTwoNodesTest {
  protected:
-  std::vector<json> steps(const std::string& name, const std::vector<std::string>& extra) const {
-    std::vector<std::string> args = {"--config", kConfig, "--set",
-                                     "steps=" + std::to_string(kSteps), "--set",
-                                     "world.ranks_per_node=2", "--set", "eval_every=0",
-                                     "--set", "world.link.model=\"off\"", "--set",
-                                     "data.path=" ZEST_SOURCE_DIR "/configs/corpus/stories.txt",
-                                     "--metrics", path(name + ".jsonl")};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const ProcessResult result = zest::testing::run_program(
-        kTrain, args, {path(name + ".out"), path(name + ".err")});
-    EXPECT_EQ(result.status, 0) << result.err;
-    std::vector<json> records;
-    for (const std::string& line : lines_of(read_file(path(name + ".jsonl")))) {
-      json record = json::parse(line);
-      if (record.contains("loss")) records.push_back(std::move(record));
-    }
-    return records;
+  std::vector<json> steps(const std::string& name, std::vector<std::string> extra) const {
+    extra.insert(extra.begin(), {"--set", "world.link.model=\"off\""});
+    return default_gpt_steps(name, kSteps, extra);
   }
 };
-
-double mean_loss(const std::vector<json>& records, int first, int last) {
-  double sum = 0.0;
-  for (int step = first; step <= last; ++step) sum += records[step - 1]["loss"].get<double>();
-  return sum / (last - first + 1);
-}
 
 double inter_of(const json& record, const std::string& kind) {
   const json& bytes = record["wire_bytes"];

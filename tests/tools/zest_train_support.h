@@ -1,0 +1,66 @@
+// Shared by zest-train's suites that judge a run by its metrics file: the built binary, the step
+// records a run writes (one JSON object a line; a step's record is the one with a loss), the
+// mean loss over a window of steps, and a fixture that trains the default GPT on the text corpus
+// over 2 nodes x 2 ranks.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/scratch_directory.h"
+#include "tests/support/subprocess.h"
+
+namespace zest::testing {
+
+inline const std::string kZestTrain = ZEST_BINARY_DIR "/bin/zest-train";
+
+// The records of the metrics file `metrics` that carry a loss: one per step, in order.
+inline std::vector<nlohmann::json> step_records(const std::string& metrics) {
+  std::vector<nlohmann::json> records;
+  for (const std::string& line : lines_of(read_file(metrics))) {
+    nlohmann::json record = nlohmann::json::parse(line);
+    if (record.contains("loss")) records.push_back(std::move(record));
+  }
+  return records;
+}
+
+// Runs zest-train with `args`, whose --metrics is `metrics`; a run that does not exit 0 fails
+// the test (its stderr shown). Returns the step records.
+inline std::vector<nlohmann::json> train_steps(const std::vector<std::string>& args,
+                                               const std::string& metrics,
+                                               const OutputFiles& output) {
+  const ProcessResult result = run_program(kZestTrain, args, output);
+  EXPECT_EQ(result.status, 0) << result.err;
+  return step_records(metrics);
+}
+
+// The mean loss of steps `first` to `last` (counted from 1, both included).
+inline double mean_loss(const std::vector<nlohmann::json>& records, int first, int last) {
+  double sum = 0.0;
+  for (int step = first; step <= last; ++step) sum += records[step - 1]["loss"].get<double>();
+  return sum / (last - first + 1);
+}
+
+// A suite that trains configs/default.json on the text corpus, its 4 ranks on 2 nodes, without
+// evaluation: each run's files are named for it in the test's scratch directory.
+class DefaultGptOnTwoNodesTest : public ScratchDirectoryTest {
+ protected:
+  // The step records of `steps` steps with `extra` arguments after the suite's own.
+  std::vector<nlohmann::json> default_gpt_steps(const std::string& name, int steps,
+                                                const std::vector<std::string>& extra) const {
+    const std::string metrics = path(name + ".jsonl");
+    std::vector<std::string> args = {
+        "--config", ZEST_SOURCE_DIR "/configs/default.json", "--set",
+        "steps=" + std::to_string(steps), "--set", "world.ranks_per_node=2", "--set",
+        "eval_every=0", "--set", "data.path=" ZEST_SOURCE_DIR "/configs/corpus/stories.txt",
+        "--metrics", metrics};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return train_steps(args, metrics, {path(name + ".out"), path(name + ".err")});
+  }
+};
+
+}  // namespace zest::testing
