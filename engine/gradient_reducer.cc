@@ -32,7 +32,7 @@ GradientReducer::GradientReducer(RankContext& context, const EngineOptions& opti
     std::size_t largest = 0;
     for (const FlatUnit& unit : units) largest = std::max(largest, unit.layout.shard_length());
     // Note: with hybrid sharding the shard group reduces as qgZ does without it (inside the
-    // node), then the replicas average their shard through int8 too: ZeRO++'s cross-node hop.
+    // node), then the replicas average their shard through the same bits: ZeRO++'s cross-node hop.
     auto* hybrid = dynamic_cast<HybridCommunicator*>(&context.communicator);
     if (context.replicas > 1 && hybrid == nullptr) {
       throw Error(ErrorKind::kInternal, "qgZ with hybrid sharding needs its shard group's "
@@ -42,8 +42,9 @@ GradientReducer::GradientReducer(RankContext& context, const EngineOptions& opti
         context.device, hybrid ? hybrid->shard() : context.communicator, context.topology,
         largest, options.quantization_block, options.quantized_gradient_bits);
     if (hybrid) {
-      replicas_ = std::make_unique<QuantizedReplicaMean>(context.device, hybrid->replica(),
-                                                         largest, options.quantization_block);
+      replicas_ = std::make_unique<QuantizedReplicaMean>(
+          context.device, hybrid->replica(), largest, options.quantization_block,
+          options.quantized_gradient_bits);
     }
   }
   forward_done_ = context.device.create_event();
@@ -214,7 +215,7 @@ void GradientReducer::reduce(FlatUnit& unit) {
 }
 
 // qgZ: the reduce-scatter through int8 or int4 blocks, the mean in fp32 (quantized_collectives.h);
-// with hybrid sharding, then the replicas' mean through int8 blocks (quantized_replicas.h).
+// with hybrid sharding, then the replicas' mean through the same blocks (quantized_replicas.h).
 void GradientReducer::reduce_quantized(FlatUnit& unit, void* source, std::size_t shard,
                                        std::size_t first) {
   Stream& comm = context_.comm;

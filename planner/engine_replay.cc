@@ -129,7 +129,8 @@ void EngineReplay::construct() {
     // With hybrid sharding, then its mean across the replicas (engine/quantized_replicas.h).
     for (std::size_t bytes : input_.replicas > 1
                                  ? quantized_replica_bytes(largest_shard(), input_.replicas,
-                                                           options_.quantization_block)
+                                                           options_.quantization_block,
+                                                           options_.quantized_gradient_bits)
                                  : std::vector<std::size_t>{}) {
       ledger_.allocate(bytes, Category::kBuckets);
     }

@@ -10,16 +10,12 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <mutex>
 #include <tuple>
 #include <vector>
 
 #include "kernels/quantize.h"
-#include "runtime/hybrid_communicator.h"
 #include "runtime/link_model.h"
-#include "runtime/world.h"
 #include "tests/engine/quantized_test_support.h"
-#include "tests/support/nodes_world.h"
 
 namespace zest {
 namespace {
@@ -31,35 +27,18 @@ std::vector<float> values_of(int rank, std::size_t count) {
   return quantized_support::block_values(300 + rank, count, kBlock, 7);
 }
 
-struct Outcome {
-  std::vector<std::vector<float>> results;  // per rank
-  std::vector<WireBytes> wire;              // per rank, over both calls
-};
+using Outcome = quantized_support::ReplicaMeanRun;
 
-// Every rank's shard of `count` through two calls (the second reuses the buffers) of the mean
-// over its replica group, the shard groups being the nodes.
+// Every rank's shard through two calls of the mean over its replica group at 8 bits, the shard
+// groups being the nodes.
 Outcome run_mean(int nodes, int per_node, std::size_t count,
                  const std::function<void(int, std::vector<float>&)>& adjust = {}) {
-  const int n = nodes * per_node;
-  Outcome outcome{std::vector<std::vector<float>>(n), std::vector<WireBytes>(n)};
-  std::mutex mutex;
-  World(testing::nodes_world(nodes, per_node)).run([&](RankContext& context) {
-    HybridCommunicator hybrid(context.communicator, per_node);
-    std::vector<float> input = values_of(context.rank, count);
-    if (adjust) adjust(context.rank, input);
-    QuantizedReplicaMean mean(context.device, hybrid.replica(), count, kBlock);
-    std::vector<float> data(count);
-    const WireBytes before = context.wire->snapshot();
-    for (int call = 0; call < 2; ++call) {
-      context.device.copy(context.comm, data.data(), input.data(), count * sizeof(float));
-      mean.mean(context.comm, data.data(), count, "test");
-    }
-    context.synchronize();
-    std::lock_guard lock(mutex);
-    outcome.results[context.rank] = data;
-    outcome.wire[context.rank] = context.wire->snapshot() - before;
-  });
-  return outcome;
+  return quantized_support::run_replica_mean(
+      {nodes, per_node, count, kBlock, 8, [&](int rank, std::size_t length) {
+         std::vector<float> input = values_of(rank, length);
+         if (adjust) adjust(rank, input);
+         return input;
+       }});
 }
 
 class QuantizedReplicaMeanOn : public ::testing::TestWithParam<std::tuple<int, int>> {};

@@ -1,7 +1,7 @@
 // Shared by the quantized-collective suites (qwZ's gather, qgZ's reduce-scatter at 8 and 4 bits,
-// the replicas' mean): each rank's values with a spread that differs per block, the block scales
-// of a float64 reference, and qgZ's reduce-scatter run on every rank beside the error bound its
-// quantization steps add up to. The bound is computed apart from the kernels, in float64: a test
+// the replicas' mean at 8 and 4 bits): each rank's values with a spread that differs per block,
+// the block scales of a float64 reference, and qgZ's reduce-scatter and the replicas' mean run on
+// every rank beside the error bounds their quantization steps add up to. The bound is computed apart from the kernels, in float64: a test
 // holds each rank's mean to it.
 #pragma once
 
@@ -18,6 +18,8 @@
 #include <gtest/gtest.h>
 
 #include "engine/quantized_collectives.h"
+#include "engine/quantized_replicas.h"
+#include "runtime/hybrid_communicator.h"
 #include "runtime/link_model.h"
 #include "runtime/world.h"
 #include "tests/support/nodes_world.h"
@@ -151,6 +153,82 @@ inline MeanBound reduce_scatter_bound(const ReduceScatterJob& job,
     for (std::size_t i = 0; i < shard; ++i) {
       mean.exact[i] += partial[i];
       mean.bound[i] += carried[i] + crossing[i];
+    }
+  }
+  return mean;
+}
+
+struct ReplicaMeanJob {
+  int nodes = 1;     // R: the replicas, one a node
+  int per_node = 1;  // the shard group, a node
+  std::size_t count = 0;
+  std::size_t block = 0;
+  int bits = 8;
+  // Rank r's shard of `count` values.
+  std::function<std::vector<float>(int rank, std::size_t count)> values;
+};
+
+struct ReplicaMeanRun {
+  std::vector<std::vector<float>> results;  // per rank
+  std::vector<WireBytes> wire;              // per rank, over both calls
+};
+
+// Every rank's shard through two calls (the second reuses the buffers) of the mean over its
+// replica group, the shard groups being the nodes.
+inline ReplicaMeanRun run_replica_mean(const ReplicaMeanJob& job) {
+  const int n = job.nodes * job.per_node;
+  ReplicaMeanRun run{std::vector<std::vector<float>>(n), std::vector<WireBytes>(n)};
+  std::mutex mutex;
+  World(testing::nodes_world(job.nodes, job.per_node)).run([&](RankContext& context) {
+    HybridCommunicator hybrid(context.communicator, job.per_node);
+    const std::vector<float> input = job.values(context.rank, job.count);
+    QuantizedReplicaMean mean(context.device, hybrid.replica(), job.count, job.block, job.bits);
+    std::vector<float> data(job.count);
+    const WireBytes before = context.wire->snapshot();
+    for (int call = 0; call < 2; ++call) {
+      context.device.copy(context.comm, data.data(), input.data(), job.count * sizeof(float));
+      mean.mean(context.comm, data.data(), job.count, "test");
+    }
+    context.synchronize();
+    std::lock_guard lock(mutex);
+    run.results[context.rank] = data;
+    run.wire[context.rank] = context.wire->snapshot() - before;
+  });
+  return run;
+}
+
+// The exact mean of slice `owner` (slice = ceil(count / R) elements, owned by replica `owner`) of
+// the replicas' shards `x`, and each element's error bound, from how the mean is made: every
+// other replica's values crossed quantized, half a scale of their block each; the sum over R
+// replicas is divided by R, then quantized once more, half a scale of the mean's block (whose max
+// grows by at most the errors already in it). Plus fp32 rounding of the sum: 1e-6 of the sum of
+// |x|, over R. Each half scale is widened by 1e-5 of a scale, as reduce_scatter_bound's.
+inline MeanBound replica_mean_bound(const std::vector<std::vector<double>>& x, int owner,
+                                    std::size_t slice, std::size_t count, std::size_t block,
+                                    double levels) {
+  const int replicas = static_cast<int>(x.size());
+  const std::size_t first = std::min(count, static_cast<std::size_t>(owner) * slice);
+  const std::size_t length = std::min(slice, count - first);
+  MeanBound mean{std::vector<double>(length, 0.0), std::vector<double>(length, 0.0),
+                 std::vector<double>(length, 0.0)};
+  for (int p = 0; p < replicas; ++p) {
+    const std::vector<double> scale = scales_of(x[p], first, length, block, levels);
+    for (std::size_t i = 0; i < length; ++i) {
+      mean.exact[i] += x[p][first + i] / replicas;
+      mean.magnitude[i] += std::fabs(x[p][first + i]) / replicas;
+      if (p != owner) mean.bound[i] += scale[i] * (0.5 + 1e-5) / replicas;
+    }
+  }
+  std::vector<double> carried = mean.bound;
+  for (std::size_t i = 0; i < length; ++i) carried[i] += 1e-6 * mean.magnitude[i];
+  for (std::size_t begin = 0; begin < length; begin += block) {
+    const std::size_t end = std::min(length, begin + block);
+    double largest = 0.0;
+    for (std::size_t i = begin; i < end; ++i) {
+      largest = std::max(largest, std::fabs(mean.exact[i]) + carried[i]);
+    }
+    for (std::size_t i = begin; i < end; ++i) {
+      mean.bound[i] = carried[i] + largest / levels * (0.5 + 1e-5);
     }
   }
   return mean;
