@@ -1,4 +1,4 @@
-// Checkpoints of a hybrid-sharded run with qgZ (and qwZ): the replicas' mean crosses as int8 and
+// Checkpoints of a hybrid-sharded run with qgZ (and qwZ): the replicas' mean crosses quantized and
 // every replica dequantizes it from the same bytes, so the shard groups still hold the same state
 // to the bit — the save's hash of each group against the first passes, one group writes — and the
 // same layout resumes bit for bit. Ranks are threads.
