@@ -13,6 +13,7 @@
 
 #include "tests/support/scratch_directory.h"
 #include "tests/support/subprocess.h"
+#include "tests/tools/zest_train_support.h"
 
 namespace {
 
@@ -22,7 +23,7 @@ using zest::testing::lines_of;
 using zest::testing::ProcessResult;
 using zest::testing::read_file;
 
-const std::string kTrain = ZEST_BINARY_DIR "/bin/zest-train";
+const std::string& kTrain = zest::testing::kZestTrain;
 const std::string kMlpConfig = ZEST_SOURCE_DIR "/configs/mlp.json";
 
 // "a\r\nb\r\n" -> {"a", "b"}; a line without its \r is kept with a marker, to fail a comparison.
@@ -55,11 +56,7 @@ TEST_F(ZestTrainCsvMonitor, WritesDeepSpeedsFilesWithTheMetricsValues) {
   const ProcessResult result = train({"--set", "steps=4", "--set", "eval_every=2", "--set",
                                       "fp16.enabled=true", "--metrics", path("run.jsonl")});
   ASSERT_EQ(result.status, 0) << result.err;
-  std::vector<json> steps;
-  for (const std::string& line : lines_of(read_file(path("run.jsonl")))) {
-    const json record = json::parse(line);
-    if (record.contains("loss")) steps.push_back(record);
-  }
+  const std::vector<json> steps = zest::testing::step_records(path("run.jsonl"));
   ASSERT_EQ(steps.size(), 4u);
   const std::int64_t samples_per_step = 64;  // configs/mlp.json's train_batch_size
   for (const auto& [name, key] : std::vector<std::pair<std::string, std::string>>{

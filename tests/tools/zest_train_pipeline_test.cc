@@ -18,6 +18,7 @@
 
 #include "tests/support/scratch_directory.h"
 #include "tests/support/subprocess.h"
+#include "tests/tools/zest_train_support.h"
 
 namespace {
 
@@ -27,7 +28,7 @@ using ::testing::StartsWith;
 using zest::testing::lines_of;
 using zest::testing::ProcessResult;
 
-const std::string kTrain = ZEST_BINARY_DIR "/bin/zest-train";
+const std::string& kTrain = zest::testing::kZestTrain;
 const std::string kGptConfig = ZEST_SOURCE_DIR "/configs/default.json";
 // The default job (4 ranks, stage 3, fp32) made small: 2 micro-batches of 4 rows per step on each
 // of the data-parallel ranks without a pipeline.
@@ -57,10 +58,7 @@ class ZestTrainPipeline : public zest::testing::ScratchDirectoryTest {
     const ProcessResult result = train(extra, {"--metrics", metrics});
     EXPECT_EQ(result.status, 0) << result.err;
     std::vector<StepRecord> steps;
-    std::ifstream in(metrics);
-    for (std::string line; std::getline(in, line);) {
-      const json record = json::parse(line);
-      if (!record.contains("loss")) continue;
+    for (const json& record : zest::testing::step_records(metrics)) {
       steps.push_back({record["loss"].get<double>(), record["grad_norm"].get<double>()});
     }
     return steps;

@@ -15,6 +15,7 @@
 #include "checkpoint/safetensors.h"
 #include "tests/support/scratch_directory.h"
 #include "tests/support/subprocess.h"
+#include "tests/tools/zest_train_support.h"
 
 #if ZEST_HAVE_CUDA
 #include "runtime/cuda_device.h"
@@ -29,7 +30,7 @@ using zest::testing::lines_of;
 using zest::testing::ProcessResult;
 using zest::testing::read_file;
 
-const std::string kBinary = ZEST_BINARY_DIR "/bin/zest-train";
+const std::string& kBinary = zest::testing::kZestTrain;
 // The MLP job (fast) for most checks; the default job, a GPT on the repository's text, for the
 // end-to-end runs.
 const std::string kMlpConfig = ZEST_SOURCE_DIR "/configs/mlp.json";
@@ -42,6 +43,13 @@ const std::vector<std::string> kTinyGpt = {"--set",
                                            "--set", "train_batch_size=8", "--set",
                                            "train_micro_batch_size_per_gpu=2", "--set",
                                            "scheduler={}"};
+
+// The steps' losses as JSON writes them: equal only when equal to the bit.
+std::vector<std::string> loss_texts(const std::vector<json>& records) {
+  std::vector<std::string> values;
+  for (const json& record : records) values.push_back(record["loss"].dump());
+  return values;
+}
 
 class ZestTrain : public zest::testing::ScratchDirectoryTest {
  protected:
@@ -72,32 +80,20 @@ class ZestTrain : public zest::testing::ScratchDirectoryTest {
                                      "steps=" + std::to_string(steps), "--metrics", metrics};
     args.insert(args.end(), kTinyGpt.begin(), kTinyGpt.end());
     args.insert(args.end(), extra.begin(), extra.end());
-    const ProcessResult result = run(args);
-    EXPECT_EQ(result.status, 0) << result.err;
-    std::vector<json> records;
-    for (const std::string& line : lines_of(read_file(metrics))) {
-      json record = json::parse(line);
-      if (record.contains("loss")) records.push_back(std::move(record));
-    }
-    return records;
+    return zest::testing::train_steps(args, metrics, {path("stdout.txt"), path("stderr.txt")});
   }
 };
 
 // activation_checkpointing reaches the engine through the config: each policy, and the
 // checkpoints offloaded, train with the same losses to the bit; --print-config names the units.
 TEST_F(ZestTrain, ActivationCheckpointingTrainsWithTheSameLosses) {
-  auto losses = [](const std::vector<json>& records) {
-    std::vector<std::string> values;
-    for (const json& record : records) values.push_back(record["loss"].dump());
-    return values;
-  };
-  const std::vector<std::string> plain = losses(tiny_gpt_steps(3, {}));
+  const std::vector<std::string> plain = loss_texts(tiny_gpt_steps(3, {}));
   ASSERT_EQ(plain.size(), 3u);
   for (const char* policy : {"full", "selective"}) {
     SCOPED_TRACE(policy);
     const std::string set = std::string("activation_checkpointing.policy=\"") + policy + "\"";
-    EXPECT_EQ(losses(tiny_gpt_steps(3, {"--set", set})), plain);
-    EXPECT_EQ(losses(tiny_gpt_steps(3, {"--set", set, "--set",
+    EXPECT_EQ(loss_texts(tiny_gpt_steps(3, {"--set", set})), plain);
+    EXPECT_EQ(loss_texts(tiny_gpt_steps(3, {"--set", set, "--set",
                                         "activation_checkpointing.cpu_checkpointing=true"})),
               plain);
   }
@@ -426,14 +422,9 @@ TEST_F(ZestTrain, BadDataIsAnInputError) {
 TEST_F(ZestTrain, OffloadOptimizerTrainsAndReportsTheHostArena) {
   const std::string offload =
       "zero_optimization.offload_optimizer={\"device\": \"cpu\", \"pin_memory\": true}";
-  auto losses = [](const std::vector<json>& records) {
-    std::vector<std::string> values;
-    for (const json& record : records) values.push_back(record["loss"].dump());
-    return values;
-  };
-  const std::vector<std::string> plain = losses(tiny_gpt_steps(3, {}));
+  const std::vector<std::string> plain = loss_texts(tiny_gpt_steps(3, {}));
   ASSERT_EQ(plain.size(), 3u);
-  EXPECT_EQ(losses(tiny_gpt_steps(3, {"--set", offload, "--set", "world.host_memory=64MiB"})),
+  EXPECT_EQ(loss_texts(tiny_gpt_steps(3, {"--set", offload, "--set", "world.host_memory=64MiB"})),
             plain);
 
   std::vector<std::string> args = {"--config", kGptConfig, "--set", "steps=2", "--set", offload,

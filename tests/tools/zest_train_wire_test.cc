@@ -10,16 +10,14 @@
 
 #include "tests/support/scratch_directory.h"
 #include "tests/support/subprocess.h"
+#include "tests/tools/zest_train_support.h"
 
 namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
-using zest::testing::lines_of;
-using zest::testing::ProcessResult;
 using zest::testing::read_file;
 
-const std::string kTrain = ZEST_BINARY_DIR "/bin/zest-train";
 const std::string kConfig = ZEST_SOURCE_DIR "/configs/mlp.json";
 
 class ZestTrainWire : public zest::testing::ScratchDirectoryTest {
@@ -30,15 +28,8 @@ class ZestTrainWire : public zest::testing::ScratchDirectoryTest {
                                      "world.ranks_per_node=2", "--metrics", path("run.jsonl"),
                                      "--report", path("run.html")};
     args.insert(args.end(), extra.begin(), extra.end());
-    const ProcessResult result =
-        zest::testing::run_program(kTrain, args, {path("stdout.txt"), path("stderr.txt")});
-    EXPECT_EQ(result.status, 0) << result.err;
-    std::vector<json> records;
-    for (const std::string& line : lines_of(read_file(path("run.jsonl")))) {
-      json record = json::parse(line);
-      if (record.contains("loss")) records.push_back(std::move(record));
-    }
-    return records;
+    return zest::testing::train_steps(args, path("run.jsonl"),
+                                      {path("stdout.txt"), path("stderr.txt")});
   }
 };
 
