@@ -81,6 +81,16 @@ inline void make_global_batch(int step, int rows, int features, int classes,
   }
 }
 
+// Rows [block * rows, (block + 1) * rows) of a global batch of `features`-wide float inputs and
+// int32 classes, as a view into them: a rank's rows are its block (micro * world + rank when the
+// rows are dealt rank-major within each micro-batch).
+inline Batch rank_rows(std::vector<float>& inputs, std::vector<std::int32_t>& targets,
+                       int features, int block, int rows) {
+  const std::size_t first = static_cast<std::size_t>(block) * rows;
+  return Batch{Tensor{inputs.data() + first * features, {rows, features}, DType::kFloat32},
+               Tensor{targets.data() + first, {rows}, DType::kInt32}};
+}
+
 inline RunResult run_mlp(const RunSpec& spec) {
   RunResult result;
   result.losses.resize(spec.steps);
@@ -124,13 +134,8 @@ inline RunResult run_mlp(const RunSpec& spec) {
       for (int micro = 0; micro < spec.accumulation; ++micro) {
         // Rows are dealt rank-major within each micro-batch, so that every micro-batch of the
         // single-rank run holds the same rows as the matching micro-batches of all ranks.
-        const std::size_t first =
-            static_cast<std::size_t>(micro * spec.world + context.rank) * local_rows;
-        Batch batch;
-        batch.inputs = Tensor{inputs.data() + first * features, {local_rows, features},
-                              DType::kFloat32};
-        batch.targets = Tensor{targets.data() + first, {local_rows}, DType::kInt32};
-        trainer->forward_backward(batch);
+        trainer->forward_backward(rank_rows(inputs, targets, features,
+                                            micro * spec.world + context.rank, local_rows));
       }
       StepStats stats = trainer->step();
       if (context.rank == 0) {

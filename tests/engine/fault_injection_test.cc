@@ -14,6 +14,7 @@
 #include "models/mlp.h"
 #include "engine/engine.h"
 #include "runtime/world.h"
+#include "tests/engine/engine_test_support.h"
 
 namespace zest {
 namespace {
@@ -48,9 +49,7 @@ Outcome run(FaultInjection fault, int stage = 2, DType dtype = DType::kFloat32,
       std::vector<std::int32_t> labels(6);
       for (std::size_t i = 0; i < inputs.size(); ++i) inputs[i] = std::cos(0.3f * i);
       for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i % 4);
-      const std::size_t first = static_cast<std::size_t>(context.rank) * 2;
-      const Batch batch{Tensor{inputs.data() + first * 8, {2, 8}, DType::kFloat32},
-                        Tensor{labels.data() + first, {2}, DType::kInt32}};
+      const Batch batch = testing::rank_rows(inputs, labels, 8, context.rank, 2);
       for (int step = 1; step <= 4; ++step) {
         trainer->forward_backward(batch);
         const StepStats stats = trainer->step();

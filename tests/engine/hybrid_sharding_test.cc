@@ -120,11 +120,7 @@ std::vector<WireBytes> wire_of_two_steps(bool hybrid) {
     std::vector<std::int32_t> targets;
     for (int step = 0; step < 2; ++step) {
       testing::make_global_batch(step, 60, 13, 7, inputs, targets);
-      const std::size_t first = static_cast<std::size_t>(context.rank) * 15;
-      Batch batch;
-      batch.inputs = Tensor{inputs.data() + first * 13, {15, 13}, DType::kFloat32};
-      batch.targets = Tensor{targets.data() + first, {15}, DType::kInt32};
-      trainer->forward_backward(batch);
+      trainer->forward_backward(testing::rank_rows(inputs, targets, 13, context.rank, 15));
       trainer->step();
     }
     context.synchronize();

@@ -12,6 +12,7 @@
 #include "models/mlp.h"
 #include "engine/engine.h"
 #include "runtime/world.h"
+#include "tests/engine/engine_test_support.h"
 
 namespace zest {
 namespace {
@@ -39,9 +40,7 @@ RingRun ring_run(std::size_t max_live, std::size_t prefetch) {
     std::vector<std::int32_t> labels(16);
     for (std::size_t i = 0; i < inputs.size(); ++i) inputs[i] = std::sin(0.1f * i);
     for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i % 32);
-    const std::size_t first = static_cast<std::size_t>(context.rank) * 8;
-    const Batch batch{Tensor{inputs.data() + first * 32, {8, 32}, DType::kFloat32},
-                      Tensor{labels.data() + first, {8}, DType::kInt32}};
+    const Batch batch = testing::rank_rows(inputs, labels, 32, context.rank, 8);
     for (int step = 0; step < 2; ++step) {
       trainer->forward_backward(batch);
       const StepStats stats = trainer->step();

@@ -38,10 +38,7 @@ inline SecondStepWire second_step_wire(const std::function<void(EngineOptions&)>
     std::vector<float> inputs;
     std::vector<std::int32_t> targets;
     make_global_batch(0, 60, 13, 7, inputs, targets);
-    const std::size_t first = static_cast<std::size_t>(context.rank) * 15;
-    Batch batch;
-    batch.inputs = Tensor{inputs.data() + first * 13, {15, 13}, DType::kFloat32};
-    batch.targets = Tensor{targets.data() + first, {15}, DType::kInt32};
+    const Batch batch = rank_rows(inputs, targets, 13, context.rank, 15);
     trainer->forward_backward(batch);
     trainer->step();
     context.synchronize();
