@@ -26,10 +26,9 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using zest::testing::lines_of;
 using zest::testing::ProcessResult;
+using zest::testing::StepLoss;
 
-const std::string& kTrain = zest::testing::kZestTrain;
 const std::string kCkpt = ZEST_BINARY_DIR "/bin/zest-ckpt";
-const std::string kGptConfig = ZEST_SOURCE_DIR "/configs/default.json";
 // The default job (4 ranks, stage 3, fp32) made small, as tests/tools/zest_train_pipeline_test.cc.
 const std::vector<std::string> kOverrides = {
     "data.path=" ZEST_SOURCE_DIR "/configs/corpus/stories.txt",
@@ -37,35 +36,25 @@ const std::vector<std::string> kOverrides = {
     "eval_every=0", "train_micro_batch_size_per_gpu=4"};
 const std::string kHybrid = "zero_optimization.hybrid_shard_size=2";
 
-struct StepRecord {
-  double loss = 0;
-  double grad_norm = 0;
-};
-
 class ZestTrainHybridCheckpoint : public zest::testing::ScratchDirectoryTest {
  protected:
   ProcessResult train(const std::vector<std::string>& extra,
                       const std::vector<std::string>& flags = {}) const {
-    std::vector<std::string> args = {"--config", kGptConfig};
-    for (const std::string& assignment : kOverrides) args.insert(args.end(), {"--set", assignment});
-    for (const std::string& assignment : extra) args.insert(args.end(), {"--set", assignment});
-    args.insert(args.end(), flags.begin(), flags.end());
-    return zest::testing::run_program(kTrain, args, {path("stdout.txt"), path("stderr.txt")});
+    std::vector<std::string> assignments = kOverrides;
+    assignments.insert(assignments.end(), extra.begin(), extra.end());
+    return zest::testing::train_default_config(assignments, flags,
+                                               {path("stdout.txt"), path("stderr.txt")});
   }
 
   // The steps a run logs, from a metrics file of its own; `out` receives its stdout.
-  std::vector<StepRecord> steps_of(const std::vector<std::string>& extra,
-                                   std::string* out = nullptr) const {
+  std::vector<StepLoss> steps_of(const std::vector<std::string>& extra,
+                                 std::string* out = nullptr) const {
     const std::string metrics = path("metrics.jsonl");
     std::remove(metrics.c_str());  // a resumed run appends
     const ProcessResult result = train(extra, {"--metrics", metrics});
     EXPECT_EQ(result.status, 0) << result.err;
     if (out != nullptr) *out = result.out;
-    std::vector<StepRecord> steps;
-    for (const json& record : zest::testing::step_records(metrics)) {
-      steps.push_back({record["loss"].get<double>(), record["grad_norm"].get<double>()});
-    }
-    return steps;
+    return zest::testing::step_losses(metrics);
   }
 
   void expect_input_error(const ProcessResult& result, const std::string& program,
@@ -79,7 +68,7 @@ class ZestTrainHybridCheckpoint : public zest::testing::ScratchDirectoryTest {
 
   // Saves the hybrid run at step 2 into ckpt/; returns the step directory.
   std::string save_at_step_two() const {
-    const std::vector<StepRecord> saved =
+    const std::vector<StepLoss> saved =
         steps_of({kHybrid, "steps=2", "checkpoint.dir=" + path("ckpt"),
                   "checkpoint.every_steps=2"});
     EXPECT_EQ(saved.size(), 2u);
@@ -95,7 +84,7 @@ std::set<std::string> names_in(const std::string& dir) {
   return names;
 }
 
-void expect_close(const std::vector<StepRecord>& steps, const std::vector<StepRecord>& reference,
+void expect_close(const std::vector<StepLoss>& steps, const std::vector<StepLoss>& reference,
                   const std::string& what) {
   ASSERT_EQ(steps.size(), 2u) << what;
   for (std::size_t i = 0; i < steps.size(); ++i) {
@@ -108,14 +97,14 @@ void expect_close(const std::vector<StepRecord>& steps, const std::vector<StepRe
 }
 
 TEST_F(ZestTrainHybridCheckpoint, ResumesInTheSameShardGroupsToTheBitAndElsewhereWithinRounding) {
-  const std::vector<StepRecord> uninterrupted = steps_of({kHybrid});
+  const std::vector<StepLoss> uninterrupted = steps_of({kHybrid});
   ASSERT_EQ(uninterrupted.size(), 4u);
   const std::string step = save_at_step_two();
   EXPECT_EQ(names_in(step), (std::set<std::string>{"manifest.json", "rank-0.bin", "rank-1.bin"}));
 
   // The same shard groups (2 groups of 2): steps 3 and 4 to the bit.
   std::string out;
-  const std::vector<StepRecord> resumed = steps_of(
+  const std::vector<StepLoss> resumed = steps_of(
       {kHybrid, "checkpoint.dir=" + path("ckpt"), R"(checkpoint.resume="auto")"}, &out);
   ASSERT_EQ(resumed.size(), 2u);
   for (std::size_t i = 0; i < resumed.size(); ++i) {
@@ -152,7 +141,7 @@ TEST_F(ZestTrainHybridCheckpoint, ZestCkptInspectsAndReshardsIt) {
       kCkpt, {"inspect", path("four")}, {path("stdout.txt"), path("stderr.txt")});
   EXPECT_THAT(plain.out, ::testing::Not(HasSubstr("hybrid")));
   // The resharded checkpoint resumes the hybrid run (cut anew into its shard groups' shards).
-  const std::vector<StepRecord> uninterrupted = steps_of({kHybrid});
+  const std::vector<StepLoss> uninterrupted = steps_of({kHybrid});
   expect_close(steps_of({kHybrid, "checkpoint.resume=\"" + path("four") + "\""}), uninterrupted,
                "resharded to 4, resumed in 2 shard groups of 2");
 }
@@ -186,8 +175,8 @@ TEST_F(ZestTrainHybridCheckpoint, AManifestThatDisagreesOrAMissingShardIsOneLine
 TEST_F(ZestTrainHybridCheckpoint, InsidePipelineStagesTrainsAndResumes) {
   const std::string pipeline = R"(pipeline={"stages": 2})";
   const std::string groups_of_one = "zero_optimization.hybrid_shard_size=1";
-  const std::vector<StepRecord> plain = steps_of({pipeline});
-  const std::vector<StepRecord> hybrid = steps_of({pipeline, groups_of_one});
+  const std::vector<StepLoss> plain = steps_of({pipeline});
+  const std::vector<StepLoss> hybrid = steps_of({pipeline, groups_of_one});
   ASSERT_EQ(hybrid.size(), 4u);
   ASSERT_EQ(plain.size(), 4u);
   for (std::size_t i = 0; i < hybrid.size(); ++i) {
@@ -202,7 +191,7 @@ TEST_F(ZestTrainHybridCheckpoint, InsidePipelineStagesTrainsAndResumes) {
   EXPECT_EQ(names_in(path("ckpt") + "/step-2"),
             (std::set<std::string>{"manifest.json", "rank-0.bin", "rank-1.bin"}));
   std::string out;
-  const std::vector<StepRecord> resumed = steps_of(
+  const std::vector<StepLoss> resumed = steps_of(
       {pipeline, groups_of_one, "checkpoint.resume=\"" + path("ckpt") + "\""}, &out);
   ASSERT_EQ(resumed.size(), 2u);
   for (std::size_t i = 0; i < resumed.size(); ++i) {

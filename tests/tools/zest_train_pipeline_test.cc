@@ -27,9 +27,8 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using zest::testing::lines_of;
 using zest::testing::ProcessResult;
+using zest::testing::StepLoss;
 
-const std::string& kTrain = zest::testing::kZestTrain;
-const std::string kGptConfig = ZEST_SOURCE_DIR "/configs/default.json";
 // The default job (4 ranks, stage 3, fp32) made small: 2 micro-batches of 4 rows per step on each
 // of the data-parallel ranks without a pipeline.
 const std::vector<std::string> kOverrides = {
@@ -37,31 +36,21 @@ const std::vector<std::string> kOverrides = {
     "model.n_layer=2", "model.n_head=2", "model.n_embd=64", "steps=3", "scheduler={}",
     "eval_every=0", "train_micro_batch_size_per_gpu=4"};
 
-struct StepRecord {
-  double loss = 0;
-  double grad_norm = 0;
-};
-
 class ZestTrainPipeline : public zest::testing::ScratchDirectoryTest {
  protected:
   ProcessResult train(const std::vector<std::string>& extra,
                       const std::vector<std::string>& flags = {}) const {
-    std::vector<std::string> args = {"--config", kGptConfig};
-    for (const std::string& assignment : kOverrides) args.insert(args.end(), {"--set", assignment});
-    for (const std::string& assignment : extra) args.insert(args.end(), {"--set", assignment});
-    args.insert(args.end(), flags.begin(), flags.end());
-    return zest::testing::run_program(kTrain, args, {path("stdout.txt"), path("stderr.txt")});
+    std::vector<std::string> assignments = kOverrides;
+    assignments.insert(assignments.end(), extra.begin(), extra.end());
+    return zest::testing::train_default_config(assignments, flags,
+                                               {path("stdout.txt"), path("stderr.txt")});
   }
 
-  std::vector<StepRecord> steps_of(const std::vector<std::string>& extra) const {
+  std::vector<StepLoss> steps_of(const std::vector<std::string>& extra) const {
     const std::string metrics = path("metrics.jsonl");
     const ProcessResult result = train(extra, {"--metrics", metrics});
     EXPECT_EQ(result.status, 0) << result.err;
-    std::vector<StepRecord> steps;
-    for (const json& record : zest::testing::step_records(metrics)) {
-      steps.push_back({record["loss"].get<double>(), record["grad_norm"].get<double>()});
-    }
-    return steps;
+    return zest::testing::step_losses(metrics);
   }
 
   void expect_input_error(const std::vector<std::string>& extra,
@@ -76,7 +65,7 @@ class ZestTrainPipeline : public zest::testing::ScratchDirectoryTest {
 };
 
 TEST_F(ZestTrainPipeline, TrainsAsTheSameJobWithoutPipelineStages) {
-  const std::vector<StepRecord> reference = steps_of({});
+  const std::vector<StepLoss> reference = steps_of({});
   ASSERT_EQ(reference.size(), 3u);
   for (const std::string& pipeline :
        {std::string(R"(pipeline={"stages": 2})"),
@@ -84,7 +73,7 @@ TEST_F(ZestTrainPipeline, TrainsAsTheSameJobWithoutPipelineStages) {
         std::string(R"(pipeline={"stages": 2, "schedule": "zb_h1"})"),
         std::string(R"(pipeline={"stages": 2, "schedule": "interleaved_1f1b", "partition": "uniform"})")}) {
     for (const char* stage : {"zero_optimization.stage=1", "zero_optimization.stage=3"}) {
-      const std::vector<StepRecord> steps = steps_of({pipeline, stage});
+      const std::vector<StepLoss> steps = steps_of({pipeline, stage});
       ASSERT_EQ(steps.size(), reference.size()) << pipeline;
       for (std::size_t i = 0; i < steps.size(); ++i) {
         // fp32; the pipeline sums the same rows' losses and gradients in another order (its
@@ -129,8 +118,8 @@ TEST_F(ZestTrainPipeline, EvaluatesTheSameHeldOutRowsAsWithoutPipelineStages) {
 }
 
 TEST_F(ZestTrainPipeline, OnePipelineStageTrainsToTheBitAsNoBlock) {
-  const std::vector<StepRecord> without = steps_of({});
-  const std::vector<StepRecord> with = steps_of({R"(pipeline={"stages": 1})"});
+  const std::vector<StepLoss> without = steps_of({});
+  const std::vector<StepLoss> with = steps_of({R"(pipeline={"stages": 1})"});
   ASSERT_EQ(with.size(), without.size());
   for (std::size_t i = 0; i < with.size(); ++i) {
     EXPECT_EQ(with[i].loss, without[i].loss);
@@ -140,14 +129,14 @@ TEST_F(ZestTrainPipeline, OnePipelineStageTrainsToTheBitAsNoBlock) {
 
 TEST_F(ZestTrainPipeline, ACheckpointSavedWithPipelineStagesResumesWithAndWithoutThem) {
   const std::string pipeline = R"(pipeline={"stages": 2})";
-  const std::vector<StepRecord> uninterrupted = steps_of({pipeline, "steps=4"});
+  const std::vector<StepLoss> uninterrupted = steps_of({pipeline, "steps=4"});
   ASSERT_EQ(uninterrupted.size(), 4u);
   const std::string dir = "checkpoint.dir=" + path("ckpt");
   ASSERT_EQ(steps_of({pipeline, "steps=2", dir, "checkpoint.every_steps=2"}).size(), 2u);
   // A resumed run appends to its metrics file: start each from none.
   std::remove(path("metrics.jsonl").c_str());
   // The same mesh (2 pipeline stages x 2 data-parallel ranks): steps 3 and 4 to the bit.
-  const std::vector<StepRecord> resumed =
+  const std::vector<StepLoss> resumed =
       steps_of({pipeline, "steps=4", dir, R"(checkpoint.resume="auto")"});
   ASSERT_EQ(resumed.size(), 2u);
   for (std::size_t i = 0; i < resumed.size(); ++i) {
@@ -157,7 +146,7 @@ TEST_F(ZestTrainPipeline, ACheckpointSavedWithPipelineStagesResumesWithAndWithou
   // Without pipeline stages (ZeRO over the 4 ranks): the same state, summed in another order.
   std::remove(path("metrics.jsonl").c_str());
   // (From step 2 by its path: the resumed run above saved step 4 on exit.)
-  const std::vector<StepRecord> plain =
+  const std::vector<StepLoss> plain =
       steps_of({"steps=4", "checkpoint.resume=\"" + path("ckpt") + "/step-2\""});
   ASSERT_EQ(plain.size(), 2u);
   for (std::size_t i = 0; i < plain.size(); ++i) {
@@ -195,15 +184,15 @@ TEST_F(ZestTrainPipeline, StartsFromAnExportedModelAsThePlainRunDoes) {
       train({"seed=77"}, {"--export-initial", path("init.safetensors")});
   ASSERT_EQ(exported.status, 0) << exported.err;
   const std::string init = "model.init_from=" + path("init.safetensors");
-  const std::vector<StepRecord> plain = steps_of({init});
-  const std::vector<StepRecord> own_seed = steps_of({});
+  const std::vector<StepLoss> plain = steps_of({init});
+  const std::vector<StepLoss> own_seed = steps_of({});
   ASSERT_EQ(plain.size(), 3u);
   ASSERT_NE(plain[0].loss, own_seed[0].loss);
   for (const std::string& pipeline :
        {std::string(R"(pipeline={"stages": 2})"),
         std::string(R"(pipeline={"stages": 4, "schedule": "gpipe"})")}) {
     std::remove(path("metrics.jsonl").c_str());
-    const std::vector<StepRecord> steps = steps_of({pipeline, init});
+    const std::vector<StepLoss> steps = steps_of({pipeline, init});
     ASSERT_EQ(steps.size(), plain.size()) << pipeline;
     for (std::size_t i = 0; i < steps.size(); ++i) {
       // fp32, the same rows summed in another order: within 1e-6 relative.

@@ -1,7 +1,8 @@
 // Shared by zest-train's suites that judge a run by its metrics file: the built binary, the step
-// records a run writes (one JSON object a line; a step's record is the one with a loss), the
-// mean loss over a window of steps, and a fixture that trains the default GPT on the text corpus
-// over 2 nodes x 2 ranks.
+// records a run writes (one JSON object a line; a step's record is the one with a loss) and their
+// losses and gradient norms, a run of configs/default.json with --set assignments, the mean loss
+// over a window of steps, and a fixture that trains the default GPT on the text corpus over
+// 2 nodes x 2 ranks.
 #pragma once
 
 #include <string>
@@ -36,6 +37,31 @@ inline std::vector<nlohmann::json> train_steps(const std::vector<std::string>& a
   const ProcessResult result = run_program(kZestTrain, args, output);
   EXPECT_EQ(result.status, 0) << result.err;
   return step_records(metrics);
+}
+
+// A step's loss and gradient norm, as its record gives them.
+struct StepLoss {
+  double loss = 0;
+  double grad_norm = 0;
+};
+
+// The loss and gradient norm of each step the metrics file `metrics` records, in order.
+inline std::vector<StepLoss> step_losses(const std::string& metrics) {
+  std::vector<StepLoss> steps;
+  for (const nlohmann::json& record : step_records(metrics)) {
+    steps.push_back({record["loss"].get<double>(), record["grad_norm"].get<double>()});
+  }
+  return steps;
+}
+
+// Runs zest-train on configs/default.json with each of `assignments` after a --set, then `flags`.
+inline ProcessResult train_default_config(const std::vector<std::string>& assignments,
+                                          const std::vector<std::string>& flags,
+                                          const OutputFiles& output) {
+  std::vector<std::string> args = {"--config", ZEST_SOURCE_DIR "/configs/default.json"};
+  for (const std::string& assignment : assignments) args.insert(args.end(), {"--set", assignment});
+  args.insert(args.end(), flags.begin(), flags.end());
+  return run_program(kZestTrain, args, output);
 }
 
 // The mean loss of steps `first` to `last` (counted from 1, both included).
