@@ -19,7 +19,8 @@ DeviceBatch::DeviceBatch(Device& device, Stream& stream, const Batch& host)
 }
 
 DeviceBatch::~DeviceBatch() {
-  if (device_.kind() == DeviceKind::kCpu && std::uncaught_exceptions() > exceptions_at_construction_) {
+  const bool unwinding = std::uncaught_exceptions() > exceptions_at_construction_;
+  if (device_.kind() == DeviceKind::kCpu && unwinding) {
     // Note: this wait ends. Of ranks failing at different points, the one that issued the
     // fewest collectives waits only on collectives its peers have issued too; it unwinds and
     // poisons the group, which fails the others' waits fast. A failed stream says so again at

@@ -2,9 +2,9 @@
 // after the shard group's quantized reduce-scatter (QuantizedReduceScatter, inside the node),
 // the R ranks that hold the same shard — one per shard group, on different nodes — average it
 // as ZeRO++ averages across nodes: each cuts the fp32 shard into R slices and sends slice j as
-// int8 (or int4: zero_quantized_gradients_bits, as the shard group's hop) blocks to replica j (an
-// all-to-all), replica j sums its slice in fp32 (its own values
-// unquantized) and divides by R, and the means are quantized once more and all-gathered. Every
+// int8 (or int4: zero_quantized_gradients_bits, as the shard group's hop) blocks to replica j
+// (an all-to-all), replica j sums its slice in fp32 (its own values unquantized) and divides by
+// R, and the means are quantized once more, at the same bits, and all-gathered. Every
 // replica, the owner of a slice included, then dequantizes every slice from the same bytes.
 // Invariant: the replicas end with the same shard to the bit, so their optimizer states never
 // drift (a hybrid checkpoint hashes them against each other); every replica calls it in the same
