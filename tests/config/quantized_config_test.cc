@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "config/train_config.h"
+#include "tests/config/stage3_config.h"
 
 namespace zest {
 namespace {
@@ -15,16 +16,7 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-json base_config() {
-  return json::parse(R"({
-    "model": {"type": "mlp", "sizes": [8, 16, 4]},
-    "world": {"backend": "local", "ranks": 4},
-    "steps": 10,
-    "train_batch_size": 8,
-    "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
-    "zero_optimization": {"stage": 3}
-  })");
-}
+json base_config() { return testing::stage3_mlp_config(); }
 
 std::string config_error(const json& config) {
   try {

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "config/train_config.h"
+#include "tests/config/stage3_config.h"
 
 namespace zest {
 namespace {
@@ -17,14 +18,9 @@ namespace {
 using nlohmann::json;
 
 json base_config() {
-  return json::parse(R"({
-    "model": {"type": "mlp", "sizes": [8, 16, 4]},
-    "world": {"backend": "local", "ranks": 4},
-    "steps": 10,
-    "train_batch_size": 8,
-    "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
-    "zero_optimization": {"stage": 3, "zero_quantized_gradients": true}
-  })");
+  json config = testing::stage3_mlp_config();
+  config["zero_optimization"]["zero_quantized_gradients"] = true;
+  return config;
 }
 
 TEST(QuantizedGradientBitsConfig, EightByDefaultAndShownInTheResolvedConfig) {
