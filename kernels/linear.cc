@@ -1,5 +1,6 @@
 #include "kernels/linear.h"
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -49,6 +50,18 @@ void launch_linear(Stream& stream, const char* kernel, const float* x, const flo
   const cuda::MatmulContext context = cuda::stream_matmul_context(cuda, kernel);
   cuda::matmul(args, context, cuda.handle());
 }
+
+// Note: cuBLASLt is told how A, B, C and D are aligned (matmul_cuda.cu asks only for algorithms
+// that need no more), but not the bias or the pre-GELU matrix, and an epilogue kernel may read or
+// write those in 16-byte vectors: Marian requires 16-byte biases since an A100 faulted with
+// "misaligned address", and PyTorch has reported the same. A bias is a view into a flat buffer at
+// any 4-byte offset, so the epilogue is used only where both are 16-byte aligned; elsewhere the
+// product and the bias (and GELU) kernels run apart: the same sums in another order.
+bool epilogue_may_use(const float* bias, const float* gelu_input) {
+  constexpr std::uintptr_t kEpilogueAlignment = 16;
+  return reinterpret_cast<std::uintptr_t>(bias) % kEpilogueAlignment == 0 &&
+         reinterpret_cast<std::uintptr_t>(gelu_input) % kEpilogueAlignment == 0;
+}
 #endif
 
 }  // namespace
@@ -59,9 +72,15 @@ void linear_forward(Stream& stream, const float* x, const float* weight, const f
   check_shape("linear_forward", rows, in, out);
   if (rows == 0) return;
 #if ZEST_HAVE_CUDA
-  if (on_cuda(stream)) {
+  if (on_cuda(stream) && epilogue_may_use(bias, nullptr)) {
     launch_linear(stream, "linear_forward", x, weight, bias, rows, in, out, residual, y,
                   cuda::MatmulEpilogue::kBias, nullptr);
+    return;
+  }
+  if (on_cuda(stream)) {
+    launch_linear(stream, "linear_forward", x, weight, nullptr, rows, in, out, residual, y,
+                  cuda::MatmulEpilogue::kNone, nullptr);
+    add_bias(stream, y, bias, rows, out);
     return;
   }
 #endif
@@ -92,7 +111,7 @@ void linear_gelu_forward(Stream& stream, const float* x, const float* weight, co
   // 2-byte type): cuBLASLt's GELU is its own undocumented tanh, where the GELU kernel has the
   // CPU's constants and roundings, and fp32 training is held to the CPU's numbers (1e-4). In
   // 2-byte training the products' rounding dwarfs any tanh's, and the fused pass is the point.
-  if (on_cuda(stream) && out % 8 == 0 &&
+  if (on_cuda(stream) && out % 8 == 0 && epilogue_may_use(bias, pre) &&
       cuda::cuda_stream(stream, "linear_gelu_forward").fp32_matmul_rounding() !=
           DType::kFloat32) {
     launch_linear(stream, "linear_gelu_forward", x, weight, bias, rows, in, out, nullptr, post,
@@ -116,7 +135,8 @@ void linear_gelu_forward(Stream& stream, const float* x, const float* weight, co
 
 bool linear_gelu_post_is_gelu_of_pre(Stream& stream, std::int64_t out) {
 #if ZEST_HAVE_CUDA
-  // The condition of linear_gelu_forward's fused branch.
+  // The condition of linear_gelu_forward's fused branch but the buffers' alignment, which this
+  // does not see: a `false` where the branch was not taken costs only the product again.
   if (on_cuda(stream) && out % 8 == 0 &&
       cuda::cuda_stream(stream, "linear_gelu_forward").fp32_matmul_rounding() != DType::kFloat32) {
     return false;

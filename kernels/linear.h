@@ -28,8 +28,8 @@ void linear_gelu_forward(Stream& stream, const float* x, const float* weight, co
 
 // Whether linear_gelu_forward's `post` on `stream` is gelu_forward(`pre`) bit for bit, so a
 // layer that drops `post` may rebuild it from `pre` alone. It is, except where CUDA fuses the
-// GELU into the product's epilogue (2-byte training, out a multiple of 8), whose tanh is
-// cuBLASLt's own: there the layer runs linear_gelu_forward again.
+// GELU into the product's epilogue (2-byte training, out a multiple of 8, bias and pre 16-byte
+// aligned), whose tanh is cuBLASLt's own: there the layer runs linear_gelu_forward again.
 bool linear_gelu_post_is_gelu_of_pre(Stream& stream, std::int64_t out);
 
 }  // namespace zest

@@ -56,6 +56,11 @@ class CudaPoolAllocator final : public Allocator {
 
   // The stream that orders allocations and frees from now on.
   void set_stream(cudaStream_t stream);
+  // Lets kernels on GPU `peer` read and write this pool's memory, existing and future
+  // (cudaMemPoolSetAccess), where CUDA says `peer` can reach this GPU (cudaDeviceCanAccessPeer);
+  // returns whether it could. A pool's memory is its own GPU's alone until then, whatever
+  // cudaDeviceEnablePeerAccess says. Throws kDevice if CUDA refuses.
+  bool grant_peer_access(int peer);
   cudaMemPool_t pool() const { return pool_; }
   int device() const { return device_; }
 

@@ -63,6 +63,19 @@ void CudaPoolAllocator::set_stream(cudaStream_t stream) {
   stream_ = stream;
 }
 
+bool CudaPoolAllocator::grant_peer_access(int peer) {
+  if (peer == device_) return true;
+  int reachable = 0;
+  ZEST_CUDA_CHECK(cudaDeviceCanAccessPeer(&reachable, peer, device_));
+  if (reachable == 0) return false;  // setting access would fail with cudaErrorInvalidDevice
+  cudaMemAccessDesc access{};
+  access.location.type = cudaMemLocationTypeDevice;
+  access.location.id = peer;
+  access.flags = cudaMemAccessFlagsProtReadWrite;
+  ZEST_CUDA_CHECK(cudaMemPoolSetAccess(pool_, &access, 1));
+  return true;
+}
+
 cudaStream_t CudaPoolAllocator::stream() const {
   std::lock_guard lock(mutex_);
   return stream_;

@@ -29,6 +29,13 @@ void run_rank(int rank, const WorldOptions& options, Group& group,
               const std::function<void(RankContext&)>& work, FirstFailure& failures) {
   try {
     cuda::CudaDevice device(rank, options.device_memory, options.host_memory);
+    // Note: ranks that are threads of one process are one process to NCCL, which then reads and
+    // writes a peer GPU's buffers directly over P2P (its "P2P/direct pointer" path; what
+    // NCCL_P2P_DIRECT_DISABLE turns off), and the pool's memory is reachable from its own GPU
+    // only until granted: without this, the peers' NCCL kernels fault on it (illegal address).
+    for (int peer = 0; peer < options.ranks; ++peer) {
+      device.pool_allocator().grant_peer_access(peer);
+    }
     // Streams are destroyed (drained) before the device, after a failure has aborted the group.
     RankResources resources(rank, options.ranks, device, *group[rank], options);
     RankContext& context = resources.context();

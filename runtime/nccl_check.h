@@ -18,9 +18,10 @@
 #include "base/error.h"
 
 // Note: zest's communicators are nonblocking (fault tolerance: a hung peer must not hang the
-// host thread inside an NCCL call) and use ncclAvg; both need NCCL 2.14 or later.
-#if NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
-#error "zest needs NCCL 2.14 or later (nonblocking communicators, ncclAvg)"
+// host thread inside an NCCL call), use ncclAvg (2.14 and later for both) and are split into
+// groups with ncclCommSplit (node, replica and pipeline groups: 2.18 and later).
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
+#error "zest needs NCCL 2.18 or later (nonblocking communicators, ncclAvg, ncclCommSplit)"
 #endif
 
 namespace zest::nccl {

@@ -119,5 +119,49 @@ TEST(LinearCuda, GeluEpilogueAndItsFallbackMatchTheCpuDispatch) {
   }
 }
 
+TEST(LinearCuda, BiasAndPreOffTheEpiloguesAlignmentTakeTheSeparateKernels) {
+  ZEST_SKIP_WITHOUT_CUDA();
+  // A bias and a pre-GELU matrix one float past a 16-byte boundary (a parameter view can sit at
+  // any 4-byte offset): the shape and the bf16 products that would take cuBLASLt's epilogue, held
+  // to the CPU dispatch as above (one bf16 ulp of the terms), and GELU to the CPU's of the GPU's
+  // own pre. An epilogue that read them as 16-byte vectors would fault ("misaligned address").
+  const std::int64_t out = 32;
+  const auto x = testing::random_floats(kRows * kIn, 8);
+  const auto w = testing::random_floats(out * kIn, 9);
+  const auto bias = testing::random_floats(out, 10);
+  const auto residual = testing::random_floats(kRows * out, 11);
+  cpu::CpuDevice host(0);
+  auto host_stream = host.create_stream("compute");
+  std::vector<float> y(kRows * out), pre(kRows * out), post(kRows * out);
+  linear_forward(*host_stream, x.data(), w.data(), bias.data(), kRows, kIn, out, residual.data(),
+                 y.data());
+  linear_gelu_forward(*host_stream, x.data(), w.data(), bias.data(), kRows, kIn, out, pre.data(),
+                      post.data());
+  host_stream->synchronize();
+
+  cuda::CudaDevice device(0);
+  auto stream = device.create_stream("compute");
+  set_fp32_matmul_rounding(*stream, DType::kBFloat16);
+  constexpr std::size_t kOneFloatOff = 1;
+  DeviceArray<float> d_x(x), d_w(w), d_b(bias, kOneFloatOff), d_r(residual), d_y(y.size()),
+      d_pre(pre.size(), kOneFloatOff), d_post(post.size());
+  linear_forward(*stream, d_x.data(), d_w.data(), d_b.data(), kRows, kIn, out, d_r.data(),
+                 d_y.data());
+  linear_gelu_forward(*stream, d_x.data(), d_w.data(), d_b.data(), kRows, kIn, out, d_pre.data(),
+                      d_post.data());
+  stream->synchronize();
+  const double bf16_ulp = std::ldexp(1.0, -8);
+  const auto y_scale = term_scale(x, w, bias, &residual, out);
+  const auto pre_scale = term_scale(x, w, bias, nullptr, out);
+  testing::expect_within(
+      d_y.download(), y, [&](std::size_t i) { return bf16_ulp * y_scale[i]; }, "residual");
+  const std::vector<float> gpu_pre = d_pre.download();
+  testing::expect_within(
+      gpu_pre, pre, [&](std::size_t i) { return bf16_ulp * pre_scale[i]; }, "pre");
+  std::vector<float> gelu_of_gpu_pre(gpu_pre.size());
+  cpu::gelu_forward(gpu_pre.data(), gelu_of_gpu_pre.data(), gpu_pre.size());
+  testing::expect_close(d_post.download(), gelu_of_gpu_pre, 1e-4, 1.0, "post");
+}
+
 }  // namespace
 }  // namespace zest

@@ -220,6 +220,27 @@ TEST(CudaAllocator, InjectedFailureHitsTheNextAllocationOfItsCategory) {
   Buffer after = device.allocator().allocate(64, Category::kActivations);
 }
 
+TEST(CudaAllocator, APoolOpenedToAPeerGpuGrantsItReadAndWrite) {
+  ZEST_SKIP_WITHOUT_CUDA();
+  if (visible_devices().count < 2) {
+    GTEST_SKIP() << "needs 2 GPUs, found " << visible_devices().count;
+  }
+  CudaDevice device(0);
+  CudaPoolAllocator& pool = device.pool_allocator();
+  EXPECT_TRUE(pool.grant_peer_access(0));  // its own GPU: nothing to grant
+  int reachable = 0;
+  ASSERT_EQ(cudaDeviceCanAccessPeer(&reachable, 1, 0), cudaSuccess);
+  cudaMemLocation peer{};
+  peer.type = cudaMemLocationTypeDevice;
+  peer.id = 1;
+  cudaMemAccessFlags flags = cudaMemAccessFlagsProtNone;
+  ASSERT_EQ(cudaMemPoolGetAccess(&flags, pool.pool(), &peer), cudaSuccess);
+  EXPECT_EQ(flags, cudaMemAccessFlagsProtNone);  // a new pool is its own GPU's alone
+  EXPECT_EQ(pool.grant_peer_access(1), reachable != 0);
+  ASSERT_EQ(cudaMemPoolGetAccess(&flags, pool.pool(), &peer), cudaSuccess);
+  EXPECT_EQ(flags, reachable != 0 ? cudaMemAccessFlagsProtReadWrite : cudaMemAccessFlagsProtNone);
+}
+
 TEST(CudaAllocator, ABufferFreedInHostWorkIsReturnedLater) {
   ZEST_SKIP_WITHOUT_CUDA();
   CudaDevice device(0);
