@@ -29,7 +29,9 @@ void check_shape(const char* kernel, std::int64_t rows, std::int64_t in, std::in
 
 #if ZEST_HAVE_CUDA
 // One cuBLASLt product y = x·Wᵀ (+ residual) with `epilogue`, on the stream's handle and scratch.
-void launch_linear(Stream& stream, const char* kernel, const float* x, const float* weight,
+// Returns false, having queued nothing, where cuBLASLt has no algorithm with that epilogue (the
+// caller runs the bias and GELU kernels apart); a plain product without one throws.
+bool launch_linear(Stream& stream, const char* kernel, const float* x, const float* weight,
                    const float* bias, std::int64_t rows, std::int64_t in, std::int64_t out,
                    const float* residual, float* y, cuda::MatmulEpilogue epilogue,
                    float* gelu_input) {
@@ -48,15 +50,20 @@ void launch_linear(Stream& stream, const char* kernel, const float* x, const flo
   args.bias = bias;
   args.gelu_input = gelu_input;
   const cuda::MatmulContext context = cuda::stream_matmul_context(cuda, kernel);
-  cuda::matmul(args, context, cuda.handle());
+  if (epilogue == cuda::MatmulEpilogue::kNone) {
+    cuda::matmul(args, context, cuda.handle());
+    return true;
+  }
+  return cuda::try_matmul(args, context, cuda.handle());
 }
 
 // Note: cuBLASLt is told how A, B, C and D are aligned (matmul_cuda.cu asks only for algorithms
 // that need no more), but not the bias or the pre-GELU matrix, and an epilogue kernel may read or
 // write those in 16-byte vectors: Marian requires 16-byte biases since an A100 faulted with
 // "misaligned address", and PyTorch has reported the same. A bias is a view into a flat buffer at
-// any 4-byte offset, so the epilogue is used only where both are 16-byte aligned; elsewhere the
-// product and the bias (and GELU) kernels run apart: the same sums in another order.
+// any 4-byte offset, so the epilogue is used only where both are 16-byte aligned (and where
+// cuBLASLt has an algorithm with it); elsewhere the product and the bias (and GELU) kernels run
+// apart: the same sums in another order.
 bool epilogue_may_use(const float* bias, const float* gelu_input) {
   constexpr std::uintptr_t kEpilogueAlignment = 16;
   return reinterpret_cast<std::uintptr_t>(bias) % kEpilogueAlignment == 0 &&
@@ -72,9 +79,9 @@ void linear_forward(Stream& stream, const float* x, const float* weight, const f
   check_shape("linear_forward", rows, in, out);
   if (rows == 0) return;
 #if ZEST_HAVE_CUDA
-  if (on_cuda(stream) && epilogue_may_use(bias, nullptr)) {
-    launch_linear(stream, "linear_forward", x, weight, bias, rows, in, out, residual, y,
-                  cuda::MatmulEpilogue::kBias, nullptr);
+  if (on_cuda(stream) && epilogue_may_use(bias, nullptr) &&
+      launch_linear(stream, "linear_forward", x, weight, bias, rows, in, out, residual, y,
+                    cuda::MatmulEpilogue::kBias, nullptr)) {
     return;
   }
   if (on_cuda(stream)) {
@@ -113,9 +120,9 @@ void linear_gelu_forward(Stream& stream, const float* x, const float* weight, co
   // 2-byte training the products' rounding dwarfs any tanh's, and the fused pass is the point.
   if (on_cuda(stream) && out % 8 == 0 && epilogue_may_use(bias, pre) &&
       cuda::cuda_stream(stream, "linear_gelu_forward").fp32_matmul_rounding() !=
-          DType::kFloat32) {
-    launch_linear(stream, "linear_gelu_forward", x, weight, bias, rows, in, out, nullptr, post,
-                  cuda::MatmulEpilogue::kGeluBias, pre);
+          DType::kFloat32 &&
+      launch_linear(stream, "linear_gelu_forward", x, weight, bias, rows, in, out, nullptr, post,
+                    cuda::MatmulEpilogue::kGeluBias, pre)) {
     return;
   }
   if (on_cuda(stream)) {

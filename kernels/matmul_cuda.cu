@@ -177,8 +177,19 @@ bool find_algorithm(const MatmulContext& context, const OpDesc& desc, const Layo
 }  // namespace
 
 void matmul(const MatmulArgs& x, const MatmulContext& context, cudaStream_t stream) {
+  if (!try_matmul(x, context, stream)) {
+    throw Error(ErrorKind::kDevice,
+                "matmul (CUDA): cuBLASLt has no algorithm for m = " + std::to_string(x.m) +
+                    ", n = " + std::to_string(x.n) + ", k = " + std::to_string(x.k) +
+                    ", batch = " + std::to_string(x.batch) + " (" +
+                    dtype_name(x.input_type) + " -> " + dtype_name(x.output_type) + ") within " +
+                    std::to_string(context.workspace_bytes) + " workspace bytes");
+  }
+}
+
+bool try_matmul(const MatmulArgs& x, const MatmulContext& context, cudaStream_t stream) {
   check_args(x);
-  if (x.m == 0 || x.n == 0) return;
+  if (x.m == 0 || x.n == 0) return true;
   const cudaDataType_t in_type = cuda_type(x.input_type);
   const cudaDataType_t out_type = cuda_type(x.output_type);
   const void* c = x.c != nullptr ? x.c : x.d;
@@ -226,18 +237,12 @@ void matmul(const MatmulArgs& x, const MatmulContext& context, cudaStream_t stre
     desc = make_desc(x, CUBLAS_COMPUTE_32F);
     found = find_algorithm(context, desc, b_layout, a_layout, d_layout, pref, heuristic);
   }
-  if (!found) {
-    throw Error(ErrorKind::kDevice,
-                "matmul (CUDA): cuBLASLt has no algorithm for m = " + std::to_string(x.m) +
-                    ", n = " + std::to_string(x.n) + ", k = " + std::to_string(x.k) +
-                    ", batch = " + std::to_string(x.batch) + " (" +
-                    dtype_name(x.input_type) + " -> " + dtype_name(x.output_type) + ") within " +
-                    std::to_string(context.workspace_bytes) + " workspace bytes");
-  }
+  if (!found) return false;
   ZEST_CUBLAS_CHECK(cublasLtMatmul(context.handle, desc.get(), &x.alpha, x.b, b_layout.get(), x.a,
                                    a_layout.get(), &x.beta, c, d_layout.get(), x.d,
                                    d_layout.get(), &heuristic.algo, context.workspace,
                                    context.workspace_bytes, stream));
+  return true;
 }
 
 }  // namespace zest::cuda

@@ -94,4 +94,9 @@ struct MatmulArgs {
 // pointers' (and the batch strides') actual alignment.
 void matmul(const MatmulArgs& args, const MatmulContext& context, cudaStream_t stream);
 
+// matmul, but where cuBLASLt has no algorithm for the operands it returns false, having queued
+// nothing, instead of throwing: for a caller with another way to the same result (an epilogue's
+// bias and GELU as kernels of their own). Every other error throws as matmul's does.
+bool try_matmul(const MatmulArgs& args, const MatmulContext& context, cudaStream_t stream);
+
 }  // namespace zest::cuda
