@@ -24,7 +24,7 @@
 # a failed phase does not stop the later ones. The exit status is the build's or ctest's:
 # the benchmarks' statuses are in phases.tsv and report.md. On a lent machine the default budget
 # fits one 600 s command (give it timeout_s 600) with .gpu-deps carried; on 2 cores the build
-# takes about 270 s, on the lent machine's 16 well under its 300 s.
+# takes 180 to 270 s (181 s on 2026-12-02, fresh), on the lent machine's 16 well under its 300 s.
 #
 # Note: the dependencies are the prepared machine's own Debian files (headers, CMake packages,
 # GoogleTest's static libraries, Google Benchmark, and the shared libraries libzest links: fmt,
