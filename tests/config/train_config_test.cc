@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "tests/config/stage3_config.h"
 
 namespace zest {
 namespace {
@@ -23,16 +24,11 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// A small valid config; each test breaks one thing.
+// A small valid config (the shared stage-3 MLP on 2 ranks); each test breaks one thing.
 json base_config() {
-  return json::parse(R"({
-    "model": {"type": "mlp", "sizes": [8, 16, 4]},
-    "world": {"backend": "local", "ranks": 2},
-    "steps": 10,
-    "train_batch_size": 8,
-    "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
-    "zero_optimization": {"stage": 3}
-  })");
+  json config = testing::stage3_mlp_config();
+  config["world"]["ranks"] = 2;
+  return config;
 }
 
 // The message of the zest::Error that `action` throws, checking its kind.
