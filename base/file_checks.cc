@@ -24,7 +24,7 @@ const char* kind_of(mode_t mode) {
   return "not a regular file";
 }
 
-std::string quoted(const std::string& path) { return "'" + printable(path) + "'"; }
+std::string quoted(const std::string& path) { return quoted_path(path); }
 
 // The folder an output is created in: the path's parent, or "." for a bare name.
 std::string folder_of(const std::string& path) {

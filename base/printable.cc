@@ -6,14 +6,16 @@
 namespace zest {
 namespace {
 
-// The length of the valid UTF-8 sequence that starts at `at` and encodes a character that is not
-// a control (U+0080..U+009F are the C1 controls); 0 when there is none. Overlong forms,
-// surrogates and code points past U+10FFFF are not valid UTF-8.
-std::size_t printable_sequence(std::string_view text, std::size_t at) {
+// The length of the valid UTF-8 sequence that starts at `at`, with its code point; 0 when there
+// is none. Overlong forms, surrogates and code points past U+10FFFF are not valid UTF-8.
+std::size_t utf8_sequence(std::string_view text, std::size_t at, std::uint32_t& code) {
   const auto byte = [&](std::size_t i) { return static_cast<std::uint8_t>(text[i]); };
   const std::uint8_t lead = byte(at);
   std::size_t length = 0;
-  std::uint32_t code = 0;
+  if (lead < 0x80) {
+    code = lead;
+    return 1;
+  }
   if (lead >= 0xc2 && lead <= 0xdf) {
     length = 2;
     code = lead & 0x1fu;
@@ -33,7 +35,15 @@ std::size_t printable_sequence(std::string_view text, std::size_t at) {
   }
   const std::uint32_t smallest[] = {0, 0, 0x80, 0x800, 0x10000};
   if (code < smallest[length] || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return 0;
-  if (code <= 0x9f) return 0;  // a C1 control
+  return length;
+}
+
+// The length of the valid UTF-8 sequence at `at` (a lead byte >= 0x80) that encodes a character
+// that is not a control (U+0080..U+009F are the C1 controls); 0 when there is none.
+std::size_t printable_sequence(std::string_view text, std::size_t at) {
+  std::uint32_t code = 0;
+  const std::size_t length = utf8_sequence(text, at, code);
+  if (length < 2 || code <= 0x9f) return 0;
   return length;
 }
 
@@ -89,6 +99,22 @@ std::string quoted_text(std::string_view text, std::size_t limit) {
   out += '"';
   if (text.size() > limit) out += "... (" + std::to_string(text.size()) + " bytes)";
   return out;
+}
+
+std::string quoted_path(std::string_view path) {
+  std::string out = "'" + printable(path.substr(0, kPathShown)) + "'";
+  if (path.size() > kPathShown) out += "... (" + std::to_string(path.size()) + " bytes)";
+  return out;
+}
+
+std::optional<std::size_t> first_invalid_utf8(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    std::uint32_t code = 0;
+    const std::size_t length = utf8_sequence(text, i, code);
+    if (length == 0) return i;
+    i += length;
+  }
+  return std::nullopt;
 }
 
 }  // namespace zest

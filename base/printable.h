@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -18,5 +19,15 @@ std::string printable(std::string_view text);
 // written as such, so that what a file held is shown exactly. Past `limit` bytes the rest is
 // left out and the whole length said: "step-1..."... (4096 bytes).
 std::string quoted_text(std::string_view text, std::size_t limit = 64);
+
+// A file path for a message, in single quotes: as printable(), and past kPathShown bytes the
+// rest left out and the whole length said: '/data/...'... (5000 bytes). Any real path's folders
+// and name fit; a path of thousands of bytes (a mistake) still leaves a short message.
+inline constexpr std::size_t kPathShown = 256;
+std::string quoted_path(std::string_view path);
+
+// The offset of the first byte of `text` that does not begin a valid UTF-8 sequence, or nothing
+// when all of it is UTF-8: JSON strings (a config, a manifest) must be, or printing them throws.
+std::optional<std::size_t> first_invalid_utf8(std::string_view text);
 
 }  // namespace zest

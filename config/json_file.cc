@@ -9,6 +9,7 @@
 
 #include "base/file_checks.h"
 #include "base/json_depth.h"
+#include "base/printable.h"
 #include "base/strict_json.h"
 #include "config/reading.h"
 #include "config/train_config.h"
@@ -31,6 +32,16 @@ void apply_override(json& config, const std::string& assignment) {
   }
   const std::string key = assignment.substr(0, equals);
   const std::string text = assignment.substr(equals + 1);
+  // A config is JSON, whose strings are UTF-8: a byte that is not would make the resolved config
+  // unprintable (and the manifest unwritable) later, far from the --set that brought it.
+  if (const auto bad = first_invalid_utf8(assignment)) {
+    const bool in_value = *bad > equals;
+    const std::size_t offset = in_value ? *bad - equals - 1 : *bad;
+    throw Error(ErrorKind::kUsage,
+                "--set '" + printable(key) + (in_value ? "=...': the value" : "': the key") +
+                    " is not valid UTF-8 (byte " + std::to_string(offset) +
+                    "); config keys and values, file paths among them, must be UTF-8 text");
+  }
 
   std::vector<std::string> segments;
   std::size_t start = 0;
@@ -90,21 +101,22 @@ json read_json_file(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   if (!file) {
     throw Error(ErrorKind::kConfig,
-                "config file '" + path + "': cannot open (" + errno_text() + ")");
+                "config file " + quoted_path(path) + ": cannot open (" + errno_text() + ")");
   }
   std::ostringstream contents;
   contents << file.rdbuf();
   if (file.bad()) {
     throw Error(ErrorKind::kConfig,
-                "config file '" + path + "': cannot read (" + errno_text() + ")");
+                "config file " + quoted_path(path) + ": cannot read (" + errno_text() + ")");
   }
   const std::string text = contents.str();
   auto parsed = parse_strict_json(text);
   if (const auto* fault = std::get_if<JsonFault>(&parsed)) {
-    throw Error(ErrorKind::kConfig, fault->kind == JsonFault::Kind::kTooDeep
-                                        ? "config file '" + path + "': nests deeper than " +
-                                              std::to_string(kMaxJsonDepth) + " levels"
-                                        : strict_json_message(*fault, path));
+    throw Error(ErrorKind::kConfig,
+                fault->kind == JsonFault::Kind::kTooDeep
+                    ? "config file " + quoted_path(path) + ": nests deeper than " +
+                          std::to_string(kMaxJsonDepth) + " levels"
+                    : strict_json_message(*fault, path));
   }
   return std::move(std::get<json>(parsed));
 }

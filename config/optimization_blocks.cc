@@ -55,11 +55,11 @@ void parse_optimizer(Block& root, TrainConfig& out) {
   }
   Block params(params_json, "optimizer.params", known);
 
-  const double lr = read_number(params.get_or("lr", shortest(defaults.lr)), params.path("lr"));
+  const double lr = read_float(params.get_or("lr", shortest(defaults.lr)), params.path("lr"));
   if (lr <= 0) config_error(params.path("lr"), "must be a number > 0, got " + json(lr).dump());
   out.optimizer.lr = static_cast<float>(lr);
 
-  const double decay = read_number(params.get_or("weight_decay", shortest(defaults.weight_decay)),
+  const double decay = read_float(params.get_or("weight_decay", shortest(defaults.weight_decay)),
                                    params.path("weight_decay"));
   if (decay < 0) {
     config_error(params.path("weight_decay"), "must be a number >= 0, got " + json(decay).dump());
@@ -90,13 +90,13 @@ void parse_optimizer(Block& root, TrainConfig& out) {
   float* targets[2] = {&out.optimizer.beta1, &out.optimizer.beta2};
   for (std::size_t i = 0; i < 2; ++i) {
     const std::string path = params.path("betas") + "[" + std::to_string(i) + "]";
-    const double beta = read_number(betas[i], path);
+    const double beta = read_float(betas[i], path);
     if (beta < 0 || beta >= 1) {
       config_error(path, "must be a number in [0, 1), got " + betas[i].dump());
     }
     *targets[i] = static_cast<float>(beta);
   }
-  const double eps = read_number(params.get_or("eps", shortest(defaults.eps)), params.path("eps"));
+  const double eps = read_float(params.get_or("eps", shortest(defaults.eps)), params.path("eps"));
   if (eps <= 0) config_error(params.path("eps"), "must be a number > 0, got " + json(eps).dump());
   out.optimizer.eps = static_cast<float>(eps);
 }
@@ -115,7 +115,7 @@ void parse_scheduler(Block& root, TrainConfig& out) {
                {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type",
                 "total_num_steps", "warmup_min_ratio", "cos_min_ratio", "last_batch_iteration"});
   auto number = [&](const char* key, float fallback) {
-    return static_cast<float>(read_number(params.get_or(key, fallback), params.path(key)));
+    return static_cast<float>(read_float(params.get_or(key, fallback), params.path(key)));
   };
   options.warmup_min_lr = number("warmup_min_lr", options.warmup_min_lr);
   options.warmup_max_lr = number("warmup_max_lr", options.warmup_max_lr);
@@ -339,7 +339,7 @@ void parse_precision(Block& root, TrainConfig& out) {
   if (scaling.enabled && bf16_enabled) {
     config_error("fp16.enabled", "true needs bf16.enabled false (choose one of fp16 and bf16)");
   }
-  const double scale = read_number(fp16.get_or("loss_scale", shortest(defaults.loss_scale)),
+  const double scale = read_float(fp16.get_or("loss_scale", shortest(defaults.loss_scale)),
                                    "fp16.loss_scale");
   if (scale < 0) {
     config_error("fp16.loss_scale", "must be a number >= 0 (0 = dynamic), got " +
@@ -364,7 +364,7 @@ void parse_precision(Block& root, TrainConfig& out) {
   }
   scaling.loss_scale_window = static_cast<int>(window);
   scaling.hysteresis = static_cast<int>(hysteresis);
-  const double min_scale = read_number(
+  const double min_scale = read_float(
       fp16.get_or("min_loss_scale", shortest(defaults.min_loss_scale)), "fp16.min_loss_scale");
   if (min_scale <= 0) {
     config_error("fp16.min_loss_scale", "must be a number > 0, got " + json(min_scale).dump());

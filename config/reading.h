@@ -140,6 +140,19 @@ inline double read_number(const json& value, const std::string& path) {
   return number;
 }
 
+// A number the engine keeps as a 32-bit float (a learning rate, an epsilon, a loss scale): one
+// that would become inf or 0 there is refused here, by name, instead of training on inf.
+inline double read_float(const json& value, const std::string& path) {
+  const double number = read_number(value, path);
+  const double magnitude = std::fabs(number);
+  if (magnitude > std::numeric_limits<float>::max() ||
+      (magnitude > 0 && magnitude < std::numeric_limits<float>::min())) {
+    config_error(path, "must fit a 32-bit float (a magnitude from 1.2e-38 to 3.4e38, or 0), got " +
+                           value.dump());
+  }
+  return number;
+}
+
 inline bool read_bool(const json& value, const std::string& path) {
   if (!value.is_boolean()) config_error(path, "must be true or false, got " + describe(value));
   return value.get<bool>();

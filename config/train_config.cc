@@ -382,7 +382,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   parse_batch(root, out);
 
   const double clipping =
-      read_number(root.get_or("gradient_clipping", 0.0), "gradient_clipping");
+      read_float(root.get_or("gradient_clipping", 0.0), "gradient_clipping");
   if (clipping < 0) {
     config_error("gradient_clipping",
                  "must be a number >= 0 (0 turns clipping off), got " + json(clipping).dump());

@@ -20,8 +20,10 @@ std::int64_t total_windows(const TokenData& data, std::int64_t seq_len) {
   return tokens > seq_len ? (tokens - 1) / seq_len : 0;
 }
 
+// Note: data of no whole window holds none out either, so that its message counts 0 windows,
+// not -1.
 std::int64_t held_out(std::int64_t windows, double val_fraction) {
-  if (val_fraction <= 0.0) return 0;
+  if (val_fraction <= 0.0 || windows <= 0) return 0;
   return std::max<std::int64_t>(1, static_cast<std::int64_t>(windows * val_fraction));
 }
 

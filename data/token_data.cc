@@ -1,13 +1,16 @@
 #include "data/token_data.h"
 
+#include <fcntl.h>
 #include <glob.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <limits>
 
 #include "base/error.h"
@@ -18,6 +21,8 @@ namespace zest {
 
 namespace {
 
+std::string errno_text() { return std::strerror(errno); }
+
 std::vector<std::string> expand(const std::string& pattern, const std::string& key) {
   glob_t matches{};
   std::vector<std::string> files;
@@ -27,19 +32,40 @@ std::vector<std::string> expand(const std::string& pattern, const std::string& k
   ::globfree(&matches);
   std::sort(files.begin(), files.end());
   if (files.empty()) {
-    throw Error(ErrorKind::kData, key + ": no file matches '" + printable(pattern) +
-                                      "'; give a .bin shard or a glob of them");
+    throw Error(ErrorKind::kData, key + ": no file matches " + quoted_path(pattern) +
+                                      "; give a .bin shard or a glob of them");
   }
   return files;
 }
 
 // Note: a FIFO, a device or a directory is refused by name before it is opened: /dev/zero
-// would be read until memory runs out, a FIFO would block the open.
+// would be read until memory runs out, a FIFO would block the open. Read with read(2), not a
+// stream, so that a failed read (EIO from /proc/self/mem, a bad disk) names the file, the offset
+// and the reason instead of the stream library's "basic_filebuf::underflow".
 std::string read_whole(const std::string& path, const std::string& key) {
   refuse_non_regular_file(path, ErrorKind::kData, key + ": data file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::kData, path + ": cannot open for reading");
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw Error(ErrorKind::kData, key + ": " + quoted_path(path) +
+                                      ": cannot open for reading (" + errno_text() + ")");
+  }
+  std::string bytes;
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t got = ::read(fd, buffer, sizeof buffer);
+    if (got == 0) break;
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const int error = errno;
+      ::close(fd);
+      throw Error(ErrorKind::kData, key + ": " + quoted_path(path) + ": offset " +
+                                        std::to_string(bytes.size()) + ": cannot read (" +
+                                        std::strerror(error) + ")");
+    }
+    bytes.append(buffer, static_cast<std::size_t>(got));
+  }
+  ::close(fd);
+  return bytes;
 }
 
 }  // namespace
@@ -112,14 +138,19 @@ TokenData load_token_shards(const std::string& pattern, std::int64_t vocab_size,
     append_token_shard(read_whole(file, key), file, vocab_size, data);
   }
   if (data.tokens.empty()) {
-    throw Error(ErrorKind::kData, key + ": '" + printable(pattern) + "' holds no tokens");
+    throw Error(ErrorKind::kData,
+                key + ": " + quoted_path(pattern) + " holds no tokens");
   }
   return data;
 }
 
 TokenData load_text_tokens(const std::string& path, const std::string& key) {
-  if (!std::filesystem::exists(path)) {
-    throw Error(ErrorKind::kData, key + ": text file '" + printable(path) + "' does not exist");
+  // Note: stat, not std::filesystem::exists, which throws for a name too long, with the whole name.
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    const std::string reason = errno == ENOENT ? "does not exist"
+                                               : "cannot be read (" + errno_text() + ")";
+    throw Error(ErrorKind::kData, key + ": text file " + quoted_path(path) + " " + reason);
   }
   return text_tokens(read_whole(path, key), path);
 }

@@ -44,5 +44,22 @@ TEST(QuotedText, LongTextIsCutAndItsLengthSaid) {
   EXPECT_EQ(quoted_text("12345678", 8), "\"12345678\"");
 }
 
+TEST(QuotedPath, ALongPathIsCutAndItsLengthSaid) {
+  EXPECT_EQ(quoted_path("/data/train_*.bin"), "'/data/train_*.bin'");
+  const std::string message = quoted_path(std::string(5000, 'p'));
+  EXPECT_EQ(message, "'" + std::string(kPathShown, 'p') + "'... (5000 bytes)");
+}
+
+TEST(FirstInvalidUtf8, FindsTheFirstByteThatIsNotUtf8) {
+  EXPECT_EQ(first_invalid_utf8("shards/train_日本_🙂.bin"), std::nullopt);
+  EXPECT_EQ(first_invalid_utf8(""), std::nullopt);
+  // Control characters are valid UTF-8 (a JSON string escapes them); only bad bytes are found.
+  EXPECT_EQ(first_invalid_utf8("a\tb\x7f"), std::nullopt);
+  EXPECT_EQ(first_invalid_utf8("data/\xff.bin"), std::optional<std::size_t>(5));
+  EXPECT_EQ(first_invalid_utf8("ab\xc3"), std::optional<std::size_t>(2));          // cut short
+  EXPECT_EQ(first_invalid_utf8("\xc0\xaf"), std::optional<std::size_t>(0));        // overlong
+  EXPECT_EQ(first_invalid_utf8("x\xed\xa0\x80"), std::optional<std::size_t>(1));  // surrogate
+}
+
 }  // namespace
 }  // namespace zest

@@ -84,6 +84,23 @@ TEST(ConfigOverride, AKeyWrittenTwiceInAValueIsAUsageError) {
   EXPECT_EQ(config["x"], "1e400");
 }
 
+// A byte that is not UTF-8 would make the resolved config unprintable at the first dump, far
+// from the --set that brought it (nlohmann's type_error.316, with no key).
+TEST(ConfigOverride, AValueThatIsNotUtf8IsAUsageErrorNamingTheKey) {
+  nlohmann::json config = nlohmann::json::object();
+  try {
+    apply_override(config, "data.path=/data/\xff\xfe.bin");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kUsage);
+    EXPECT_THAT(error.what(), HasSubstr("--set 'data.path=...': the value is not valid UTF-8 "
+                                        "(byte 6)"));
+  }
+  EXPECT_FALSE(config.contains("data"));
+  apply_override(config, "data.path=/data/日本.bin");
+  EXPECT_EQ(config["data"]["path"], "/data/日本.bin");
+}
+
 TEST(ConfigFile, DeeplyNestedJsonIsAClearConfigError) {
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("zest_config_file_test_" + std::to_string(::getpid()) + ".json"))

@@ -148,6 +148,23 @@ TEST_F(TokenDataTest, APathThatIsNotARegularFileIsRefusedByName) {
                 "' is a directory, not a regular file");
 }
 
+// /proc/self/mem is a regular file that fails every read at offset 0 (EIO): the message names
+// the key, the file, the offset and the reason, not the stream library's "underflow".
+TEST_F(TokenDataTest, AFailedReadNamesTheFileTheOffsetAndTheReason) {
+  const std::string message = error_of([&] { load_text_tokens("/proc/self/mem", "data.path"); });
+  EXPECT_EQ(message, "data.path: '/proc/self/mem': offset 0: cannot read (Input/output error)");
+}
+
+TEST_F(TokenDataTest, ALongPathIsCutInTheMessage) {
+  const std::string missing = path(std::string(300, 'x')) + "/" + std::string(4700, 'y');
+  const std::string message = error_of([&] { load_text_tokens(missing, "data.path"); });
+  EXPECT_LT(message.size(), 400u) << message;
+  EXPECT_NE(message.find("(" + std::to_string(missing.size()) +
+                         " bytes) cannot be read (File name too long)"),
+            std::string::npos)
+      << message;
+}
+
 TEST_F(TokenDataTest, TextIsReadAsBytes) {
   std::ofstream(path("a.txt"), std::ios::binary) << "hi\xff";
   TokenData data = load_text_tokens(path("a.txt"));
@@ -209,6 +226,18 @@ TEST(TokenBatches, ValidationWindowsAreHeldOutOfTraining) {
   }
   validation.fill(0, 1, 0, 1, in.data(), target.data());
   EXPECT_EQ(in[0], 8 * train.windows());
+}
+
+// One byte of text is no whole window: 0 windows, not -1 (a validation split of nothing).
+TEST(TokenBatches, DataOfNoWholeWindowCountsZeroWindowsWithAValidationSplit) {
+  try {
+    TokenBatches::training(counting_tokens(1), 8, 1, 0.05);
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("(0 windows of model.seq_len + 1 = 9 tokens)"),
+              std::string::npos)
+        << error.what();
+  }
 }
 
 TEST(TokenBatches, TooFewTokensIsAClearError) {

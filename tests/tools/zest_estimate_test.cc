@@ -155,6 +155,13 @@ TEST_F(ZestEstimate, BadInputIsOneLineAndStatusTwo) {
   std::vector<std::string> mlp = {"--config", ZEST_SOURCE_DIR "/configs/mlp.json", "--fit",
                                   "--device-memory", "1GiB"};
   expect_input_error(mlp, "--fit: needs a gpt model");
+  // Counts whose bytes overflow 64 bits used to print "optimizer 0 B" or "shape [-1]".
+  expect_input_error({"--params", "9223372036854775807", "--world", "4", "--stage", "3"},
+                     "--params: must be at most 2^50 (1125899906842624), got 9223372036854775807");
+  expect_input_error({"--params", "18446744073709551615", "--world", "1", "--stage", "0"},
+                     "--params: must be at most 2^50");
+  expect_input_error({"--params", "1000", "--world", "1000000", "--stage", "3"},
+                     "--world: must be from 1 to 65536, got 1000000");
 }
 
 // n_layer 1e6 or 1e9 on devices of 512 MiB: no stage, offload or number of ranks up to 64 times

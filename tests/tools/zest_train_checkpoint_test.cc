@@ -86,6 +86,15 @@ TEST_F(ZestTrainCheckpoint, SavesPeriodicallyAndResumesExactly) {
   const std::vector<std::string> all = step_lines(path("whole.jsonl"));
   ASSERT_EQ(all.size(), 6u);
   EXPECT_EQ(step_lines(path("resumed.jsonl")), (std::vector<std::string>{all[4], all[5]}));
+
+  // Resumed at or past `steps`: said so, not "0 steps, loss 0.0000 -> 0.0000".
+  for (const std::string steps : {"6", "4"}) {
+    const ProcessResult idle = run({"--set", "steps=" + steps, "--resume", path("ckpt") + "/step-6"});
+    ASSERT_EQ(idle.status, 0) << idle.err;
+    EXPECT_THAT(idle.out, HasSubstr("zest-train: nothing trained: the checkpoint resumed is at "
+                                    "step 6 and steps is " + steps + "; set steps above 6"));
+    EXPECT_THAT(idle.out, ::testing::Not(HasSubstr("0 steps, loss")));
+  }
 }
 
 TEST_F(ZestTrainCheckpoint, AutoResumeStartsFreshThenContinues) {

@@ -191,4 +191,26 @@ TEST_F(ZestTrainInputs, ControlCharactersFromAFileAreEscaped) {
   EXPECT_EQ(result.err.find("\xc2\x9b"), std::string::npos);
 }
 
+// Values a hostile run found reaching the terminal raw or the engine as inf: a path that is not
+// UTF-8 (nlohmann's "type_error.316", exit 1), a path of 5,000 bytes echoed whole, a learning
+// rate past a float's range ("got inf"), a file that fails its reads ("basic_filebuf::underflow
+// error" with no file), one byte of text ("-1 windows").
+TEST_F(ZestTrainInputs, HostileValuesAreOneShortLineNamingTheKey) {
+  expect_refused({"--config", kGptConfig, "--set", "data.path=/tmp/\xff\xfe.txt"},
+                 "--set 'data.path=...': the value is not valid UTF-8 (byte 5)");
+  const std::string long_path = "/" + std::string(5000, 'p');
+  const LimitedResult long_result =
+      expect_refused({"--config", kGptConfig, "--set", "data.path=" + long_path},
+                     "(5001 bytes) cannot be read (File name too long)");
+  EXPECT_LT(long_result.err.size(), 500u);
+  expect_refused({"--config", kGptConfig, "--set", "optimizer.params.lr=1e308"},
+                 "optimizer.params.lr: must fit a 32-bit float (a magnitude from 1.2e-38 to "
+                 "3.4e38, or 0), got 1e+308");
+  expect_refused({"--config", kGptConfig, "--set", "data.path=/proc/self/mem"},
+                 "data.path: '/proc/self/mem': offset 0: cannot read (Input/output error)");
+  const std::string byte = write("byte.txt", "x");
+  expect_refused({"--config", kGptConfig, "--set", "data.path=" + byte},
+                 "(0 windows of model.seq_len + 1 = 65 tokens)");
+}
+
 }  // namespace

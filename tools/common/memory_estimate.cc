@@ -199,7 +199,15 @@ PipelineEstimate pipeline_estimate(const TrainConfig& config, const EstimateJob&
 
 EstimateJob job_from_parameters(const BareModel& model) {
   if (model.parameters < 1) throw Error(ErrorKind::kUsage, "--params: must be >= 1");
-  if (model.world < 1) throw Error(ErrorKind::kUsage, "--world: must be >= 1");
+  if (model.parameters > kMaxBareParameters) {
+    throw Error(ErrorKind::kUsage, "--params: must be at most 2^50 (" +
+                                       std::to_string(kMaxBareParameters) + "), got " +
+                                       std::to_string(model.parameters));
+  }
+  if (model.world < 1 || model.world > kMaxBareWorld) {
+    throw Error(ErrorKind::kUsage, "--world: must be from 1 to " + std::to_string(kMaxBareWorld) +
+                                       ", got " + std::to_string(model.world));
+  }
   if (!StagePlan::valid(model.stage)) {
     throw Error(ErrorKind::kUsage, "--stage: must be 0, 1, 2 or 3, got " + std::to_string(model.stage));
   }

@@ -58,6 +58,10 @@ struct PipelineEstimate {
 // ranks of one pipeline stage here).
 PipelineEstimate pipeline_estimate(const TrainConfig& config, const EstimateJob& job);
 
+// --params beyond a quadrillion would overflow the plan's byte counts (16 bytes a parameter and
+// more); --world as world.ranks allows.
+inline constexpr std::size_t kMaxBareParameters = std::size_t{1} << 50;
+inline constexpr int kMaxBareWorld = 65536;
 struct BareModel {
   std::size_t parameters = 0;
   int world = 1;

@@ -1,6 +1,7 @@
 #include "tools/common/tool_main.h"
 
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <string>
 
@@ -29,6 +30,12 @@ int run_tool(const char* program, const std::function<int()>& body) {
     return body();
   } catch (const Error& error) {
     return report(program, error.what(), is_input_error(error.kind()) ? 2 : 1);
+  } catch (const std::filesystem::filesystem_error& error) {
+    // Its what() holds each path whole, however long: the paths are quoted short instead.
+    std::string message = "file system: " + error.code().message();
+    if (!error.path1().empty()) message += " " + quoted_path(error.path1().string());
+    if (!error.path2().empty()) message += " -> " + quoted_path(error.path2().string());
+    return report(program, message, 1);
   } catch (const std::exception& error) {
     return report(program, error.what(), 1);
   } catch (...) {

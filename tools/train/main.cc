@@ -22,6 +22,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
+#include "base/printable.h"
 #include "kernels/blas_core.h"
 #include "runtime/world_detection.h"
 #include "tools/common/tool_main.h"
@@ -86,6 +88,10 @@ int run(int argc, char** argv) {
   if (!zest::parse_command_line(app, argc, argv)) return 0;
 
   if (!resume_path.empty()) {
+    if (zest::first_invalid_utf8(resume_path)) {
+      throw zest::Error(zest::ErrorKind::kUsage,
+                        "--resume: the path is not valid UTF-8; a checkpoint path must be");
+    }
     // Quoted, so that the override reads it as a string whatever it looks like.
     overrides.push_back("checkpoint.resume=" + nlohmann::json(resume_path).dump());
   }

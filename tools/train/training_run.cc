@@ -459,7 +459,14 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
   const std::optional<PeakPrediction> planned =
       config.pipeline.enabled() ? std::nullopt : plan_peaks(config, std::move(declared));
   print_memory_table(run.usage, run.predicted, planned);
-  print_summary(run.summary);
+  if (run.last_step == 0 && !run.stopped) {
+    // Resumed at or past `steps`: "0 steps, loss 0 -> 0" would read as a run that trained.
+    Console::say(fmt::format("zest-train: nothing trained: the checkpoint resumed is at step {} "
+                             "and steps is {}; set steps above {} to train on",
+                             run.first_step - 1, config.steps, run.first_step - 1));
+  } else {
+    print_summary(run.summary);
+  }
   if (metrics && metrics->is_open()) {
     metrics->append(summary_record(run.summary, run.usage, run.predicted, planned));
     metrics->close();
