@@ -45,15 +45,18 @@ int main(int argc, char** argv) try {
   // Every sample is a function of (seed, step, row): each rank draws only its own rows.
   const zest::SyntheticClassification task({kFeatures, kClasses, /*seed=*/1234});
 
+  zest::WorldOptions world;
+  world.ranks = options.ranks;  // ranks as threads of this process, `local` backend
   std::vector<float> losses(options.steps);
 
-  // Ranks as threads of this process (the `local` backend); under mpirun they would be processes.
-  zest::World(zest::WorldOptions{.ranks = options.ranks}).run([&](zest::RankContext& rank) {
+  zest::World(world).run([&](zest::RankContext& rank) {
     zest::Mlp model(zest::MlpConfig{{kFeatures, 64, 64, kClasses}});
-    // ZeRO stage 0 (DDP) .. 3 (parameters, gradients and optimizer state all sharded).
-    zest::Engine engine(rank, zest::EngineOptions{.stage = options.stage});
-    std::unique_ptr<zest::Trainer> trainer =
-        engine.shard(model, zest::make_optimizer(zest::OptimizerOptions{.lr = 3e-3f}));
+    zest::EngineOptions engine_options;
+    engine_options.stage = options.stage;  // 0 (DDP) .. 3 (parameters sharded too)
+    zest::Engine engine(rank, engine_options);
+    zest::OptimizerOptions adamw;
+    adamw.lr = 3e-3f;
+    std::unique_ptr<zest::Trainer> trainer = engine.shard(model, zest::make_optimizer(adamw));
 
     for (int step = 1; step <= options.steps; ++step) {
       // Kept alive until step() returns: the streams may still read it after forward_backward.
