@@ -109,7 +109,7 @@ class ConfigReference : public zest::testing::ScratchDirectoryTest {
         {kDefaultConfig, {R"(scheduler={"type": "WarmupLR"})"}},
         {kDefaultConfig,
          {R"(model.vocab_pieces="auto")", "model.vocab_size=1024", "model.logits_by_pieces=true",
-          "data.val_path=" ZEST_SOURCE_DIR "/configs/corpus/stories.txt"}},
+          "data.val_fraction=0", "data.val_path=" ZEST_SOURCE_DIR "/configs/corpus/stories.txt"}},
     };
     std::set<std::string> keys;
     for (const auto& [config, sets] : jobs) keys.merge(printed_keys(config, sets));
