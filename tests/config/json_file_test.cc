@@ -1,6 +1,6 @@
 // The config file reader and `--set` refuse JSON nested deeper than kMaxJsonDepth with a clear
 // error: nlohmann parses any depth, but copying or printing a value hundreds of thousands of
-// levels deep overflows the stack (found by the hardening pass, docs/architecture.md). A key
+// levels deep overflows the stack (found by the hardening pass, docs/operating.md). A key
 // written twice in one object and a number out of range are config errors naming the file and
 // the JSON path.
 #include <unistd.h>

@@ -1,9 +1,10 @@
 // ctest-labels: mpi
 // ctest-mpirun-np: none
 // A multi-process job with a failing rank ends, quickly, with the documented message and exit
-// status (docs/multi_process.md): a rank that throws prints "<program>: error: rank R: ..." and
-// ends the job with MPI_Abort (exit status 1, or 2 for input errors); a rank killed outright is
-// reported by Open MPI's launcher, which ends the job with a non-zero status. Each test starts
+// status (docs/operating.md, "Many processes and machines"): a rank that throws prints
+// "<program>: error: rank R: ..." and ends the job with MPI_Abort (exit status 1, or 2 for
+// input errors); a rank killed outright is reported by Open MPI's launcher, which ends the job
+// with a non-zero status. Each test starts
 // its own mpirun on this executable, running one of the DISABLED_ scenarios below, and bounds
 // its time with `timeout`.
 #include <gmock/gmock.h>

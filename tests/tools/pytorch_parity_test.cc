@@ -219,7 +219,7 @@ double norm_relative(const std::vector<float>& a, const std::vector<float>& b) {
 // RMS plus eps) turns into steps that differ between the two. Its elements are left out of
 // c_attn.bias's comparison and must instead stay near their initial 0 in both (measured:
 // |value| <= 3.6e-4 after the 20 steps; one full step of lr is 3e-2). See docs/architecture.md,
-// "Models: the GPT".
+// "The built-in models".
 bool holds_key_bias(const std::string& name) { return name.ends_with(".attn.c_attn.bias"); }
 constexpr double kKeyBiasBound = 3e-3;
 
