@@ -1,5 +1,5 @@
 // GPT-2 with its tied token table cut into k units of vocabulary rows (model.vocab_pieces k > 1;
-// docs/design/vocabulary_pieces.md): "embedding" (wte rows [0, r) and wpe), "wte_piece1" ..
+// docs/concepts.md ("Vocabulary pieces")): "embedding" (wte rows [0, r) and wpe), "wte_piece1" ..
 // "wte_piece{k-1}" (the other rows, each adding its rows for the tokens in its range to the
 // residual stream), the blocks, and "head", which borrows the pieces in turn (one gathered at a
 // time at stage 3) for its logits and d(ln_f out). The head's product for d(wte) is deferred to

@@ -9,7 +9,7 @@
 // held-out loss every eval_every steps and, at the end, the peak memory per category and rank
 // beside the engine's prediction; with --report, the run report (one self-contained HTML page of
 // plots, tools/common/run_report_page.h) at the end or when a signal stops it. Ranks are threads of this process, or processes under mpirun /
-// srun with world.backend "mpi" or "auto" (docs/multi_process.md); then only rank 0's process
+// srun with world.backend "mpi" or "auto" (docs/operating.md, "Many processes and machines"); then only rank 0's process
 // prints and writes files. SIGINT / SIGTERM stop every rank after the step in progress (saving
 // a checkpoint first when a `checkpoint` block names a directory; one that arrives while the job
 // starts up stops it before its first step) and exit with status 128 + the signal; a second one
