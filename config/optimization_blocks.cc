@@ -127,12 +127,19 @@ void parse_scheduler(Block& root, TrainConfig& out) {
   options.total_num_steps = read_integer_at_least(
       params.get_or("total_num_steps", out.steps), params.path("total_num_steps"), 1);
   const bool decays = options.type == "WarmupDecayLR" || options.type == "WarmupCosineLR";
-  if (total_from_steps && decays && out.steps <= options.warmup_num_steps) {
+  // As DeepSpeed, the schedule warms up for at least 2 steps (optim/lr_schedule.cc).
+  const std::int64_t warmup = std::max<std::int64_t>(2, options.warmup_num_steps);
+  if (total_from_steps && decays && out.steps <= warmup) {
     // The schedule's length defaults to the run's, so a shorter run (--set steps=5) needs a
     // message about steps, not about a key the user never wrote.
+    const std::string counted =
+        warmup == options.warmup_num_steps
+            ? std::to_string(warmup)
+            : std::to_string(options.warmup_num_steps) + ", counted as 2: a warmup is at least 2 "
+                                                         "steps, as in DeepSpeed";
     config_error("steps", std::to_string(out.steps) + " is not more than " +
-                              params.path("warmup_num_steps") + " (" +
-                              std::to_string(options.warmup_num_steps) + "), and " + options.type +
+                              params.path("warmup_num_steps") + " (" + counted + "), and " +
+                              options.type +
                               " decays after the warmup until step `steps`; run longer, warm up "
                               "for fewer steps, or set scheduler.params.total_num_steps");
   }

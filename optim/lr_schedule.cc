@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <string>
 
 #include "base/error.h"
 
@@ -26,12 +27,15 @@ LrSchedule::LrSchedule(const LrScheduleOptions& options, float base_lr)
           "must be \"log\" or \"linear\", got \"" + options_.warmup_type + "\"");
   require(options_.warmup_num_steps >= 0, "warmup_num_steps", "must be >= 0");
   // DeepSpeed raises warmup_num_steps to 2 so that log(warmup_num_steps) is not 0.
-  options_.warmup_num_steps = std::max<std::int64_t>(2, options_.warmup_num_steps);
+  const std::int64_t given_warmup = options_.warmup_num_steps;
+  options_.warmup_num_steps = std::max<std::int64_t>(2, given_warmup);
+  const std::string counted = given_warmup == options_.warmup_num_steps
+                                  ? std::to_string(given_warmup)
+                                  : std::to_string(given_warmup) + ", counted as 2";
   if (options_.warmup_max_lr < 0.0f) options_.warmup_max_lr = base_lr;
   if (type != "WarmupLR") {
     require(options_.total_num_steps > options_.warmup_num_steps, "total_num_steps",
-            "must be greater than warmup_num_steps (" +
-                std::to_string(options_.warmup_num_steps) + "), got " +
+            "must be greater than warmup_num_steps (" + counted + "), got " +
                 std::to_string(options_.total_num_steps));
   }
   if (type == "WarmupCosineLR") {

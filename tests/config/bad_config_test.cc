@@ -153,6 +153,18 @@ const BadConfig kBadConfigs[] = {
      {"scheduler={\"type\": \"WarmupDecayLR\", \"params\": {\"warmup_num_steps\": 20, "
       "\"total_num_steps\": 10}}"},
      "scheduler.params.total_num_steps: must be greater than warmup_num_steps (20), got 10"},
+    // DeepSpeed counts a warmup of 0 or 1 steps as 2: the message says so, not "(2)" alone.
+    {"RunNoLongerThanTheLeastWarmup", false,
+     {"scheduler={\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": 1}}",
+      "steps=2"},
+     "steps: 2 is not more than scheduler.params.warmup_num_steps (1, counted as 2: a warmup is at "
+     "least 2 steps, as in DeepSpeed), and WarmupCosineLR decays after the warmup until step "
+     "`steps`; run longer, warm up for fewer steps, or set scheduler.params.total_num_steps"},
+    {"ExplicitTotalNoLongerThanTheLeastWarmup", false,
+     {"scheduler={\"type\": \"WarmupDecayLR\", \"params\": {\"warmup_num_steps\": 0, "
+      "\"total_num_steps\": 2}}"},
+     "scheduler.params.total_num_steps: must be greater than warmup_num_steps (0, counted as 2), "
+     "got 2"},
     {"RunShorterThanItsWarmup", false,
      {"scheduler={\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": 10}}"},
      "steps: 10 is not more than scheduler.params.warmup_num_steps (10), and WarmupCosineLR decays "
