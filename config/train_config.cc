@@ -272,10 +272,12 @@ void parse_log(Block& root, TrainConfig& out) {
 
 // `checkpoint`: see CheckpointConfig.
 // Under a pipeline, hybrid sharding splits each pipeline stage's data-parallel group
-// (pipeline/pipeline_trainer.h): a size must divide that group, not only the world.
+// (pipeline/pipeline_trainer.h): a size must divide that group, not only the world. At stage 0
+// too, where it changes nothing but the pipeline still checks it against the group
+// (engine/hybrid_shards.h).
 static void check_hybrid_pipeline(const TrainConfig& out) {
   const int asked = out.engine.hybrid_shard_size;
-  if (!out.pipeline.enabled() || asked <= 0 || out.engine.stage == 0) return;
+  if (!out.pipeline.enabled() || asked <= 0) return;
   const int data_parallel = out.pipeline.data_parallel;
   if (data_parallel % asked == 0) return;
   config_error("zero_optimization.hybrid_shard_size",
