@@ -132,6 +132,13 @@ TEST(TopologyConfig, HybridShardingInsidePipelineStagesIsCheckedAtEveryZeroStage
               "pipeline stage (world.ranks 4 / pipeline.stages 2 = 2), got 4")
         << "stage " << stage;
   }
+  // "node" where the config knows the node: given, or the local backend's threads (one node).
+  config["zero_optimization"]["hybrid_shard_size"] = "node";
+  EXPECT_EQ(config_error(config),
+            "zero_optimization.hybrid_shard_size: must divide the data-parallel ranks of each "
+            "pipeline stage (world.ranks 4 / pipeline.stages 2 = 2), got \"node\" (4 ranks)");
+  config["world"]["ranks_per_node"] = 2;
+  EXPECT_NO_THROW(parse_train_config(config, {}));
 }
 
 }  // namespace
