@@ -19,12 +19,6 @@ namespace {
 // A DeepSpeed key zest does not act on: accepted at its default, refused otherwise with why.
 constexpr std::size_t kMaxUnitsNamed = std::size_t{1} << 16;
 
-// The number of units unit_names(model) would name, without naming them.
-std::size_t units_of(const ModelSpec& model) {
-  if (model.type == "gpt") return static_cast<std::size_t>(std::max(model.gpt.n_layer, 0)) + 2;
-  return model.mlp.sizes.empty() ? 0 : model.mlp.sizes.size() - 1;
-}
-
 void refuse_unless_default(Block& block, const std::string& key, const json& fallback,
                            const std::string& why) {
   const json& value = block.get_or(key, fallback);
@@ -86,7 +80,7 @@ void parse_activation_checkpointing(Block& root, TrainConfig& out) {
   // only with a policy, and only for a model of units the tools can build (they refuse more
   // than kMaxUnitsNamed), so that an impossible model's config does not list a billion names.
   json recomputed = json::array();
-  if (!options.enabled() || units_of(out.model) > kMaxUnitsNamed) {
+  if (!options.enabled() || unit_count(out.model) > kMaxUnitsNamed) {
     block.get_or("recomputed", json::array()) = std::move(recomputed);
     return;
   }

@@ -38,9 +38,33 @@ constexpr std::size_t kMaxPartitionedUnits = std::size_t{1} << 16;
 // x chunks).
 constexpr std::int64_t kMaxScheduleCells = std::int64_t{1} << 22;
 
-std::size_t units_of(const ModelSpec& model) {
-  if (model.type == "gpt") return static_cast<std::size_t>(std::max(model.gpt.n_layer, 0)) + 2;
-  return model.mlp.sizes.empty() ? 0 : model.mlp.sizes.size() - 1;
+// Note: a vocabulary piece's backward reads the head's saved ln_f(x) and d(logits) through the
+// model object they share (models/gpt_pieces.h), and the embedding's pieces and the head are
+// always on different pipeline stages: refused here, not crashed on later.
+void refuse_vocab_pieces(const TrainConfig& config) {
+  if (config.model.type != "gpt") return;
+  const int pieces = resolved_vocab_pieces(config.model.gpt);
+  if (pieces == 1 || config.pipeline.stages == 1) return;
+  const bool automatic = config.model.gpt.vocab_pieces == kAutoVocabPieces;
+  config_error("model.vocab_pieces",
+               "must be 1 with pipeline.stages > 1 (got " + std::to_string(pieces) +
+                   (automatic ? " from \"auto\"" : "") + ", pipeline.stages " +
+                   std::to_string(config.pipeline.stages) +
+                   "): a vocabulary piece's backward reads the head's saved values, which are on "
+                   "another pipeline stage; leave vocab_pieces out or the pipeline block");
+}
+
+// The pipeline refuses it when it starts (pipeline/pipeline_trainer.h); refused here so that it
+// is one line from the config, not a rank's error at run time.
+void refuse_checkpoint_offload(const TrainConfig& config) {
+  if (!config.engine.activation_checkpointing.cpu_checkpointing || config.pipeline.stages == 1) {
+    return;
+  }
+  config_error("activation_checkpointing.cpu_checkpointing",
+               "true is not supported with pipeline stages yet (pipeline.stages " +
+                   std::to_string(config.pipeline.stages) +
+                   "): it keeps one micro-batch's checkpoints, and a pipeline holds several; set "
+                   "it to false or leave the pipeline block out");
 }
 
 PartitionMethod read_partition(const json& value, const std::string& path,
@@ -70,7 +94,7 @@ PartitionMethod read_partition(const json& value, const std::string& path,
 std::vector<std::size_t> resolve_partition(const TrainConfig& config, const Schedule& schedule,
                                            const std::vector<std::size_t>& list) {
   const PipelineConfig& pipeline = config.pipeline;
-  const std::size_t units = units_of(config.model);
+  const std::size_t units = unit_count(config.model);
   const int virtual_stages = pipeline.virtual_stages();
   // Fewer units than virtual stages is the same error whichever the method.
   const std::vector<std::size_t> uniform = uniform_partition(units, virtual_stages);
@@ -135,9 +159,11 @@ void parse_pipeline(Block& root, TrainConfig& out) {
   PipelineConfig& pipeline = out.pipeline;
   json* value = root.find("pipeline");
   if (value == nullptr) {
-    pipeline.units_per_virtual_stage = {units_of(out.model)};
+    pipeline.units_per_virtual_stage = {unit_count(out.model)};
     return;
   }
+  refuse_vocab_pieces(out);
+  refuse_checkpoint_offload(out);
   Block block(*value, "pipeline", kKeys);
   block.get_or("stages", pipeline.stages);
   block.get_or("micro_batches", pipeline.micro_batches);
@@ -175,7 +201,7 @@ void parse_pipeline(Block& root, TrainConfig& out) {
                      "): only stage 3 gathers parameters per micro-batch");
   }
 
-  const std::size_t model_units = units_of(out.model);
+  const std::size_t model_units = unit_count(out.model);
   if (model_units > kMaxPartitionedUnits) {
     // Before any unit is named or planned: the tools refuse such a model anyway
     // (tools/common/model_size.h), and naming its units here would take its size in memory.

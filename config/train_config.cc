@@ -272,17 +272,27 @@ void parse_log(Block& root, TrainConfig& out) {
 
 // `checkpoint`: see CheckpointConfig.
 // Under a pipeline, hybrid sharding splits each pipeline stage's data-parallel group
-// (pipeline/pipeline_trainer.h): a size must divide that group, not only the world.
+// (pipeline/pipeline_trainer.h): a size must divide that group, not only the world. At stage 0
+// too, where it changes nothing but the pipeline still checks it against the group
+// (engine/hybrid_shards.h).
+// "node" is checked where the config knows the node: world.ranks_per_node given, or ranks as
+// threads of the local backend, which are one node unless it is given; a launcher's nodes are
+// checked when the pipeline starts.
 static void check_hybrid_pipeline(const TrainConfig& out) {
-  const int asked = out.engine.hybrid_shard_size;
-  if (!out.pipeline.enabled() || asked <= 0 || out.engine.stage == 0) return;
+  int asked = out.engine.hybrid_shard_size;
+  const bool node = asked == kHybridShardNode;
+  if (node && out.world.ranks_per_node > 0) asked = out.world.ranks_per_node;
+  if (node && out.world.ranks_per_node == 0 && out.world.backend == "local") asked = out.world.ranks;
+  if (!out.pipeline.enabled() || asked <= 0) return;
   const int data_parallel = out.pipeline.data_parallel;
   if (data_parallel % asked == 0) return;
   config_error("zero_optimization.hybrid_shard_size",
                "must divide the data-parallel ranks of each pipeline stage (world.ranks " +
                    std::to_string(out.world.ranks) + " / pipeline.stages " +
                    std::to_string(out.pipeline.stages) + " = " + std::to_string(data_parallel) +
-                   "), got " + std::to_string(asked));
+                   "), got " +
+                   (node ? "\"node\" (" + std::to_string(asked) + " ranks)"
+                         : std::to_string(asked)));
 }
 
 // Note: qgZ's exchange is sends and receives inside the data-parallel group; inside pipeline

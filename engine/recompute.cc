@@ -1,6 +1,7 @@
 #include "engine/recompute.h"
 
 #include "base/error.h"
+#include "engine/module.h"
 
 namespace zest {
 
@@ -27,6 +28,15 @@ std::string ordinal(std::size_t n) {
 
 }  // namespace
 
+std::vector<Recomputable> recomputable_of(const std::vector<Unit*>& units) {
+  std::vector<Recomputable> recomputable;
+  for (const Unit* unit : units) {
+    recomputable.push_back({!unit->gradients_replace_parameters(),
+                            unit->supports_selective_recompute()});
+  }
+  return recomputable;
+}
+
 std::vector<RecomputePolicy> plan_recompute(const ActivationCheckpointing& options,
                                             const std::vector<Recomputable>& units) {
   const std::size_t count = units.size();
@@ -44,19 +54,28 @@ std::vector<RecomputePolicy> plan_recompute(const ActivationCheckpointing& optio
     plan[u] = options.policy;
     ++recomputed;
   }
-  const std::string model = "the model's " + std::to_string(count) + " unit" +
-                            (count == 1 ? "" : "s") +
-                            " that can be recomputed (the last and an embedding never are)";
+  const std::string model = "among the model's " + std::to_string(count) + " unit" +
+                            (count == 1 ? "" : "s") + " (the last and an embedding never are)";
+  if (named == 0 && options.first == 0 && options.every == 1) {
+    // Nothing narrowed the list: the model itself has no unit to recompute.
+    throw Error(ErrorKind::kConfig, std::string("activation_checkpointing.policy: \"") +
+                                        recompute_policy_name(options.policy) +
+                                        "\" finds no unit to recompute " + model +
+                                        "; set \"none\"");
+  }
   if (named == 0) {
+    const bool both = options.first > 0 && options.every > 1;
     const std::string list =
-        options.first > 0 && options.every > 1
-            ? "every " + ordinal(options.every) + " unit of the first " +
-                  std::to_string(options.first)
+        both ? "every " + ordinal(options.every) + " unit of the first " +
+                   std::to_string(options.first)
         : options.first > 0 ? "the first " + std::to_string(options.first)
-        : options.every > 1 ? "every " + ordinal(options.every) + " unit"
-                            : "every unit";
+                            : "every " + ordinal(options.every) + " unit";
+    const std::string advice = both                ? "lower every or raise first"
+                               : options.first > 0 ? "raise first"
+                                                   : "lower every";
     throw Error(ErrorKind::kConfig, "activation_checkpointing.units: " + list +
-                                        " names no unit of " + model + "; name fewer");
+                                        " names no unit that can be recomputed " + model + "; " +
+                                        advice);
   }
   if (recomputed == 0) {
     throw Error(ErrorKind::kConfig,
@@ -66,6 +85,18 @@ std::vector<RecomputePolicy> plan_recompute(const ActivationCheckpointing& optio
                     " named can; use \"full\"");
   }
   return plan;
+}
+
+std::vector<RecomputePolicy> given_or_planned(const ActivationCheckpointing& options,
+                                              const std::vector<RecomputePolicy>& given,
+                                              const std::vector<Unit*>& units) {
+  if (given.empty()) return plan_recompute(options, recomputable_of(units));
+  if (given.size() != units.size()) {
+    throw Error(ErrorKind::kUsage, "recompute_plan: " + std::to_string(given.size()) +
+                                       " entries for a module of " +
+                                       std::to_string(units.size()) + " units");
+  }
+  return given;
 }
 
 }  // namespace zest

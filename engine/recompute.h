@@ -44,12 +44,23 @@ struct Recomputable {
   bool selective = false;  // Unit::supports_selective_recompute()
 };
 
+class Unit;  // engine/module.h
+
+// What each of `units` allows, from its own declarations.
+std::vector<Recomputable> recomputable_of(const std::vector<Unit*>& units);
+
 // Per unit, what the engine does: kNone, kSelective (forward keeps its selective part, the engine
 // calls recompute() before backward) or kFull. Throws a kConfig Error naming the key when the
 // options name no unit that the policy can recompute (a unit list beyond the model, a selective
 // policy for a model none of whose named units can recompute selectively).
 std::vector<RecomputePolicy> plan_recompute(const ActivationCheckpointing& options,
                                             const std::vector<Recomputable>& units);
+
+// `given` (EngineOptions::recompute_plan) when it is not empty, else plan_recompute over what
+// `units` allow. A kUsage Error when `given` has not one entry per unit.
+std::vector<RecomputePolicy> given_or_planned(const ActivationCheckpointing& options,
+                                              const std::vector<RecomputePolicy>& given,
+                                              const std::vector<Unit*>& units);
 
 // On a device whose frees wait for the stream (the CPU device's arena), the host would charge
 // every unit's transient activations at once, since it enqueues a whole forward before the

@@ -160,12 +160,7 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
   if (first_computing_ == units_.size()) {
     throw Error(ErrorKind::kUsage, "the module holds only lent copies: no unit to run");
   }
-  std::vector<Recomputable> recomputable;
-  for (Unit* unit : units) {
-    recomputable.push_back({!unit->gradients_replace_parameters(),
-                            unit->supports_selective_recompute()});
-  }
-  recompute_ = plan_recompute(options_.activation_checkpointing, recomputable);
+  recompute_ = given_or_planned(options_.activation_checkpointing, options_.recompute_plan, units);
   bound_recompute_lag_ = context_.device.kind() != DeviceKind::kCuda;
   input_offloaded_.assign(units_.size(), false);
   if (options_.activation_checkpointing.cpu_checkpointing) {

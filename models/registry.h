@@ -27,12 +27,20 @@ struct ModelSpec {
 // Throws a kConfig Error naming model.type for an unknown type.
 std::unique_ptr<Module> make_model(const ModelSpec& spec);
 
+// The number of units make_model(spec) declares (a GPT's vocabulary pieces counted), in
+// constant time: what a config checks before it names a model's units. The same errors as
+// make_model.
+std::size_t unit_count(const ModelSpec& spec);
+
 // The names of the units make_model(spec) declares, in order, computed from `spec` without
 // declaring the model (a GPT of many layers costs time per unit); the same errors as make_model.
+// Note: the one place outside the models that knows their units' names and count; the pipeline
+// partition, the recompute plan's names, debug.fault.unit and zest-estimate all read it.
 std::vector<std::string> unit_names(const ModelSpec& spec);
 
-// Per unit of unit_names(spec): what recomputation it allows (engine/recompute.h: the GPT's
-// embedding none, its blocks selective too), without declaring the model.
+// Per unit of unit_names(spec): what recomputation it allows (engine/recompute.h: the uncut
+// GPT's embedding none, a vocabulary piece full only, the blocks selective too), without
+// declaring the model.
 std::vector<Recomputable> recomputable_units(const ModelSpec& spec);
 
 // The shape of one rank's micro-batch inputs for `spec`: [micro, sizes[0]] features for the MLP,

@@ -95,6 +95,10 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
   send_activations_ = context_.device.create_stream("send activations");
   send_gradients_ = context_.device.create_stream("send gradients");
 
+  // The whole model's recompute plan, each chunk's units taking their entries (engine.h).
+  const std::vector<RecomputePolicy> recompute =
+      plan_recompute(engine_.activation_checkpointing, recomputable_of(whole));
+
   std::vector<std::size_t> first(partition.size(), 0);
   for (std::size_t v = 1; v < partition.size(); ++v) first[v] = first[v - 1] + partition[v - 1];
   for (std::size_t w = 0; w < whole.size(); ++w) {
@@ -128,6 +132,12 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
     EngineOptions options = engine_;
     options.gradient_accumulation_steps = m;
     options.fault = {};  // the pipeline injects faults itself, by world rank (inject_fault)
+    options.recompute_plan.clear();
+    for (std::size_t u = 0; u < part.whole_indices().size(); ++u) {
+      options.recompute_plan.push_back(
+          u < part.copies() ? RecomputePolicy::kNone
+                            : recompute[static_cast<std::size_t>(part.whole_indices()[u])]);
+    }
     if (engine_.stage == 3 && !pipeline_.reshard_after_forward) {
       // A slot per unit: a unit once gathered stays until the step changes its shards.
       options.gather_slots = std::max(options.gather_slots, part.whole_indices().size());

@@ -51,8 +51,8 @@ const BadConfig kBadConfigs[] = {
      "selectively (a GPT block), and none of the 1 unit named can; use \"full\""},
     {"RecomputedUnitsBeyondTheModel", true,
      {"activation_checkpointing.policy=\"full\"", "activation_checkpointing.units.every=4"},
-     "activation_checkpointing.units: every 4th unit names no unit of the model's 4 units that "
-     "can be recomputed (the last and an embedding never are); name fewer"},
+     "activation_checkpointing.units: every 4th unit names no unit that can be recomputed "
+     "among the model's 4 units (the last and an embedding never are); lower every"},
     {"RecomputePolicyUnknown", true, {"activation_checkpointing.policy=\"partial\""},
      "activation_checkpointing.policy: must be none, selective or full, got \"partial\""},
     {"CpuCheckpointingWithoutAPolicy", true, {"activation_checkpointing.cpu_checkpointing=true"},

@@ -203,6 +203,23 @@ TEST(PipelineConfig, EveryBadValueIsOneLineNamingItsKey) {
   EXPECT_THAT(config_error(misplaced), HasSubstr("did you mean 'pipeline.micro_batches'?"));
 }
 
+// Each pipeline stage recomputes what the whole model's plan gives its units, which the config
+// lists; offloading the checkpoints is not served inside pipeline stages, and the config says
+// so in one line rather than a rank at run time.
+TEST(PipelineConfig, RecomputationListsTheWholeModelsPlanAndRefusesCheckpointOffload) {
+  json config = with_pipeline(gpt_config(), {{"stages", 4}});
+  config["activation_checkpointing"] = {{"policy", "full"}};
+  EXPECT_EQ(parse_train_config(config).json["activation_checkpointing"]["recomputed"],
+            json({"block0", "block1", "block2", "block3"}));
+  config["activation_checkpointing"]["cpu_checkpointing"] = true;
+  EXPECT_EQ(config_error(config),
+            "activation_checkpointing.cpu_checkpointing: true is not supported with pipeline "
+            "stages yet (pipeline.stages 4): it keeps one micro-batch's checkpoints, and a "
+            "pipeline holds several; set it to false or leave the pipeline block out");
+  config["pipeline"]["stages"] = 1;
+  EXPECT_NO_THROW(parse_train_config(config));
+}
+
 TEST(PipelineConfig, OverridesReachTheBlock) {
   const TrainConfig config =
       parse_train_config(gpt_config(), {"pipeline.stages=4", "pipeline.partition=[1,1,2,2]"});

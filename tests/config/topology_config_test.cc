@@ -118,5 +118,28 @@ TEST(TopologyConfig, HybridShardingInsidePipelineStagesDividesTheirDataParallelG
   EXPECT_NO_THROW(parse_train_config(config, {}));
 }
 
+// At ZeRO stage 0 too: nothing is sharded there, but the pipeline checks the size against the
+// stage's group when it starts, so the config refuses it as at stages 1-3, not a rank at run time.
+TEST(TopologyConfig, HybridShardingInsidePipelineStagesIsCheckedAtEveryZeroStage) {
+  json config = base_config();
+  config["model"]["sizes"] = {8, 16, 16, 4};
+  config["pipeline"] = {{"stages", 2}};
+  config["zero_optimization"]["hybrid_shard_size"] = 4;
+  for (int stage : {0, 1, 2, 3}) {
+    config["zero_optimization"]["stage"] = stage;
+    EXPECT_EQ(config_error(config),
+              "zero_optimization.hybrid_shard_size: must divide the data-parallel ranks of each "
+              "pipeline stage (world.ranks 4 / pipeline.stages 2 = 2), got 4")
+        << "stage " << stage;
+  }
+  // "node" where the config knows the node: given, or the local backend's threads (one node).
+  config["zero_optimization"]["hybrid_shard_size"] = "node";
+  EXPECT_EQ(config_error(config),
+            "zero_optimization.hybrid_shard_size: must divide the data-parallel ranks of each "
+            "pipeline stage (world.ranks 4 / pipeline.stages 2 = 2), got \"node\" (4 ranks)");
+  config["world"]["ranks_per_node"] = 2;
+  EXPECT_NO_THROW(parse_train_config(config, {}));
+}
+
 }  // namespace
 }  // namespace zest

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 #include "config/train_config.h"
@@ -24,15 +25,17 @@ json gpt_config(const json& pieces) {
   return config;
 }
 
-std::string error_of(const json& pieces) {
+std::string error_of_config(const json& config) {
   try {
-    parse_train_config(gpt_config(pieces), {});
+    parse_train_config(config, {});
   } catch (const Error& error) {
     EXPECT_EQ(error.kind(), ErrorKind::kConfig);
     return error.what();
   }
   return "accepted";
 }
+
+std::string error_of(const json& pieces) { return error_of_config(gpt_config(pieces)); }
 
 TEST(VocabPiecesConfig, DefaultsToOneAndResolvesAuto) {
   TrainConfig plain = parse_train_config(gpt_config(nullptr), {});
@@ -82,6 +85,58 @@ TEST(VocabPiecesConfig, LogitsByPiecesIsABooleanThatNeedsVocabularyPieces) {
     const std::string message = error.what();
     EXPECT_EQ(message.rfind("model.logits_by_pieces: needs model.vocab_pieces", 0), 0u) << message;
   }
+}
+
+// The cut model's units are embedding, wte_piece1.., the blocks and the head wherever the config
+// names units: the recompute plan it prints (and a checkpoint's manifest keeps), debug.fault.unit.
+TEST(VocabPiecesConfig, TheConfigNamesTheCutModelsUnits) {
+  json config = gpt_config(3);
+  config["activation_checkpointing"] = {{"policy", "full"}};
+  const TrainConfig full = parse_train_config(config, {});
+  EXPECT_EQ(full.json["activation_checkpointing"]["recomputed"],
+            json({"embedding", "wte_piece1", "wte_piece2", "block0", "block1"}));
+  config["activation_checkpointing"] = {{"policy", "full"}, {"units", {{"every", 2}}}};
+  EXPECT_EQ(parse_train_config(config, {}).json["activation_checkpointing"]["recomputed"],
+            json({"wte_piece1", "block0"}));
+  config["activation_checkpointing"] = {{"policy", "selective"}};
+  EXPECT_EQ(parse_train_config(config, {}).json["activation_checkpointing"]["recomputed"],
+            json({"block0", "block1"}));
+  json faulty = gpt_config(3);
+  faulty["debug"] = {{"fault", {{"kind", "throw"}, {"unit", "wte_piece2"}}}};
+  EXPECT_EQ(parse_train_config(faulty, {}).engine.fault.unit, "wte_piece2");
+  faulty["debug"]["fault"]["unit"] = "wte_piece3";
+  EXPECT_EQ(error_of_config(faulty).rfind("debug.fault.unit: must name a unit of the model", 0),
+            0u);
+}
+
+// A vocabulary piece's backward reads the head's saved values, and the head is on another
+// pipeline stage: with pipeline stages the config refuses pieces in one line naming the key,
+// whatever the stages, schedule or partition (it crashed while naming the partition's units).
+TEST(VocabPiecesConfig, PipelineStagesRefuseVocabularyPiecesInOneLine) {
+  const std::vector<json> pipelines = {
+      {{"stages", 2}},
+      {{"stages", 4}},
+      {{"stages", 2}, {"partition", {2, 3}}},
+      {{"stages", 2}, {"partition", "uniform"}},
+      {{"stages", 2}, {"schedule", "interleaved_1f1b"}},
+      {{"stages", 4}, {"schedule", "zb_h1"}},
+      {{"stages", 2}, {"schedule", "gpipe"}, {"partition", "memory"}}};
+  for (const json& pieces : {json(2), json("auto")}) {
+    for (const json& pipeline : pipelines) {
+      json config = gpt_config(pieces);
+      config["world"] = {{"ranks", 4}};
+      config["train_batch_size"] = 8;
+      config["pipeline"] = pipeline;
+      const std::string message = error_of_config(config);
+      EXPECT_EQ(message.rfind("model.vocab_pieces: must be 1 with pipeline.stages > 1", 0), 0u)
+          << pipeline.dump() << ": " << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+  }
+  // One pipeline stage is no pipeline: pieces train as without the block.
+  json config = gpt_config(2);
+  config["pipeline"] = {{"stages", 1}};
+  EXPECT_NO_THROW(parse_train_config(config, {}));
 }
 
 }  // namespace

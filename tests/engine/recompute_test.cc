@@ -182,10 +182,13 @@ TEST(RecomputeOptions, AUnitListThatNamesNoUnitIsRefusedByKey) {
   first.first = 1;  // the embedding only: its gradient may replace its parameters
   EXPECT_THAT(shard_error(gpt, first),
               HasSubstr("activation_checkpointing.units: the first 1 names no unit"));
+  EXPECT_THAT(shard_error(gpt, first), HasSubstr("; raise first"));  // naming more, not fewer
+  EXPECT_THAT(shard_error(gpt, every), HasSubstr("; lower every"));
+  // Nothing named narrowed: the policy, not the list, is what to change.
   Mlp one_layer(MlpConfig{{13, 7}});
-  EXPECT_THAT(shard_error(one_layer, policy(RecomputePolicy::kFull)),
-              HasSubstr("activation_checkpointing.units: every unit names no unit of the "
-                        "model's 1 unit that can be recomputed"));
+  EXPECT_EQ(shard_error(one_layer, policy(RecomputePolicy::kFull)),
+            "activation_checkpointing.policy: \"full\" finds no unit to recompute among the "
+            "model's 1 unit (the last and an embedding never are); set \"none\"");
 }
 
 TEST(RecomputeOptions, CheckpointOffloadWithoutAHostArenaIsRefusedByKey) {

@@ -78,4 +78,18 @@ TEST_F(ZestEstimateVocabPieces, FitShowsTheLargerModelThePiecesFitAtStage3) {
   EXPECT_GT(variant["n_embd"].get<std::int64_t>(), fit[3]["n_embd"].get<std::int64_t>());
 }
 
+// With pipeline stages the config refuses vocabulary pieces (they cannot cross stages), so the
+// estimate says so in one line instead of crashing while it names the stages' units.
+TEST_F(ZestEstimateVocabPieces, PipelineStagesWithPiecesAreOneInputError) {
+  for (const std::string& stages : {std::string("pipeline.stages=2"),
+                                    std::string("pipeline.stages=4")}) {
+    const ProcessResult result = zest::testing::run_program(
+        kEstimate, wide_vocabulary({"--set", "model.vocab_pieces=2", "--set", stages}),
+        {path("stdout.txt"), path("stderr.txt")});
+    EXPECT_EQ(result.status, 2) << stages << ": " << result.err;
+    EXPECT_THAT(result.err, HasSubstr("model.vocab_pieces: must be 1 with pipeline.stages > 1"));
+    EXPECT_EQ(zest::testing::lines_of(result.err).size(), 1u) << result.err;
+  }
+}
+
 }  // namespace

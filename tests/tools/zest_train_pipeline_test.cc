@@ -24,6 +24,7 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 using zest::testing::lines_of;
 using zest::testing::ProcessResult;
@@ -146,8 +147,15 @@ TEST_F(ZestTrainPipeline, ACheckpointSavedWithPipelineStagesResumesWithAndWithou
   // Without pipeline stages (ZeRO over the 4 ranks): the same state, summed in another order.
   std::remove(path("metrics.jsonl").c_str());
   // (From step 2 by its path: the resumed run above saved step 4 on exit.)
-  const std::vector<StepLoss> plain =
-      steps_of({"steps=4", "checkpoint.resume=\"" + path("ckpt") + "/step-2\""});
+  const ProcessResult resumed_plain =
+      train({"steps=4", "checkpoint.resume=\"" + path("ckpt") + "/step-2\""},
+            {"--metrics", path("metrics.jsonl")});
+  ASSERT_EQ(resumed_plain.status, 0) << resumed_plain.err;
+  // The same global and micro-batch: the accumulation steps changed with the data-parallel
+  // ranks (2 -> 4), which is no change of the run to warn about.
+  EXPECT_THAT(resumed_plain.out, HasSubstr("resumed from"));
+  EXPECT_THAT(resumed_plain.out, Not(HasSubstr("warning")));
+  const std::vector<StepLoss> plain = zest::testing::step_losses(path("metrics.jsonl"));
   ASSERT_EQ(plain.size(), 2u);
   for (std::size_t i = 0; i < plain.size(); ++i) {
     EXPECT_NEAR(plain[i].loss, uninterrupted[i + 2].loss, 1e-5 * uninterrupted[i + 2].loss)
@@ -203,6 +211,44 @@ TEST_F(ZestTrainPipeline, StartsFromAnExportedModelAsThePlainRunDoes) {
   // A file of another model is refused on every rank, in one line.
   expect_input_error({R"(pipeline={"stages": 2})", "model.n_layer=3", init}, {},
                      "does not hold this model's parameters");
+}
+
+// Recomputation inside pipeline stages follows the whole model's plan, which --print-config
+// lists: 4 pipeline stages put the embedding (which never recomputes) alone on the first.
+TEST_F(ZestTrainPipeline, RecomputesInsidePipelineStagesToTheBit) {
+  for (const std::string& pipeline : {std::string(R"(pipeline={"stages": 2})"),
+                                      std::string(R"(pipeline={"stages": 4})")}) {
+    std::remove(path("metrics.jsonl").c_str());
+    const std::vector<StepLoss> plain = steps_of({pipeline});
+    std::remove(path("metrics.jsonl").c_str());
+    const std::vector<StepLoss> recomputed =
+        steps_of({pipeline, "activation_checkpointing.policy=\"full\""});
+    ASSERT_EQ(plain.size(), 3u) << pipeline;
+    ASSERT_EQ(recomputed.size(), plain.size()) << pipeline;
+    for (std::size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_EQ(recomputed[i].loss, plain[i].loss) << pipeline << ", step " << i + 1;
+      EXPECT_EQ(recomputed[i].grad_norm, plain[i].grad_norm) << pipeline << ", step " << i + 1;
+    }
+  }
+  const ProcessResult printed =
+      train({R"(pipeline={"stages": 2})", "activation_checkpointing.policy=\"full\""},
+            {"--print-config"});
+  ASSERT_EQ(printed.status, 0) << printed.err;
+  EXPECT_EQ(json::parse(printed.out)["activation_checkpointing"]["recomputed"],
+            json({"block0", "block1"}));
+}
+
+// Vocabulary pieces cannot cross pipeline stages (the pieces read the head's saved values): one
+// input error from the config, before anything runs, at any pipeline shape — never a crash.
+TEST_F(ZestTrainPipeline, VocabularyPiecesWithPipelineStagesAreOneInputError) {
+  for (const std::string& stages : {std::string("pipeline.stages=2"),
+                                    std::string("pipeline.stages=4")}) {
+    for (const std::vector<std::string>& flags :
+         {std::vector<std::string>{}, std::vector<std::string>{"--print-config"}}) {
+      expect_input_error({"model.vocab_pieces=2", stages}, flags,
+                         "model.vocab_pieces: must be 1 with pipeline.stages > 1");
+    }
+  }
 }
 
 }  // namespace

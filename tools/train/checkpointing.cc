@@ -45,6 +45,10 @@ extern "C" void on_stop_signal(int signal) {
 // A saved config value that differs from this run's, for a warning: the data of step k depends
 // on the seed and the batch sizes, so a resumed run that changes them does not continue the same
 // run.
+bool same_value(const nlohmann::json& saved, const nlohmann::json& now, const char* key) {
+  return saved.is_object() && saved.contains(key) && now.contains(key) && saved[key] == now[key];
+}
+
 void warn_if_changed(const nlohmann::json& saved, const nlohmann::json& now, const char* key) {
   if (!saved.is_object() || !saved.contains(key) || !now.contains(key)) return;
   if (saved[key] == now[key]) return;
@@ -103,8 +107,17 @@ std::int64_t TrainCheckpoints::resume(RankContext& context, Trainer& trainer) {
                    "/manifest.json has no checksum (an older zest wrote it): its counters and "
                    "layout were read unchecked; checkpoints saved from now on carry one");
     }
-    for (const char* key : {"seed", "train_batch_size", "gradient_accumulation_steps"}) {
+    for (const char* key : {"seed", "train_batch_size"}) {
       warn_if_changed(loaded.config, config_.json, key);
+    }
+    // Note: at the same global and micro-batch the accumulation steps follow from the
+    // data-parallel ranks (world.ranks / pipeline.stages), which a resume may change: only a
+    // step cut into other micro-batches is worth the warning.
+    const bool same_micro_batches =
+        same_value(loaded.config, config_.json, "train_batch_size") &&
+        same_value(loaded.config, config_.json, "train_micro_batch_size_per_gpu");
+    if (!same_micro_batches) {
+      warn_if_changed(loaded.config, config_.json, "gradient_accumulation_steps");
     }
   }
   return trainer.steps_taken() + 1;
