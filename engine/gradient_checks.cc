@@ -70,7 +70,9 @@ void GradientChecks::raise_divergence(std::int64_t step, const std::vector<FlatU
   std::vector<std::string> where;
   for (std::size_t rank = 0; rank < all.size(); ++rank) {
     if (all[rank] < 0) continue;
-    where.push_back(fmt::format("rank {}, unit {}", rank,
+    // Note: the world's rank: the group may be a shard group or a pipeline stage's.
+    const int world_rank = context_.communicator.world_rank_of(static_cast<int>(rank));
+    where.push_back(fmt::format("rank {}, unit {}", world_rank,
                                 units[static_cast<std::size_t>(all[rank])].layout.unit_name()));
   }
   // Note: no rank's own gradient may be non-finite while the reduced one is (an overflow in the

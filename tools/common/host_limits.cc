@@ -1,0 +1,110 @@
+#include "tools/common/host_limits.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "base/byte_size.h"
+#include "base/dtype.h"
+#include "base/error.h"
+#include "tools/common/model_size.h"
+
+namespace zest {
+namespace {
+
+// Threads a rank of the local backend starts at least: its own and its streams' (compute, comm,
+// prefetch: runtime/rank_resources.h), and a pipeline's two send streams.
+constexpr std::uint64_t kThreadsPerRank = 4;
+constexpr std::uint64_t kPipelineSendThreads = 2;
+// Note: what a rank thread of the smallest model holds besides its buffers — its threads' stacks
+// as touched, its device's and streams' state — measured as about 0.3 MiB a rank (zest-train, a
+// 2-layer GPT, 256 to 1024 ranks); half of it, so that the floor stays below any real run.
+constexpr std::uint64_t kBytesPerRank = 128 << 10;
+
+std::uint64_t saturating_multiply(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t product = 0;
+  return __builtin_mul_overflow(a, b, &product) ? std::numeric_limits<std::uint64_t>::max()
+                                                : product;
+}
+
+std::uint64_t read_number_file(const char* path) {
+  std::ifstream file(path);
+  std::uint64_t value = 0;
+  return file >> value ? value : 0;
+}
+
+void lower_to(HostLimits& limits, std::uint64_t threads, const char* source) {
+  if (threads == 0 || (limits.threads != 0 && limits.threads <= threads)) return;
+  limits.threads = threads;
+  limits.threads_source = source;
+}
+
+}  // namespace
+
+HostLimits host_limits() {
+  HostLimits limits;
+  lower_to(limits, read_number_file("/proc/sys/kernel/threads-max"), "kernel.threads-max");
+  lower_to(limits, read_number_file("/proc/sys/kernel/pid_max"), "kernel.pid_max");
+  rlimit processes{};
+  if (getrlimit(RLIMIT_NPROC, &processes) == 0 && processes.rlim_cur != RLIM_INFINITY) {
+    lower_to(limits, static_cast<std::uint64_t>(processes.rlim_cur), "RLIMIT_NPROC (ulimit -u)");
+  }
+  limits.memory = host_memory_bytes();
+  return limits;
+}
+
+RankFloor rank_floor(const TrainConfig& config) {
+  const auto ranks = static_cast<std::uint64_t>(std::max(1, config.world.ranks));
+  RankFloor floor;
+  floor.threads = saturating_multiply(
+      ranks, kThreadsPerRank + (config.pipeline.enabled() ? kPipelineSendThreads : 0));
+  const ModelSize size = model_size(config.model);
+  const std::uint64_t element = dtype_size(config.engine.compute_dtype);
+  // A rank holds its units' full parameters while it computes them: every unit below stage 3
+  // (without pipeline stages), the largest gathered one at stage 3.
+  const bool whole = config.engine.stage < 3 && !config.pipeline.enabled();
+  std::uint64_t per_rank = saturating_multiply(whole ? size.parameters : size.largest_unit, element);
+  if (config.model.type == "gpt") {
+    // The embedding's output: micro-batch × seq_len × n_embd.
+    const GptConfig& gpt = config.model.gpt;
+    const std::uint64_t activations = saturating_multiply(
+        saturating_multiply(static_cast<std::uint64_t>(std::max<std::int64_t>(0, config.micro_batch)),
+                            static_cast<std::uint64_t>(std::max(0, gpt.seq_len))),
+        static_cast<std::uint64_t>(std::max(0, gpt.n_embd)));
+    per_rank += std::min(saturating_multiply(activations, element),
+                         std::numeric_limits<std::uint64_t>::max() / 2);
+  }
+  per_rank = std::min(per_rank + kBytesPerRank, std::numeric_limits<std::uint64_t>::max() / 2);
+  floor.bytes = saturating_multiply(ranks, per_rank);
+  return floor;
+}
+
+void check_ranks_fit_host(const TrainConfig& config, const HostLimits& limits) {
+  if (config.world.backend != "local" || config.world.device != DeviceKind::kCpu ||
+      config.world.ranks <= 1) {
+    return;
+  }
+  const RankFloor floor = rank_floor(config);
+  const std::string ranks = fmt::format("world.ranks: {} ranks as threads of one process",
+                                        config.world.ranks);
+  if (limits.threads != 0 && floor.threads > limits.threads) {
+    throw Error(ErrorKind::kConfig,
+                fmt::format("{} need at least {} threads, more than this system allows ({}: {}); "
+                            "run fewer ranks, or ranks as processes (world.backend \"mpi\")",
+                            ranks, floor.threads, limits.threads_source, limits.threads));
+  }
+  if (limits.memory != 0 && floor.bytes > limits.memory) {
+    throw Error(ErrorKind::kConfig,
+                fmt::format("{} need at least {} of host memory (their gathered units, "
+                            "activations and threads), more than this host's {}; run fewer "
+                            "ranks or a smaller train_micro_batch_size_per_gpu",
+                            ranks, format_bytes(static_cast<std::size_t>(floor.bytes)),
+                            format_bytes(static_cast<std::size_t>(limits.memory))));
+  }
+}
+
+}  // namespace zest
