@@ -20,10 +20,10 @@ namespace {
 // prefetch: runtime/rank_resources.h), and a pipeline's two send streams.
 constexpr std::uint64_t kThreadsPerRank = 4;
 constexpr std::uint64_t kPipelineSendThreads = 2;
-// Note: what a rank thread of the smallest model holds besides its buffers — its threads' stacks
-// as touched, its device's and streams' state — measured as about 0.3 MiB a rank (zest-train, a
-// 2-layer GPT, 256 to 1024 ranks); half of it, so that the floor stays below any real run.
-constexpr std::uint64_t kBytesPerRank = 128 << 10;
+// Note: what a rank holds besides its model's buffers — its threads' stacks as touched, its
+// device's and streams' state — measured as 1.3 MiB a rank (zest-train, an 8-8-4 MLP, from 128 to
+// 512 ranks; a 2-layer 64-wide GPT takes 3.3 MiB); 1 MiB keeps the floor below any real run.
+constexpr std::uint64_t kBytesPerRank = 1 << 20;
 
 std::uint64_t saturating_multiply(std::uint64_t a, std::uint64_t b) {
   std::uint64_t product = 0;
