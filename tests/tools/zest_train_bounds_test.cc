@@ -90,7 +90,7 @@ TEST_F(ZestTrainBounds, RanksTheHostCannotHoldAreRefusedBeforeTheyStart) {
   const ProcessResult result = zest::testing::run_program(
       kBinary,
       tiny_gpt({"--set", "world.ranks=65536", "--set", "train_batch_size=16777216", "--set",
-                "train_micro_batch_size_per_gpu=256", "--set", "steps=1"}),
+                "train_micro_batch_size_per_gpu=256", "--set", "steps=3"}),
       files());
   EXPECT_EQ(result.status, 2) << result.err;
   const std::vector<std::string> lines = lines_of(result.err);
