@@ -75,7 +75,8 @@ TEST_F(ZestTrainBounds, ASigtermWhileTheOnlyRankSleepsEndsTheRunWithinTheGracePe
 TEST_F(ZestTrainBounds, ASigtermDuringALongEvaluationStopsTheRunAtOnce) {
   double seconds = 0.0;
   const ProcessResult result = terminated(
-      tiny_gpt({"--set", "steps=6", "--set", "eval_every=1", "--set", "data.val_batches=100000000"}),
+      tiny_gpt(
+          {"--set", "steps=6", "--set", "eval_every=1", "--set", "data.val_batches=100000000"}),
       std::chrono::milliseconds(4000), std::chrono::seconds(60), &seconds);
   EXPECT_FALSE(result.killed_at_limit) << "still evaluating 60 s after the signal";
   EXPECT_EQ(result.status, 128 + SIGTERM) << result.err;

@@ -31,6 +31,11 @@ std::uint64_t saturating_multiply(std::uint64_t a, std::uint64_t b) {
                                                 : product;
 }
 
+std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t sum = 0;
+  return __builtin_add_overflow(a, b, &sum) ? std::numeric_limits<std::uint64_t>::max() : sum;
+}
+
 std::uint64_t read_number_file(const char* path) {
   std::ifstream file(path);
   std::uint64_t value = 0;
@@ -65,20 +70,26 @@ RankFloor rank_floor(const TrainConfig& config) {
   const ModelSize size = model_size(config.model);
   const std::uint64_t element = dtype_size(config.engine.compute_dtype);
   // A rank holds its units' full parameters while it computes them: every unit below stage 3
-  // (without pipeline stages), the largest gathered one at stage 3.
-  const bool whole = config.engine.stage < 3 && !config.pipeline.enabled();
-  std::uint64_t per_rank = saturating_multiply(whole ? size.parameters : size.largest_unit, element);
+  // (without pipeline stages), the largest gathered one at stage 3. Note: model_size's largest
+  // unit is the whole embedding; cut into vocabulary pieces, a block is what is surely gathered.
+  std::uint64_t largest = size.largest_unit;
+  std::uint64_t activations = 0;
   if (config.model.type == "gpt") {
-    // The embedding's output: micro-batch × seq_len × n_embd.
     const GptConfig& gpt = config.model.gpt;
-    const std::uint64_t activations = saturating_multiply(
-        saturating_multiply(static_cast<std::uint64_t>(std::max<std::int64_t>(0, config.micro_batch)),
-                            static_cast<std::uint64_t>(std::max(0, gpt.seq_len))),
-        static_cast<std::uint64_t>(std::max(0, gpt.n_embd)));
-    per_rank += std::min(saturating_multiply(activations, element),
-                         std::numeric_limits<std::uint64_t>::max() / 2);
+    const auto width = static_cast<std::uint64_t>(std::max(0, gpt.n_embd));
+    if (gpt.vocab_pieces != 1) {
+      largest = saturating_add(saturating_multiply(12, saturating_multiply(width, width)),
+                               saturating_multiply(13, width));
+    }
+    // The embedding's output: micro-batch × seq_len × n_embd.
+    const auto rows = static_cast<std::uint64_t>(std::max<std::int64_t>(0, config.micro_batch));
+    activations = saturating_multiply(
+        saturating_multiply(rows, static_cast<std::uint64_t>(std::max(0, gpt.seq_len))), width);
   }
-  per_rank = std::min(per_rank + kBytesPerRank, std::numeric_limits<std::uint64_t>::max() / 2);
+  const bool whole = config.engine.stage < 3 && !config.pipeline.enabled();
+  std::uint64_t per_rank = saturating_multiply(whole ? size.parameters : largest, element);
+  per_rank = saturating_add(per_rank, saturating_multiply(activations, element));
+  per_rank = saturating_add(per_rank, kBytesPerRank);
   floor.bytes = saturating_multiply(ranks, per_rank);
   return floor;
 }
