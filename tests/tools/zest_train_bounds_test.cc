@@ -42,10 +42,16 @@ class ZestTrainBounds : public zest::testing::ScratchDirectoryTest {
  protected:
   zest::testing::OutputFiles files() const { return {path("stdout.txt"), path("stderr.txt")}; }
 
-  // Starts `args`, sends SIGTERM after `after`, and waits at most `limit` for the end.
+  // Starts `args`, sends SIGTERM `after` its first step shows on stdout (or 30 s), and waits at
+  // most `limit` for the end.
   ProcessResult terminated(const std::vector<std::string>& args, std::chrono::milliseconds after,
                            std::chrono::seconds limit, double* seconds_after_signal) {
     const pid_t pid = zest::testing::start_program(kBinary, args, files());
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (zest::testing::read_file(path("stdout.txt")).find("step 1/") == std::string::npos &&
+           Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
     std::this_thread::sleep_for(after);
     const auto signalled = Clock::now();
     ::kill(pid, SIGTERM);
@@ -62,7 +68,7 @@ TEST_F(ZestTrainBounds, ASigtermWhileTheOnlyRankSleepsEndsTheRunWithinTheGracePe
       {"--config", kMlpConfig, "--set", "world.ranks=1", "--set", "train_batch_size=16",
        "--set", "steps=3", "--set",
        "debug.fault={\"kind\": \"stall\", \"rank\": 0, \"step\": 2, \"stall_seconds\": 1000}"},
-      std::chrono::milliseconds(3000), std::chrono::seconds(30), &seconds);
+      std::chrono::milliseconds(1000), std::chrono::seconds(30), &seconds);
   EXPECT_FALSE(result.killed_at_limit) << "still running 30 s after the signal";
   EXPECT_EQ(result.status, 128 + SIGTERM) << result.err;
   const std::vector<std::string> lines = lines_of(result.err);
@@ -77,7 +83,7 @@ TEST_F(ZestTrainBounds, ASigtermDuringALongEvaluationStopsTheRunAtOnce) {
   const ProcessResult result = terminated(
       tiny_gpt(
           {"--set", "steps=6", "--set", "eval_every=1", "--set", "data.val_batches=100000000"}),
-      std::chrono::milliseconds(4000), std::chrono::seconds(60), &seconds);
+      std::chrono::milliseconds(1000), std::chrono::seconds(60), &seconds);
   EXPECT_FALSE(result.killed_at_limit) << "still evaluating 60 s after the signal";
   EXPECT_EQ(result.status, 128 + SIGTERM) << result.err;
   EXPECT_THAT(result.out, HasSubstr("zest-train: stopped by signal 15 after step "));
@@ -98,7 +104,7 @@ TEST_F(ZestTrainBounds, RanksTheHostCannotHoldAreRefusedBeforeTheyStart) {
   ASSERT_EQ(lines.size(), 1u) << result.err;
   EXPECT_THAT(lines[0], StartsWith("zest-train: error: world.ranks: 65536 ranks as threads of one "
                                    "process need at least "));
-  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(20));  // a loaded machine; no rank ran
 }
 
 }  // namespace
