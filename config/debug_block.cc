@@ -18,6 +18,8 @@ using namespace config_reading;
 
 namespace {
 
+constexpr int kMostStallSeconds = 86400;
+
 void parse_fault(json& value, TrainConfig& out) {
   Block block(value, "debug.fault", {"kind", "rank", "step", "unit", "stall_seconds"});
   FaultInjection& fault = out.engine.fault;
@@ -51,9 +53,11 @@ void parse_fault(json& value, TrainConfig& out) {
   }
   fault.stall_seconds =
       read_number(block.get_or("stall_seconds", 0.0), block.path("stall_seconds"));
-  if (fault.stall_seconds < 0) {
-    config_error(block.path("stall_seconds"), "must be a number >= 0, got " +
-                                                  block.find("stall_seconds")->dump());
+  // Note: a day outlasts any timeout worth testing; 1e300 s overflowed the sleep into none.
+  if (!(fault.stall_seconds >= 0 && fault.stall_seconds <= kMostStallSeconds)) {
+    config_error(block.path("stall_seconds"),
+                 "must be a number of seconds from 0 to " + std::to_string(kMostStallSeconds) +
+                     ", got " + block.find("stall_seconds")->dump());
   }
 }
 
@@ -68,6 +72,14 @@ void parse_debug(Block& root, TrainConfig& out) {
   }
   const std::int64_t delay = read_integer_at_least(block.get_or("collective_delay_ms", 0),
                                                    block.path("collective_delay_ms"), 0);
+  // Every collective sleeps this long before it meets its peers: a delay of the timeout or more
+  // makes every collective a stalled one (1e8 ms slept for days, deaf to the timeout).
+  const std::int64_t timeout_ms = out.world.timeout.count();
+  if (delay >= timeout_ms) {
+    config_error(block.path("collective_delay_ms"),
+                 "must be an integer of milliseconds from 0 to below world.timeout_s (" +
+                     std::to_string(timeout_ms) + " ms), got " + std::to_string(delay));
+  }
   out.world.collective_delay = std::chrono::milliseconds(delay);
   if (const json* hold = block.find("hold_frees")) {
     out.world.hold_frees = read_bool(*hold, block.path("hold_frees"));

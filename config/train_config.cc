@@ -37,9 +37,11 @@ static void parse_link(Block& world, LinkOptions& out) {
   }
   out.bandwidth_gbit_s =
       read_number(block.get_or("bandwidth_gbit_s", out.bandwidth_gbit_s), block.path("bandwidth_gbit_s"));
-  if (out.bandwidth_gbit_s <= 0.0 || out.bandwidth_gbit_s > 1e6) {
+  // Note: a floor of 1 Mbit/s, since a link slower still only makes collectives time out (or,
+  // at 1e-300, overflowed the modelled delay); the runtime fails any wait past the timeout.
+  if (!(out.bandwidth_gbit_s >= 1e-3 && out.bandwidth_gbit_s <= 1e6)) {
     config_error(block.path("bandwidth_gbit_s"),
-                 "must be a number of gigabits per second > 0 and <= 1e6, got " +
+                 "must be a number of gigabits per second from 0.001 to 1e6, got " +
                      block.find("bandwidth_gbit_s")->dump());
   }
   out.latency_us = read_number(block.get_or("latency_us", out.latency_us), block.path("latency_us"));

@@ -39,7 +39,9 @@ class GradientChecks {
 
   // Throws the kDivergence Error naming the step, and each rank's first unit whose local
   // gradient was not finite (a collective: every rank calls it).
-  [[noreturn]] void raise_divergence(std::int64_t step, const std::vector<FlatUnit>& units);
+  // `flagged`: the step's totals counted a rank's non-finite flag (not only an infinite norm).
+  [[noreturn]] void raise_divergence(std::int64_t step, const std::vector<FlatUnit>& units,
+                                     bool flagged);
 
  private:
   GradientStatistics* slot(std::size_t index) { return slots_.as<GradientStatistics>() + index; }

@@ -20,7 +20,9 @@ namespace zest {
 void ZeroTrainer::inject_step_fault() {
   const FaultInjection& fault = options_.fault;
   const std::int64_t step = steps_taken_ + 1;
-  if (!fault.hits(context_.rank, step)) return;
+  // Note: debug.fault.rank is a world rank; under hybrid sharding and in a pipeline's chunks
+  // `context_.rank` is the rank inside a group, which several world ranks share.
+  if (!fault.hits(context_.rank_in_world(), step)) return;
   switch (fault.kind) {
     case FaultInjection::Kind::kThrow:
       throw Error(ErrorKind::kInternal,
@@ -39,7 +41,7 @@ void ZeroTrainer::inject_step_fault() {
 void ZeroTrainer::inject_gradient_fault(FlatUnit& unit) {
   const FaultInjection& fault = options_.fault;
   if (fault.kind != FaultInjection::Kind::kNanGradient ||
-      !fault.hits(context_.rank, steps_taken_ + 1)) {
+      !fault.hits(context_.rank_in_world(), steps_taken_ + 1)) {
     return;
   }
   const bool named = fault.unit.empty() ? unit.index + 1 == static_cast<int>(units_.size())

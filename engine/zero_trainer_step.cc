@@ -68,7 +68,9 @@ StepStats ZeroTrainer::finish_step(float lr, const StepTotals& summed) {
   loss_sum_ = 0.0;
   stats.step = ++steps_taken_;
   const bool overflow = totals[2] > 0.0f || !std::isfinite(totals[1]);
-  if (overflow && !options_.loss_scale.enabled) checks_->raise_divergence(stats.step, units_);
+  if (overflow && !options_.loss_scale.enabled) {
+    checks_->raise_divergence(stats.step, units_, totals[2] > 0.0f);
+  }
   // The per-unit checks start again from zero for the next step's reductions (compute order).
   checks_->reset();
   if (options_.loss_scale.enabled && overflow) {

@@ -356,7 +356,13 @@ void PipelineTrainer::inject_fault(std::size_t action_index, std::size_t actions
   const std::int64_t step = chunks_.front().trainer->steps_taken() + 1;
   // Note: mid-schedule, where a failing rank leaves its peers inside sends and receives — the
   // case the pipeline must end without a hang.
-  if (action_index != actions / 2 || !fault.hits(context_.rank, step)) return;
+  if (!fault.hits(context_.rank, step)) return;
+  if (fault.kind == FaultInjection::Kind::kFailAllocation) {
+    // The step's first activation allocation: the first action's.
+    if (action_index == 0) context_.allocator().fail_next_allocation(Category::kActivations);
+    return;
+  }
+  if (action_index != actions / 2) return;
   if (fault.kind == FaultInjection::Kind::kThrow) {
     throw Error(ErrorKind::kInternal, "injected failure (debug.fault \"throw\") at step " +
                                           std::to_string(step) + ", mid-schedule");

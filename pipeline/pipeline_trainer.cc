@@ -128,10 +128,11 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
     }
     chunk.context = hybrid_ ? hybrid_context() : std::make_unique<RankContext>(RankContext{
         at_.data_parallel_index, mesh_.data_parallel_size(), context_.device, context_.compute,
-        context_.comm, context_.prefetch, *data_parallel_, context_.trace});
+        context_.comm, context_.prefetch, *data_parallel_, context_.trace, context_.topology,
+        context_.wire, 1, context_.rank_in_world()});
     EngineOptions options = engine_;
     options.gradient_accumulation_steps = m;
-    options.fault = {};  // the pipeline injects faults itself, by world rank (inject_fault)
+    options.fault = chunk_fault(part, c + 1 == pipeline_.virtual_chunks);
     options.recompute_plan.clear();
     for (std::size_t u = 0; u < part.whole_indices().size(); ++u) {
       options.recompute_plan.push_back(
@@ -153,6 +154,7 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
     chunks_.push_back(std::move(chunk));
   }
   std::sort(tied_units_.begin(), tied_units_.end());
+  check_fault_unit_is_here();
 
   // A checkpoint lists the whole model, each unit laid out as its stage's data-parallel group
   // shards it (the same size on every stage).
@@ -173,6 +175,42 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
                                                   engine_.shard_alignment));
     placement_.unit_parts.push_back(schedule_.stage_of(owner[w]));
   }
+}
+
+// Note: "throw", "stall" and "fail_allocation" the pipeline injects itself (inject_fault), once
+// per step; a NaN gradient goes to the chunk trainer that owns its unit (not a lent copy), or,
+// unnamed, to this rank's last chunk, whose last unit is then the one hit.
+FaultInjection PipelineTrainer::chunk_fault(const SubModule& part, bool last_chunk) const {
+  const FaultInjection& fault = engine_.fault;
+  if (fault.kind != FaultInjection::Kind::kNanGradient) return {};
+  if (fault.unit.empty()) return last_chunk ? fault : FaultInjection{};
+  for (std::size_t u = part.copies(); u < part.whole_indices().size(); ++u) {
+    if (models_.front()->units()[part.whole_indices()[u]]->name() == fault.unit) return fault;
+  }
+  return {};
+}
+
+void PipelineTrainer::check_fault_unit_is_here() const {
+  const FaultInjection& fault = engine_.fault;
+  if (fault.kind != FaultInjection::Kind::kNanGradient || fault.unit.empty() ||
+      fault.rank != context_.rank_in_world()) {
+    return;
+  }
+  std::vector<std::string> here;
+  for (const Chunk& chunk : chunks_) {
+    const SubModule& part = *chunk.replicas.front();
+    for (std::size_t u = part.copies(); u < part.whole_indices().size(); ++u) {
+      here.push_back(models_.front()->units()[part.whole_indices()[u]]->name());
+    }
+  }
+  if (std::find(here.begin(), here.end(), fault.unit) != here.end()) return;
+  std::string list;
+  for (const std::string& name : here) list += (list.empty() ? "" : ", ") + name;
+  throw Error(ErrorKind::kConfig,
+              "debug.fault.unit: unit '" + fault.unit + "' is not on rank " +
+                  std::to_string(fault.rank) + ", whose pipeline stage " +
+                  std::to_string(at_.pipeline_stage) + " holds " + list +
+                  "; name one of those or a rank of the unit's pipeline stage");
 }
 
 std::unique_ptr<RankContext> PipelineTrainer::hybrid_context() const {

@@ -112,6 +112,10 @@ class PipelineTrainer final : public Trainer {
   void build_groups(std::pair<int, int> tied);
   // A chunk's context with hybrid sharding: the shard group's view of this rank.
   std::unique_ptr<RankContext> hybrid_context() const;
+  // The fault a chunk's trainer injects itself (a NaN gradient in a unit it owns), and the check
+  // that a named unit is on the faulted rank (a kConfig Error otherwise, never a silent no-op).
+  FaultInjection chunk_fault(const SubModule& part, bool last_chunk) const;
+  void check_fault_unit_is_here() const;
   void run_action(Step& step, const Action& action);  // interpreter.cc
   void sum_tied();                                     // interpreter.cc
   void inject_fault(std::size_t action_index, std::size_t actions);

@@ -3,14 +3,22 @@
 #include <thread>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "base/dtype.h"
+#include "base/error.h"
 
 namespace zest {
 
 namespace {
 
+// Note: saturates, since a link slow enough (bandwidth_gbit_s 1e-300) would overflow the 64-bit
+// count into a negative delay, which turned the model off instead of timing out.
 std::chrono::nanoseconds nanoseconds(double seconds) {
-  return std::chrono::nanoseconds(static_cast<std::int64_t>(seconds * 1e9 + 0.5));
+  const double count = seconds * 1e9 + 0.5;
+  constexpr double kMost = 9.0e18;  // below 2^63
+  if (!(count < kMost)) return std::chrono::nanoseconds::max();
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(count));
 }
 
 double bytes_per_second(const LinkOptions& link) { return link.bandwidth_gbit_s * 1e9 / 8.0; }
@@ -145,6 +153,14 @@ void LinkCommunicator::charge(Stream& stream, WireKind kind, const char* op,
 
 void LinkCommunicator::wait(Stream& stream, const char* op, std::chrono::nanoseconds delay) {
   if (delay.count() <= 0 || !shared_->link.modelled.value_or(false)) return;
+  if (delay > timeout()) {
+    // A wait the timeout would end is not slept out: it fails in stream order, at once, as the
+    // stalled collective it models.
+    stream.enqueue([message = too_slow(op, delay)]() -> void {
+      throw Error(ErrorKind::kCommTimeout, message);
+    });
+    return;
+  }
   const std::string track = stream_role(stream.name()) + " inter-node";
   stream.enqueue([shared = shared_, delay, track, op = std::string(op),
                   rank = inner_.world_rank_of(inner_.rank())] {
@@ -154,6 +170,16 @@ void LinkCommunicator::wait(Stream& stream, const char* op, std::chrono::nanosec
       shared->trace->add({rank, track, "inter-node " + op, begin, TraceRecorder::now_us(), -1});
     }
   });
+}
+
+std::string LinkCommunicator::too_slow(const char* op, std::chrono::nanoseconds delay) const {
+  const std::string group = group_name().empty() ? "" : " in the " + group_name();
+  const double seconds = std::chrono::duration<double>(delay).count();
+  return fmt::format("{} on rank {}{}: timed out: the modelled inter-node link takes {:.3g} s, "
+                     "more than the timeout of {} (world.link.bandwidth_gbit_s {:g}, latency_us "
+                     "{:g}; world.timeout_s sets the limit)",
+                     op, world_rank_of(rank()), group, seconds, seconds_text(timeout()),
+                     shared_->link.bandwidth_gbit_s, shared_->link.latency_us);
 }
 
 void LinkCommunicator::all_gather(Stream& stream, const void* send, void* recv, std::size_t count,

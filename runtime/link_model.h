@@ -4,6 +4,8 @@
 // the link model is on, a collective whose group spans nodes first waits out what the inter-node
 // ring would take, latency + bytes / bandwidth per ring step, on the caller's stream (the trace
 // shows it on its own track, "comm inter-node"). Intra-node traffic runs as it does without it.
+// A modelled wait longer than the communicator's timeout is not slept: it fails at once, in
+// stream order, as a kCommTimeout naming the collective, the rank and the link's settings.
 // Invariant: counts and delays depend only on the call and the topology, never on timing, so
 // every rank of a group counts and waits alike.
 #pragma once
@@ -129,6 +131,8 @@ class LinkCommunicator final : public Communicator {
   // Counts `cost` and, when the link is modelled and it has a delay, enqueues the wait.
   void charge(Stream& stream, WireKind kind, const char* op, const LinkCost& cost);
   void wait(Stream& stream, const char* op, std::chrono::nanoseconds delay);
+  // The timeout's message for a modelled wait longer than the timeout.
+  std::string too_slow(const char* op, std::chrono::nanoseconds delay) const;
 
   std::unique_ptr<Communicator> owned_;
   Communicator& inner_;

@@ -35,12 +35,13 @@ std::size_t moved_bytes(const LocalCall& call, int world_size) {
 }  // namespace
 
 LocalGroup::LocalGroup(int world_size, std::chrono::milliseconds timeout, std::string name,
-                       std::vector<int> world_ranks)
+                       std::vector<int> world_ranks, std::shared_ptr<WaitBoard> board)
     : world_size_(world_size),
       timeout_(timeout),
       rank_departed_(world_size, false),
       name_(std::move(name)),
-      world_ranks_(std::move(world_ranks)) {
+      world_ranks_(std::move(world_ranks)),
+      board_(board ? std::move(board) : std::make_shared<WaitBoard>()) {
   if (world_size < 1) {
     throw Error(ErrorKind::kUsage, "a local group needs at least 1 rank, got " +
                                        std::to_string(world_size));
@@ -100,9 +101,13 @@ void LocalGroup::depart_world_rank(int world_rank) {
 }
 
 std::string LocalGroup::world_rank_list(const std::vector<int>& ranks) const {
+  return rank_list(world_ranks_of(ranks));
+}
+
+std::vector<int> LocalGroup::world_ranks_of(const std::vector<int>& ranks) const {
   std::vector<int> world;
   for (int rank : ranks) world.push_back(world_rank(rank));
-  return rank_list(world);
+  return world;
 }
 
 std::string LocalGroup::in_group() const { return name_.empty() ? "" : " in the " + name_; }
@@ -127,6 +132,13 @@ void LocalGroup::wait_for_arrivals(std::unique_lock<std::mutex>& lock, int rank,
     poison(rank, kind, message);
     throw Error(kind, message);
   };
+  const auto not_arrived = [&] {
+    std::vector<int> missing;
+    for (int r = 0; r < world_size_; ++r) {
+      if (!meeting.arrived[r]) missing.push_back(r);
+    }
+    return missing;
+  };
   for (;;) {
     // A collective every rank has completed succeeds even if a peer fails right after it:
     // that failure belongs to a later call, and reporting it here would hide this rank's own.
@@ -145,18 +157,24 @@ void LocalGroup::wait_for_arrivals(std::unique_lock<std::mutex>& lock, int rank,
                   " finished without calling it; every rank must call the same collectives in "
                   "the same order");
     }
-    if (meeting.changed.wait_until(lock, deadline) == std::cv_status::timeout && !done() &&
-        !poisoned_) {
+    std::cv_status status;
+    {
+      // Note: the ranks missing now; one arriving later wakes nobody, so the board may name it
+      // until this wait ends (a chain through it is then only longer than it need be).
+      const WaitBoard::Posted posted(board_.get(), world_rank(rank),
+                                     world_ranks_of(not_arrived()));
+      status = meeting.changed.wait_until(lock, deadline);
+    }
+    if (status == std::cv_status::timeout && !done() && !poisoned_) {
       // Note: read now, not before the wait: an arrival that leaves the meeting incomplete
       // wakes nobody, so a list made before the wait may name ranks that have come since.
-      std::vector<int> missing;
-      for (int r = 0; r < world_size_; ++r) {
-        if (!meeting.arrived[r]) missing.push_back(r);
-      }
+      const std::vector<int> missing = world_ranks_of(not_arrived());
+      const std::string chain = chain_text(board_.get(), world_rank(rank), missing);
       give_up(ErrorKind::kCommTimeout,
               where(rank, call) + ": timed out after " + seconds_text(timeout_) +
-                  " waiting for rank(s) " + world_rank_list(missing) +
-                  "; a rank is stalled or skipped the collective (world.timeout_s sets the limit)");
+                  " waiting for rank(s) " + rank_list(missing) + (chain.empty() ? "" : "; ") +
+                  chain + "; a rank is stalled or skipped the collective (world.timeout_s sets "
+                  "the limit)");
     }
   }
 }

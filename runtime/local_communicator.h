@@ -15,12 +15,14 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
 #include "base/error.h"
 #include "runtime/communicator.h"
 #include "runtime/trace.h"
+#include "runtime/wait_board.h"
 
 namespace zest {
 
@@ -45,8 +47,10 @@ class LocalGroup {
  public:
   // `name` and `world_ranks` (each rank's rank in the world) are for a group split from another;
   // empty: the world itself.
+  // `board`: where the world's ranks post their waits (wait_board.h); a group split from this
+  // one shares it. Null: a new one.
   LocalGroup(int world_size, std::chrono::milliseconds timeout, std::string name = {},
-             std::vector<int> world_ranks = {});
+             std::vector<int> world_ranks = {}, std::shared_ptr<WaitBoard> board = nullptr);
 
   int world_size() const { return world_size_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
@@ -144,6 +148,13 @@ class LocalGroup {
   void depart_world_rank(int world_rank);
   std::vector<std::shared_ptr<LocalGroup>> live_children();
   std::string world_rank_list(const std::vector<int>& ranks) const;
+  std::vector<int> world_ranks_of(const std::vector<int>& ranks) const;
+  // A transfer's wait of `rank` for `peer`, posted on the board while it blocks.
+  std::cv_status wait_for_peer(std::unique_lock<std::mutex>& lock, int rank, int peer,
+                               std::chrono::steady_clock::time_point deadline);
+  // "rank 1 is stalled or never sends it", or, when rank 1 only waits in turn, the chain of
+  // waits to the rank(s) it ends at (wait_board.h).
+  std::string stalled_peer_text(int rank, int peer, std::string_view otherwise) const;
   std::string in_group() const;
 
   const int world_size_;
@@ -160,6 +171,7 @@ class LocalGroup {
   std::map<std::tuple<int, int, std::uint64_t>, Transfer> transfers_;
   std::map<std::uint64_t, Splitting> splits_;
   std::vector<std::weak_ptr<LocalGroup>> children_;
+  const std::shared_ptr<WaitBoard> board_;
 };
 
 class LocalCommunicator final : public Communicator {

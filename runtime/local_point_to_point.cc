@@ -20,6 +20,18 @@ std::string missing_text(const std::vector<int>& ranks) {
 
 // ---- point to point --------------------------------------------------------------------------
 
+std::cv_status LocalGroup::wait_for_peer(std::unique_lock<std::mutex>& lock, int rank, int peer,
+                                         std::chrono::steady_clock::time_point deadline) {
+  const WaitBoard::Posted posted(board_.get(), world_rank(rank), {world_rank(peer)});
+  return changed_.wait_until(lock, deadline);
+}
+
+std::string LocalGroup::stalled_peer_text(int rank, int peer, std::string_view otherwise) const {
+  const std::string chain = chain_text(board_.get(), world_rank(rank), {world_rank(peer)});
+  if (!chain.empty()) return chain + ", stalled";
+  return fmt::format("rank {} is stalled or {}", world_rank(peer), otherwise);
+}
+
 void LocalGroup::send(int from, int to, std::uint64_t sequence, const LocalCall& call) {
   std::unique_lock lock(mutex_);
   const auto key = std::make_tuple(from, to, sequence);
@@ -61,11 +73,12 @@ void LocalGroup::send(int from, int to, std::uint64_t sequence, const LocalCall&
               describe({}) + ": rank " + std::to_string(world_rank(to)) +
                   " finished without receiving it; every send needs its receive");
     }
-    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && !transfer.claimed &&
-        !transfer.taken && transfer.mismatch.empty() && !poisoned_) {
+    if (wait_for_peer(lock, from, to, deadline) == std::cv_status::timeout &&
+        !transfer.claimed && !transfer.taken && transfer.mismatch.empty() && !poisoned_) {
       give_up(ErrorKind::kCommTimeout,
-              describe(seconds_text(timeout_)) + "; rank " + std::to_string(world_rank(to)) +
-                  " is stalled or never receives it (world.timeout_s sets the limit)");
+              describe(seconds_text(timeout_)) + "; " +
+                  stalled_peer_text(from, to, "never receives it") +
+                  " (world.timeout_s sets the limit)");
     }
   }
   const std::string mismatch = transfer.mismatch;
@@ -104,11 +117,12 @@ void LocalGroup::receive(int from, int to, std::uint64_t sequence, const LocalCa
               describe({}) + ": rank " + std::to_string(world_rank(from)) +
                   " finished without sending it; every receive needs its send");
     }
-    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && !transfer.sent &&
+    if (wait_for_peer(lock, to, from, deadline) == std::cv_status::timeout && !transfer.sent &&
         !transfer.withdrawn && !poisoned_) {
       give_up(ErrorKind::kCommTimeout,
-              describe(seconds_text(timeout_)) + "; rank " + std::to_string(world_rank(from)) +
-                  " is stalled or never sends it (world.timeout_s sets the limit)");
+              describe(seconds_text(timeout_)) + "; " +
+                  stalled_peer_text(to, from, "never sends it") +
+                  " (world.timeout_s sets the limit)");
     }
   }
   const LocalCall& sent = transfer.send;
@@ -185,7 +199,7 @@ LocalGroup::Membership LocalGroup::split(int rank, std::uint64_t sequence, int c
         const auto group_timeout =
             split.timeouts[first].count() > 0 ? split.timeouts[first] : timeout_;
         auto group = std::make_shared<LocalGroup>(static_cast<int>(members.size()), group_timeout,
-                                                  split.names[first], std::move(world));
+                                                  split.names[first], std::move(world), board_);
         children_.push_back(group);
         for (std::size_t i = 0; i < members.size(); ++i) {
           split.result[members[i]] = {group, static_cast<int>(i)};

@@ -34,8 +34,12 @@ void report_failure(const WorldOptions& options, const Error& error) {
 }
 
 void end_process(const WorldOptions& options, const Error& error) {
+  end_process(options, error, exit_status(error));
+}
+
+void end_process(const WorldOptions& options, const Error& error, int status) {
   report_failure(options, error);
-  std::_Exit(exit_status(error));
+  std::_Exit(status);
 }
 
 }  // namespace zest::detail

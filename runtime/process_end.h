@@ -19,5 +19,7 @@ void report_failure(const WorldOptions& options, const Error& error);
 
 // report_failure, then std::_Exit(exit_status): no destructor runs, no thread is joined.
 [[noreturn]] void end_process(const WorldOptions& options, const Error& error);
+// The same with the exit status given (an unheeded interruption ends as the signal would have).
+[[noreturn]] void end_process(const WorldOptions& options, const Error& error, int status);
 
 }  // namespace zest::detail

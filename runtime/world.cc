@@ -105,6 +105,14 @@ World::World(WorldOptions options) : options_(std::move(options)) {
   if (options_.timeout.count() <= 0) {
     throw Error(ErrorKind::kConfig, "world.timeout_s: must be > 0");
   }
+  // Note: checked here too, for the environment's delay: one of the timeout or more makes every
+  // collective sleep past it, deaf to the timeout and to signals.
+  if (const auto delay = collective_delay(options_); delay >= options_.timeout) {
+    throw Error(ErrorKind::kConfig,
+                "debug.collective_delay_ms (or env ZEST_DEBUG_COLLECTIVE_DELAY_MS): must be below "
+                "world.timeout_s (" + seconds_text(options_.timeout) + "), got " +
+                    std::to_string(delay.count()) + " ms");
+  }
   // Note: nccl's ranks are found as auto's are: threads, unless a launcher started processes
   // (whose NCCL unique id then travels over MPI).
   const bool nccl = options_.device == DeviceKind::kCuda;

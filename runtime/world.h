@@ -76,6 +76,10 @@ struct WorldOptions {
   // pass "a SIGINT or SIGTERM arrived"). Processes: how a failing process learns that the
   // launcher is already ending the job (process_world.h). Unset: never.
   std::function<bool()> interrupted;
+  // Threads: a World whose ranks have not stopped `grace` after `interrupted` turned true (a
+  // rank asleep, stalled or evaluating without end) ends the process with one line and this
+  // exit status (the tools: 128 + the signal). Unset: 1.
+  std::function<int()> interrupted_status;
   // Runs on the thread that ends the process — a World of threads after `grace`, a failing
   // process of a multi-process job — just before the one error line is printed: end a live
   // progress line, remove partial output files. Quick, and without locks that a stalled thread

@@ -177,6 +177,20 @@ const BadConfig kBadConfigs[] = {
     {"FaultInAUnitTheModelLacks", false,
      {"debug.fault={\"kind\": \"nan_gradient\", \"unit\": \"block1\"}"},
      "debug.fault.unit: must name a unit of the model (layer0 or layer1), got \"block1\""},
+    // durations that slept for days, or overflowed into none: bounded, naming the key
+    {"StallLongerThanADay", false,
+     {"debug.fault={\"kind\": \"stall\", \"stall_seconds\": 1e300}"},
+     "debug.fault.stall_seconds: must be a number of seconds from 0 to 86400, got 1e+300"},
+    {"CollectiveDelayPastTheTimeout", false,
+     {"world.timeout_s=20", "debug.collective_delay_ms=100000000"},
+     "debug.collective_delay_ms: must be an integer of milliseconds from 0 to below "
+     "world.timeout_s (20000 ms), got 100000000"},
+    {"LinkSlowerThanAnyNetwork", false, {"world.link.bandwidth_gbit_s=1e-9"},
+     "world.link.bandwidth_gbit_s: must be a number of gigabits per second from 0.001 to 1e6, "
+     "got 1e-09"},
+    {"LinkTooSlowToModel", false, {"world.link.bandwidth_gbit_s=1e-300"},
+     "world.link.bandwidth_gbit_s: must be a number of gigabits per second from 0.001 to 1e6, "
+     "got 1e-300"},
     // read but not acted on: refused, never ignored
     {"AllgatherBucketSize", false, {"zero_optimization.allgather_bucket_size=5e8"},
      "zero_optimization.allgather_bucket_size: is not supported yet (got 500000000.0): stages 1-2 "

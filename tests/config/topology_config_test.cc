@@ -68,7 +68,7 @@ TEST(TopologyConfig, TheLinkModelIsAutoAt25GigabytesAnd10Microseconds) {
             "world.link.model: must be \"auto\", \"on\" or \"off\", got \"yes\"");
   config["world"]["link"] = {{"bandwidth_gbit_s", 0}};
   EXPECT_THAT(config_error(config), HasSubstr("world.link.bandwidth_gbit_s: must be a number of "
-                                              "gigabits per second > 0"));
+                                              "gigabits per second from 0.001 to 1e6"));
   config["world"]["link"] = {{"latency_us", -1}};
   EXPECT_THAT(config_error(config), HasSubstr("world.link.latency_us: must be a number"));
   config["world"]["link"] = {{"bandwith_gbit_s", 1}};

@@ -28,11 +28,17 @@ struct Outcome {
   double seconds = 0.0;
 };
 
+// The ranks of the world, and hybrid sharding's shard group size (0: none).
+struct Layout {
+  int ranks = 3;
+  int hybrid_shard_size = 0;
+};
+
 Outcome run(FaultInjection fault, int stage = 2, DType dtype = DType::kFloat32,
-            std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+            std::chrono::milliseconds timeout = std::chrono::seconds(20), Layout layout = {}) {
   Outcome outcome;
   WorldOptions world_options;
-  world_options.ranks = 3;
+  world_options.ranks = layout.ranks;
   world_options.timeout = timeout;
   const auto start = Clock::now();
   try {
@@ -43,10 +49,11 @@ Outcome run(FaultInjection fault, int stage = 2, DType dtype = DType::kFloat32,
       options.compute_dtype = dtype;
       options.loss_scale.enabled = dtype == DType::kFloat16;
       options.fault = fault;
+      options.hybrid_shard_size = layout.hybrid_shard_size;
       Engine engine(context, options);
       auto trainer = engine.shard(model, make_optimizer(OptimizerOptions{}));
-      std::vector<float> inputs(6 * 8);
-      std::vector<std::int32_t> labels(6);
+      std::vector<float> inputs(static_cast<std::size_t>(layout.ranks) * 2 * 8);
+      std::vector<std::int32_t> labels(static_cast<std::size_t>(layout.ranks) * 2);
       for (std::size_t i = 0; i < inputs.size(); ++i) inputs[i] = std::cos(0.3f * i);
       for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i % 4);
       const Batch batch = testing::rank_rows(inputs, labels, 8, context.rank, 2);
@@ -128,6 +135,45 @@ TEST(FaultInjection, AFailedAllocationIsTheOutOfMemoryMessage) {
       << outcome.error;
   EXPECT_NE(outcome.error.find("for 'activations'; injected by debug.fault"), std::string::npos)
       << outcome.error;
+}
+
+// debug.fault.rank is a world rank in every layout. Under hybrid sharding each rank's trainer sees
+// its rank inside its shard group, which world ranks 0 and 2 (groups of 2) or all four (groups
+// of 1) share: the fault hit every rank of that index, or none at all.
+TEST(FaultInjection, UnderHybridShardingAThrowHitsTheWorldRankNamed) {
+  const Outcome outcome = run(fault(FaultInjection::Kind::kThrow, 3, 2), 2, DType::kFloat32,
+                              std::chrono::seconds(20), Layout{4, 2});
+  EXPECT_EQ(outcome.error, "rank 3: injected failure (debug.fault \"throw\") at step 2");
+}
+
+TEST(FaultInjection, UnderHybridShardingAStallOfAWorldRankTimesOutNamingIt) {
+  for (const int shard_size : {2, 1}) {
+    FaultInjection stall = fault(FaultInjection::Kind::kStall, 2, 2);
+    stall.stall_seconds = 3.0;
+    const Outcome outcome = run(stall, 3, DType::kFloat32, std::chrono::milliseconds(500),
+                                Layout{4, shard_size});
+    EXPECT_NE(outcome.error.find("timed out after 0.5"), std::string::npos)
+        << "shard groups of " << shard_size << ": " << outcome.error;
+    // Groups of 2: rank 2's replica (rank 3) may be the one a peer of the other shard group
+    // waits for; groups of 1: every rank is its own shard group and the world's is the only
+    // collective that waits.
+    const std::string named = shard_size == 1 ? "waiting for rank(s) 2" : "waiting for rank(s) ";
+    EXPECT_NE(outcome.error.find(named), std::string::npos)
+        << "shard groups of " << shard_size << ": " << outcome.error;
+    EXPECT_EQ(outcome.error.find("rank(s) 0;"), std::string::npos) << outcome.error;
+  }
+}
+
+TEST(FaultInjection, UnderHybridShardingANanGradientNamesTheWorldRank) {
+  FaultInjection nan = fault(FaultInjection::Kind::kNanGradient, 3, 2);
+  nan.unit = "layer1";
+  const Outcome outcome = run(nan, 2, DType::kFloat32, std::chrono::seconds(20), Layout{4, 2});
+  EXPECT_EQ(outcome.kind, ErrorKind::kDivergence) << outcome.error;
+  // The other shard group sees the NaN only after the replica all-reduce ("in the reduced
+  // gradients"); whichever group reports first, no rank but 3 is named.
+  EXPECT_NE(outcome.error.find("non-finite gradient at step 2 "), std::string::npos)
+      << outcome.error;
+  EXPECT_EQ(outcome.error.find("on rank 1,"), std::string::npos) << outcome.error;
 }
 
 }  // namespace

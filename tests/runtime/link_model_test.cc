@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "base/error.h"
 #include "runtime/world.h"
 #include "tests/runtime/local_world_support.h"
 
@@ -171,6 +172,41 @@ TEST(LinkModel, AWorldOnTwoNodesWaitsAtLeastTheModelledTimeAndTracesIt) {
     }
   }
   EXPECT_EQ(inter_node_slices, 4);
+}
+
+// A link so slow that the modelled delay overflows 64 bits of nanoseconds saturates instead of
+// wrapping into a negative delay, which turned the model off.
+TEST(LinkModel, ADelayTooLongForNanosecondsSaturates) {
+  LinkOptions link = modelled_link();
+  link.bandwidth_gbit_s = 1e-300;
+  EXPECT_EQ(collective_cost(WireKind::kAllGather, 4, 2, 16000.0, link).delay, nanoseconds::max());
+  EXPECT_EQ(send_cost(true, 1.0, link).delay, nanoseconds::max());
+}
+
+// A modelled wait longer than the timeout (bandwidth_gbit_s 1e-9 slept for days) fails at once
+// as a timeout naming the collective, the rank and the link.
+TEST(LinkModel, AWaitLongerThanTheTimeoutFailsAtOnceAsATimeout) {
+  for (const double bandwidth : {1e-9, 1e-300}) {
+    WorldOptions options;
+    options.ranks = 2;
+    options.ranks_per_node = 1;
+    options.check_collectives = false;
+    options.timeout = std::chrono::milliseconds(2000);
+    options.link.bandwidth_gbit_s = bandwidth;
+    const auto start = std::chrono::steady_clock::now();
+    const Error error = testing::capture_error([&] {
+      World(options).run([&](RankContext& context) {
+        std::vector<float> shard(1024, 1.0f), full(2 * 1024);
+        context.communicator.all_gather(context.comm, shard.data(), full.data(), 1024,
+                                        DType::kFloat32);
+        context.comm.synchronize();
+      });
+    });
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1500));
+    EXPECT_EQ(error.kind(), ErrorKind::kCommTimeout) << error.what();
+    EXPECT_THAT(error.what(), ::testing::HasSubstr("all_gather on rank "));
+    EXPECT_THAT(error.what(), ::testing::HasSubstr("more than the timeout of 2 s"));
+  }
 }
 
 }  // namespace

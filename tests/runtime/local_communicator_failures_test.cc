@@ -24,6 +24,7 @@ namespace {
 
 using std::chrono::milliseconds;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 using testing::capture_error;
 using testing::run_world;
@@ -187,6 +188,34 @@ TEST(LocalCommunicator, TimeoutNamesEveryMissingRank) {
   EXPECT_EQ(error.kind(), ErrorKind::kCommTimeout) << error.what();
   EXPECT_THAT(error.what(), HasSubstr("reduce_scatter"));
   EXPECT_THAT(error.what(), HasSubstr("rank(s) 1, 3"));
+}
+
+// A chain of waits (a pipeline: stage 2 receives from stage 1, which receives from the stalled
+// stage 0) names the rank the chain ends at, not the healthy rank that only waits in turn.
+TEST(LocalCommunicator, ATimeoutAlongAChainOfWaitsNamesTheStalledRankNotAHealthyOne) {
+  std::vector<std::vector<float>> buffers(3, std::vector<float>(4, 1.0f));
+  const Error error = capture_error([&] {
+    run_world(
+        3,
+        [&](RankContext& context) {
+          const int r = context.rank;
+          if (r == 0) {
+            std::this_thread::sleep_for(milliseconds(1200));
+            return;
+          }
+          // Rank 1 begins to wait later than rank 2, so rank 2 times out first, while rank 1
+          // still waits for rank 0.
+          if (r == 1) std::this_thread::sleep_for(milliseconds(200));
+          context.communicator.receive(context.comm, buffers[r].data(), 4, DType::kFloat32,
+                                       r - 1);
+          context.comm.synchronize();
+        },
+        milliseconds(400));
+  });
+  EXPECT_EQ(error.kind(), ErrorKind::kCommTimeout) << error.what();
+  EXPECT_THAT(error.what(), StartsWith("rank 2: "));
+  EXPECT_THAT(error.what(), HasSubstr("rank 1 waits in turn for rank(s) 0"));
+  EXPECT_THAT(error.what(), Not(HasSubstr("rank 1 is stalled")));
 }
 
 TEST(LocalCommunicator, RankThatExitsWithoutCallingFailsThePeersAtOnce) {

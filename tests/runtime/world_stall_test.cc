@@ -102,6 +102,15 @@ TEST(WorldStallScenario, DISABLED_InterruptedWhileWaiting) {
   run_stalling([](RankContext&) { std::this_thread::sleep_for(kForever); }, options);
 }
 
+TEST(WorldStallScenario, DISABLED_InterruptedWhileEveryRankSleeps) {
+  // No rank fails and none waits for another: only the interruption's grace period ends it.
+  WorldOptions options = scenario_options();
+  options.interrupted = [] { return interrupted.load(); };
+  options.interrupted_status = [] { return 128 + SIGINT; };
+  std::signal(SIGINT, [](int) { interrupted = true; });
+  World(options).run([](RankContext&) { std::this_thread::sleep_for(kForever); });
+}
+
 // ---- tests -----------------------------------------------------------------------------------
 
 struct Child {
@@ -171,6 +180,19 @@ TEST(WorldStall, AnInterruptionEndsTheWaitForAStalledRankAtOnce) {
   expect_the_timeout_line(child);
   // Signalled at 2.5 s, after the 1 s timeout; the 60 s grace would end it at 61 s.
   EXPECT_LT(child.seconds, 6.0);
+}
+
+TEST(WorldStall, AnInterruptionThatNoRankHeedsEndsTheProcessAfterTheGracePeriod) {
+  const Child child = run_child("InterruptedWhileEveryRankSleeps", milliseconds(1500));
+  EXPECT_FALSE(child.result.killed_at_limit) << "still running after 30 s";
+  EXPECT_EQ(child.result.status, 128 + SIGINT) << child.result.err;
+  const std::vector<std::string> lines = zest::testing::lines_of(child.result.err);
+  ASSERT_EQ(lines.size(), 1u) << child.result.err;
+  EXPECT_THAT(lines[0], HasSubstr("world-stall: error: interrupted, and rank(s) 0, 1, 2 had not "
+                                  "stopped 1 s later"));
+  // Signalled at 1.5 s (after the child's start), 1 s of grace, on a loaded machine.
+  EXPECT_LT(child.seconds, 8.0);
+  EXPECT_GT(child.seconds, 2.4);  // not before the grace period
 }
 
 TEST(WorldStall, ARankThatRecoversWithinTheGracePeriodIsJoined) {

@@ -21,6 +21,7 @@ namespace {
 
 std::atomic<int> caught_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
+std::atomic<int> saves_in_progress{0};
 // Written only by install(), which runs while the process has a single thread.
 bool signals_installed = false;
 
@@ -72,6 +73,8 @@ void StopSignals::install() {
 }
 
 int StopSignals::caught() { return caught_signal.load(); }
+
+bool StopSignals::saving() { return saves_in_progress.load() > 0; }
 
 TrainCheckpoints::TrainCheckpoints(const TrainConfig& config) : config_(config) {}
 
@@ -149,7 +152,14 @@ void TrainCheckpoints::save(RankContext& context, Trainer& trainer, std::int64_t
   // The data position: zest-train's batches are a function of the step alone.
   const nlohmann::json extra = {{"next_step", step + 1},
                                 {"samples_seen", step * config_.train_batch_size}};
-  const SavedCheckpoint saved = save_checkpoint(context, trainer, options, config_.json, extra);
+  struct Saving {  // counted while this rank saves, also when the save throws
+    Saving() { ++saves_in_progress; }
+    ~Saving() { --saves_in_progress; }
+  };
+  const SavedCheckpoint saved = [&] {
+    const Saving saving;
+    return save_checkpoint(context, trainer, options, config_.json, extra);
+  }();
   last_saved_ = step;
   if (context.rank != 0) return;
   const double ms =

@@ -26,6 +26,9 @@ class StopSignals {
   static void install();
   // The first signal caught, or 0.
   static int caught();
+  // True while a rank of this process saves a checkpoint: the World's grace period for ranks
+  // that do not stop after a signal (WorldOptions::interrupted) starts when the saves end.
+  static bool saving();
 };
 
 // For one rank.

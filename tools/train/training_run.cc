@@ -28,6 +28,7 @@
 #include "tools/common/batch_source_factory.h"
 #include "tools/common/memory_estimate.h"
 #include "models/registry.h"
+#include "tools/common/host_limits.h"
 #include "tools/common/html_page.h"
 #include "tools/common/metrics_file.h"
 #include "tools/common/model_size.h"
@@ -79,8 +80,10 @@ struct RunState {
   std::int64_t last_step = 0;  // 0 until a step has run
 };
 
-// The held-out loss: the mean over data.val_batches batches of micro-batch × ranks rows each.
-float evaluate(RankContext& context, Trainer& trainer, const RunState& run) {
+// The held-out loss: the mean over data.val_batches batches of micro-batch × ranks rows each;
+// nothing when a signal stopped it (the ranks agree on that before each batch, as after a step).
+std::optional<float> evaluate(RankContext& context, Trainer& trainer, const RunState& run,
+                              const TrainCheckpoints& checkpoints) {
   const TrainConfig& config = run.config;
   BatchSlice slice;
   slice.global_rows = config.micro_batch * context.world_size;
@@ -94,6 +97,7 @@ float evaluate(RankContext& context, Trainer& trainer, const RunState& run) {
   }
   double sum = 0.0;
   for (std::int64_t index = 0; index < config.data.val_batches; ++index) {
+    if (checkpoints.stop_requested(context)) return std::nullopt;
     const HostBatch batch = run.batches.validation(index, slice);
     sum += trainer.evaluate(batch.batch());
   }
@@ -306,11 +310,15 @@ void train_rank(RankContext& context, RunState& run) {
       progress.show(stats, step_ms, StopSignals::caught() != 0);
     }
     // Every rank: save when due, and stop together when a signal reached any of them.
-    const bool stop = checkpoints.after_step(context, *trainer, step);
+    bool stop = checkpoints.after_step(context, *trainer, step);
     const bool last = stop || step == config.steps;
     if (config.eval_every > 0 && (step % config.eval_every == 0 || last)) {
-      const float val_loss = evaluate(context, *trainer, run);
-      if (leader) {
+      // Note: a signal skips the evaluation, or cuts it short (evaluate); a signal that came
+      // during it stops the run after this step, which is saved first as after any stop.
+      const std::optional<float> evaluated = evaluate(context, *trainer, run, checkpoints);
+      if (!evaluated && !stop) stop = checkpoints.after_step(context, *trainer, step);
+      const float val_loss = evaluated.value_or(0.0f);
+      if (leader && evaluated) {
         progress.evaluated(step, val_loss);
         run.summary.evaluated = true;
         run.summary.final_val_loss = val_loss;
@@ -491,6 +499,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
   // Arithmetic on the config, before any rank, unit, file or byte of data exists: a model that
   // cannot fit costs no more than a typo.
   check_model_fits_at_all(config, {config.world.device_memory, "world.device_memory"});
+  check_ranks_fit_host(config, host_limits());
   WorldOptions world_options = config.world;
   world_options.program = "zest-train";
   // When the runtime ends the process itself (a rank stalled past the grace period, a failed
@@ -501,8 +510,11 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
     MetricsLog::discard_open_logs();
     CsvMonitor::discard_open_monitors();
   };
-  // A signal while the ranks wait for a stalled one ends the wait at once.
-  world_options.interrupted = [] { return StopSignals::caught() != 0; };
+  // A signal while the ranks wait for a stalled one ends the wait at once; ranks that do not
+  // stop within the grace period after a signal (asleep, stalled, evaluating) end the process,
+  // except while a checkpoint is being saved.
+  world_options.interrupted = [] { return StopSignals::caught() != 0 && !StopSignals::saving(); };
+  world_options.interrupted_status = [] { return 128 + StopSignals::caught(); };
   if (!config.trace_path.empty() || config.wall_clock_breakdown) {
     world_options.trace = std::make_shared<TraceRecorder>();
   }
