@@ -12,6 +12,7 @@
 #include "runtime/host_collectives.h"
 #include "runtime/host_copies.h"
 #include "runtime/release_after.h"
+#include "runtime/shape_device.h"
 
 namespace zest {
 
@@ -185,7 +186,9 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
   try {
     allocate_model_state();
     if (host_) host_->allocate(units_, optimizer_->state_count());
-    initialize_parameters();
+    // Note: the shape-only device backs no memory to write the values to, and drawing them is
+    // most of the plan's time at a billion parameters.
+    if (runs_work(context_.device)) initialize_parameters();
     context_.synchronize();
   } catch (...) {
     // Note: a constructor that throws runs no destructor, so the zero fills enqueued so far

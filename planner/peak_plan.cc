@@ -4,11 +4,108 @@
 #include <string>
 
 #include "base/error.h"
+#include "engine/secondary_partition.h"
 #include "engine/stage_plan.h"
+#include "optim/optimizer.h"
 #include "planner/engine_replay.h"
 #include "planner/peak_ledger.h"
+#include "planner/shape_module.h"
+#include "runtime/shape_communicator.h"
+#include "runtime/shape_device.h"
 
 namespace zest {
+namespace {
+
+// The model state alone: what the trainer allocates first, with nothing after it.
+PeakPrediction model_state_peaks(const PeakPlanInput& input) {
+  PeakPrediction prediction;
+  prediction.model_state =
+      predict_model_state(input.model, input.engine.stage, input.world_size,
+                          input.engine.offload_optimizer.enabled());
+  const MemoryPrediction& state = prediction.model_state;
+  prediction.peak[static_cast<std::size_t>(Category::kParams)] = state.params;
+  prediction.peak[static_cast<std::size_t>(Category::kGrads)] = state.grads;
+  prediction.peak[static_cast<std::size_t>(Category::kOptimizer)] = state.optimizer;
+  prediction.peak[static_cast<std::size_t>(Category::kOffload)] = state.offload;
+  prediction.device_total = state.total();
+  return prediction;
+}
+
+// Whether the real engine on the shape-only device plans this job. Not yet: the CUDA device
+// (its stream scratch and frees at release), a pipeline stage's units (their recomputation is
+// the whole model's), and what needs a group split off the world (hpZ's, qgZ's across replicas).
+bool runs_on_shape_device(const PeakPlanInput& input) {
+  const EngineOptions& options = input.engine;
+  const bool hpz = options.stage == 3 && options.hpz_partition_size > 1 && input.world_size > 1;
+  return input.device == DeviceKind::kCpu && input.recompute.empty() && !hpz &&
+         !(options.quantized_gradients && input.replicas > 1);
+}
+
+// An optimizer with the shape's state arrays (AdamW's two moments, SGD's momentum or none).
+std::unique_ptr<Optimizer> shape_optimizer(std::size_t states) {
+  OptimizerOptions options;
+  if (states != 2) options.type = "SGD";
+  if (states == 1) options.momentum = 0.9f;
+  return make_optimizer(options);
+}
+
+// One rank that believes it is rank 0 of the shard group trains two steps on the shape-only
+// device; its allocators are the ledger. Ranks are alike: every shard has the same length.
+PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
+  shape::ShapeDevice device(0);
+  const auto compute = device.create_stream("compute");
+  const auto comm = device.create_stream("comm");
+  const auto prefetch = device.create_stream("prefetch");
+  shape::ShapeCommunicator communicator(0, input.world_size);
+  RankContext context{0, input.world_size, device, *compute, *comm, *prefetch, communicator};
+  context.topology = Topology(input.world_size, input.world_size);
+  context.replicas = input.replicas;
+  EngineOptions options = input.engine;
+  options.hybrid_shard_size = 0;  // the context is the shard group's already
+  options.out_of_memory_advice = nullptr;
+  if (input.units.empty()) options.activation_checkpointing = {};  // no activations to drop
+  ShapeModule module(input);
+  Engine engine(context, options);
+  {
+    const std::unique_ptr<Trainer> trainer =
+        engine.shard(module, shape_optimizer(input.model.optimizer_states));
+    // Two steps: the second starts while the first's optimizer scratch may still be queued.
+    for (int step = 0; step < 2; ++step) {
+      for (int micro = 0; micro < options.gradient_accumulation_steps; ++micro) {
+        trainer->forward_backward(Batch{});
+      }
+      trainer->step();
+      if (input.synchronize_between_steps) context.comm.synchronize();
+    }
+  }
+  PeakPrediction prediction = model_state_peaks(input);
+  const MemoryUsage usage = device.allocator().usage();
+  for (Category category : all_categories()) {
+    if (category == Category::kOffload) continue;
+    prediction.peak[static_cast<std::size_t>(category)] = usage.peak_of(category);
+  }
+  prediction.device_total = usage.total_peak;
+  prediction.peak[static_cast<std::size_t>(Category::kOffload)] =
+      device.host_allocator().usage().peak_of(Category::kOffload);
+  return prediction;
+}
+
+PeakPrediction replay_engine(const PeakPlanInput& input) {
+  PeakLedger ledger(input.device == DeviceKind::kCuda);
+  EngineReplay replay(input, ledger);
+  replay.construct();
+  // Two steps: the second starts while the first's optimizer scratch may still be queued.
+  for (int step = 0; step < 2; ++step) {
+    const int micro_batches = std::max(input.engine.gradient_accumulation_steps, 1);
+    for (int micro = 0; micro < micro_batches; ++micro) {
+      replay.micro_batch(micro + 1 == micro_batches);
+    }
+    replay.step();
+  }
+  return replay.result();
+}
+
+}  // namespace
 
 PeakPrediction predict_peak(const PeakPlanInput& input) {
   const EngineOptions& options = input.engine;
@@ -22,19 +119,9 @@ PeakPrediction predict_peak(const PeakPlanInput& input) {
     throw Error(ErrorKind::kConfig, "world.ranks: must be >= 1, got " +
                                         std::to_string(input.world_size));
   }
-  PeakLedger ledger(input.device == DeviceKind::kCuda);
-  EngineReplay replay(input, ledger);
-  replay.construct();
-  if (input.model_state_only) return replay.result();
-  // Two steps: the second starts while the first's optimizer scratch may still be queued.
-  for (int step = 0; step < 2; ++step) {
-    const int micro_batches = std::max(options.gradient_accumulation_steps, 1);
-    for (int micro = 0; micro < micro_batches; ++micro) {
-      replay.micro_batch(micro + 1 == micro_batches);
-    }
-    replay.step();
-  }
-  return replay.result();
+  if (input.model_state_only) return model_state_peaks(input);
+  if (runs_on_shape_device(input)) return train_on_shape_device(input);
+  return replay_engine(input);
 }
 
 PeakPlanInput plan_input(Module& module, const std::vector<std::int64_t>& input_shape,

@@ -4,10 +4,19 @@
 #include <memory>
 #include <vector>
 
+#include "runtime/shape_device.h"
+
 namespace zest {
 
 void read_to_host(Device& device, Stream& stream, void* host, const void* source,
                   std::size_t bytes) {
+  if (!runs_work(device)) {
+    // Note: the shape-only device backs nothing; the wait still proves the stream's frees, as
+    // it does on the CPU device, so the planner's peaks keep the CPU device's order.
+    stream.synchronize();
+    std::memset(host, 0, bytes);
+    return;
+  }
   if (device.kind() == DeviceKind::kCpu) {
     // Device memory is host memory: no copy in stream order is needed, only the wait.
     stream.synchronize();
@@ -26,7 +35,7 @@ void read_to_host(Device& device, Stream& stream, void* host, const void* source
 
 void write_from_host(Device& device, Stream& stream, void* destination, const void* host,
                      std::size_t bytes) {
-  if (bytes == 0) return;
+  if (bytes == 0 || !runs_work(device)) return;
   if (device.kind() == DeviceKind::kCpu) {
     // The bytes are copied now, so the caller's source may go; the closure owns its copy.
     auto bytes_copy = std::make_shared<std::vector<unsigned char>>(

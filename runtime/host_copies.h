@@ -1,8 +1,9 @@
 // The engine's host reads and writes of device memory (the loss, fault injection's NaN), routed
 // through the device so they work where device memory is not host memory. CPU device: exactly
 // what the engine did before (synchronize then read; a closure that writes in stream order).
-// Other devices: Device::copy on the stream (CUDA: cudaMemcpyAsync, which for pageable host
-// memory has read the source before it returns, so `source` may be a local).
+// The shape-only device: the wait, then zeros (it backs nothing). Other devices: Device::copy on
+// the stream (CUDA: cudaMemcpyAsync, which for pageable host memory has read the source before
+// it returns, so `source` may be a local).
 #pragma once
 
 #include <cstddef>

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "runtime/cpu_stream.h"
+#include "runtime/shape_stream.h"
 
 namespace zest {
 
@@ -21,6 +22,8 @@ void release_after(Device& device, Stream& stream, Buffer buffer) {
   auto free = [owned] { owned->reset(); };
   if (auto* cpu_stream = dynamic_cast<cpu::CpuStream*>(&stream)) {
     cpu_stream->enqueue_free(std::move(free));  // parked until proven, when the world says so
+  } else if (auto* shape_stream = dynamic_cast<shape::ShapeStream*>(&stream)) {
+    shape_stream->enqueue_free(std::move(free));  // held until proven: it runs nothing else
   } else {
     stream.enqueue(std::move(free));
   }

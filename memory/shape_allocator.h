@@ -1,0 +1,28 @@
+// The shape-only device's memory (runtime/shape_device.h): an allocator that hands out addresses
+// it never backs, with the Allocator's capacity and per-category accounting, so that running
+// the engine on it measures what the engine would allocate without holding any of it.
+// Invariant: nothing reads or writes through its addresses; they lie outside the address space
+// (non-canonical on x86-64), so a stray access faults at once instead of touching real memory.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "memory/allocator.h"
+
+namespace zest {
+
+class ShapeAllocator final : public Allocator {
+ public:
+  explicit ShapeAllocator(std::string device_name, std::size_t capacity = kUnlimitedCapacity);
+
+ protected:
+  void* raw_allocate(std::size_t bytes) override;
+  void raw_free(void* data, std::size_t bytes) override;
+
+ private:
+  std::atomic<std::uintptr_t> next_;  // the next address handed out; addresses are never reused
+};
+
+}  // namespace zest

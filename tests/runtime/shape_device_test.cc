@@ -1,0 +1,171 @@
+// The shape-only device: memory accounted by category but never backed, streams that run no
+// work and free in the CPU device's held order (a free runs when a wait proves its stream
+// passed it), a communicator of one rank standing in for a world, and host reads of zeros.
+#include <gtest/gtest.h>
+
+#include <sys/resource.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "base/error.h"
+#include "memory/category.h"
+#include "runtime/host_copies.h"
+#include "runtime/release_after.h"
+#include "runtime/shape_communicator.h"
+#include "runtime/shape_device.h"
+#include "runtime/shape_stream.h"
+
+namespace zest::shape {
+namespace {
+
+constexpr std::size_t kTebibyte = std::size_t{1} << 40;
+
+long max_resident_kib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
+
+TEST(ShapeDevice, AccountsATebibyteByCategoryWithoutBackingIt) {
+  ShapeDevice device(0);
+  const long before = max_resident_kib();
+  Buffer params = device.allocator().allocate(kTebibyte, Category::kParams);
+  Buffer gather = device.allocator().allocate(3 * kTebibyte, Category::kGather);
+  Buffer offload = device.host_allocator().allocate(kTebibyte, Category::kOffload);
+  EXPECT_NE(params.data(), nullptr);
+  EXPECT_NE(params.data(), gather.data());
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(gather.data()) % kAllocationAlignment, 0u);
+  EXPECT_EQ(device.allocator().usage().peak_of(Category::kGather), 3 * kTebibyte);
+  EXPECT_EQ(device.allocator().usage().total_peak, 4 * kTebibyte);
+  EXPECT_EQ(device.host_allocator().usage().peak_of(Category::kOffload), kTebibyte);
+  EXPECT_LT(max_resident_kib() - before, 1024);  // a MiB at most, of bookkeeping
+  gather.reset();
+  EXPECT_EQ(device.allocator().usage().total_current, kTebibyte);
+}
+
+TEST(ShapeDevice, KeepsItsCapacity) {
+  ShapeDevice device(0, /*capacity=*/1 << 20);
+  EXPECT_THROW(device.allocator().allocate((1 << 20) + 1, Category::kActivations), OutOfMemory);
+}
+
+TEST(ShapeDevice, RunsNoWorkAndReadsZeros) {
+  ShapeDevice device(0);
+  EXPECT_FALSE(runs_work(device));
+  auto stream = device.create_stream("compute");
+  bool ran = false;
+  stream->enqueue([&] { ran = true; });
+  Buffer loss = device.allocator().allocate(sizeof(float), Category::kWorkspace);
+  device.fill_zero(*stream, loss.data(), loss.bytes());
+  const float written = 2.5f;
+  write_from_host(device, *stream, loss.data(), &written, sizeof written);
+  float read = 7.0f;
+  read_to_host(device, *stream, &read, loss.data(), sizeof read);
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(read, 0.0f);
+}
+
+TEST(ShapeStream, AFreeWaitsForTheHostToProveItsStreamPassedIt) {
+  ShapeStream stream("s", DeviceKind::kCpu);
+  ShapeEvent before;
+  ShapeEvent after;
+  int freed = 0;
+  stream.record(before);
+  stream.enqueue_free([&] { ++freed; });
+  stream.record(after);
+  before.synchronize();
+  EXPECT_EQ(freed, 0);  // a record before the free proves nothing about it
+  after.synchronize();
+  EXPECT_EQ(freed, 1);
+  stream.synchronize();
+  EXPECT_EQ(freed, 1);  // once
+}
+
+TEST(ShapeStream, AStreamThatWaitedPassesTheProofOnToTheHost) {
+  ShapeStream producer("producer", DeviceKind::kCpu);
+  ShapeStream consumer("consumer", DeviceKind::kCpu);
+  ShapeEvent produced;
+  ShapeEvent consumed;
+  int freed = 0;
+  producer.enqueue_free([&] { ++freed; });
+  producer.record(produced);
+  consumer.wait(produced);
+  consumer.record(consumed);
+  EXPECT_EQ(freed, 0);  // the consumer's wait proves it to the consumer only
+  consumed.synchronize();
+  EXPECT_EQ(freed, 1);
+  producer.synchronize();
+  EXPECT_EQ(freed, 1);
+}
+
+TEST(ShapeStream, AWaitProvesNothingEnqueuedAfterTheRecord) {
+  ShapeStream producer("producer", DeviceKind::kCpu);
+  ShapeStream consumer("consumer", DeviceKind::kCpu);
+  ShapeEvent produced;
+  int freed = 0;
+  producer.record(produced);
+  producer.enqueue_free([&] { ++freed; });
+  consumer.wait(produced);
+  consumer.synchronize();
+  EXPECT_EQ(freed, 0);
+}
+
+TEST(ShapeStream, StreamsWaitingOnEachOtherHoldEachFreeOnce) {
+  ShapeStream compute("compute", DeviceKind::kCpu);
+  ShapeStream comm("comm", DeviceKind::kCpu);
+  ShapeEvent on_compute;
+  ShapeEvent on_comm;
+  int freed = 0;
+  for (int round = 0; round < 200; ++round) {  // a gather ring's back-and-forth
+    compute.enqueue_free([&] { ++freed; });
+    compute.record(on_compute);
+    comm.wait(on_compute);
+    comm.enqueue_free([&] { ++freed; });
+    comm.record(on_comm);
+    compute.wait(on_comm);
+  }
+  compute.synchronize();
+  EXPECT_EQ(freed, 400);
+  comm.synchronize();
+  EXPECT_EQ(freed, 400);
+}
+
+TEST(ShapeStream, DestroyingTheStreamRunsWhatNobodyProved) {
+  int freed = 0;
+  {
+    ShapeStream stream("s", DeviceKind::kCpu);
+    stream.enqueue_free([&] { ++freed; });
+    EXPECT_EQ(freed, 0);
+  }
+  EXPECT_EQ(freed, 1);
+}
+
+TEST(ShapeStream, ReleaseAfterFreesAtTheProof) {
+  ShapeDevice device(0);
+  auto stream = device.create_stream("s");
+  auto event = device.create_event();
+  release_after(device, *stream, device.allocator().allocate(4096, Category::kWorkspace));
+  stream->record(*event);
+  EXPECT_EQ(device.allocator().usage().current_of(Category::kWorkspace), 4096u);
+  event->synchronize();
+  EXPECT_EQ(device.allocator().usage().current_of(Category::kWorkspace), 0u);
+}
+
+TEST(ShapeCommunicator, IsOneRankOfTheWorldItStandsFor) {
+  ShapeDevice device(0);
+  auto stream = device.create_stream("comm");
+  ShapeCommunicator shape_communicator(5, 64);
+  Communicator& communicator = shape_communicator;
+  EXPECT_EQ(communicator.rank(), 5);
+  EXPECT_EQ(communicator.world_size(), 64);
+  Buffer shard = device.allocator().allocate(1024, Category::kGrads);
+  Buffer full = device.allocator().allocate(64 * 1024, Category::kBuckets);
+  communicator.reduce_scatter(*stream, full.data(), shard.data(), 256, DType::kFloat32);
+  communicator.all_gather(*stream, shard.data(), full.data(), 256, DType::kFloat32);
+  stream->synchronize();  // nothing ran, nothing to wait for
+  EXPECT_THROW(communicator.split(0, 5, "a group", {}), Error);
+  EXPECT_THROW(ShapeCommunicator(/*rank=*/64, /*world_size=*/64), Error);
+}
+
+}  // namespace
+}  // namespace zest::shape
