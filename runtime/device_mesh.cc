@@ -7,7 +7,11 @@
 namespace zest {
 
 std::string rank_list_text(const std::vector<int>& ranks) {
-  return fmt::format("{}", fmt::join(ranks, ", "));
+  // A message stays one short line at thousands of ranks: the first few, then how many more.
+  constexpr std::size_t kShown = 16;
+  if (ranks.size() <= kShown) return fmt::format("{}", fmt::join(ranks, ", "));
+  return fmt::format("{} and {} more", fmt::join(ranks.begin(), ranks.begin() + kShown, ", "),
+                     ranks.size() - kShown);
 }
 
 DeviceMesh::DeviceMesh(int world_size, int pipeline_stages) {

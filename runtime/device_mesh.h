@@ -57,7 +57,7 @@ class DeviceMesh {
   int data_parallel_size_ = 1;
 };
 
-// "0, 1, 2": ranks as errors list them.
+// "0, 1, 2": ranks as errors list them; past 16, "0, 1, ..., 15 and 4080 more".
 std::string rank_list_text(const std::vector<int>& ranks);
 
 }  // namespace zest

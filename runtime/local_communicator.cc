@@ -5,20 +5,12 @@
 #include <utility>
 
 #include "base/error.h"
+#include "runtime/device_mesh.h"
 #include "runtime/host_reduction.h"
 
 namespace zest {
 
 namespace {
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string text;
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    if (i) text += ", ";
-    text += std::to_string(ranks[i]);
-  }
-  return text;
-}
 
 const char* byte_pointer(const void* p, std::size_t offset) {
   return static_cast<const char*>(p) + offset;
@@ -101,7 +93,7 @@ void LocalGroup::depart_world_rank(int world_rank) {
 }
 
 std::string LocalGroup::world_rank_list(const std::vector<int>& ranks) const {
-  return rank_list(world_ranks_of(ranks));
+  return rank_list_text(world_ranks_of(ranks));
 }
 
 std::vector<int> LocalGroup::world_ranks_of(const std::vector<int>& ranks) const {
@@ -172,7 +164,7 @@ void LocalGroup::wait_for_arrivals(std::unique_lock<std::mutex>& lock, int rank,
       const std::string chain = chain_text(board_.get(), world_rank(rank), missing);
       give_up(ErrorKind::kCommTimeout,
               where(rank, call) + ": timed out after " + seconds_text(timeout_) +
-                  " waiting for rank(s) " + rank_list(missing) + (chain.empty() ? "" : "; ") +
+                  " waiting for rank(s) " + rank_list_text(missing) + (chain.empty() ? "" : "; ") +
                   chain + "; a rank is stalled or skipped the collective (world.timeout_s sets "
                   "the limit)");
     }

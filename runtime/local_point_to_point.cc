@@ -6,17 +6,10 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "runtime/device_mesh.h"
 #include "runtime/local_communicator.h"
 
 namespace zest {
-
-namespace {
-
-std::string missing_text(const std::vector<int>& ranks) {
-  return fmt::format("{}", fmt::join(ranks, ", "));
-}
-
-}  // namespace
 
 // ---- point to point --------------------------------------------------------------------------
 
@@ -216,14 +209,14 @@ LocalGroup::Membership LocalGroup::split(int rank, std::uint64_t sequence, int c
       if (rank_departed_[r]) departed.push_back(world_rank(r));
     }
     if (!departed.empty()) {
-      give_up(ErrorKind::kCommMismatch, where + ": rank(s) " + missing_text(departed) +
+      give_up(ErrorKind::kCommMismatch, where + ": rank(s) " + rank_list_text(departed) +
                                             " finished without calling it; every rank must "
                                             "split the same groups in the same order");
     }
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && !split.done &&
         !poisoned_) {
       give_up(ErrorKind::kCommTimeout, where + ": timed out after " + seconds_text(timeout_) +
-                                           " waiting for rank(s) " + missing_text(missing) +
+                                           " waiting for rank(s) " + rank_list_text(missing) +
                                            " (world.timeout_s sets the limit)");
     }
   }

@@ -86,5 +86,17 @@ TEST(DeviceMesh, RanksOutsideTheMeshAreUsageErrors) {
   EXPECT_EQ(capture_error([&] { (void)mesh.rank_of({2, 0}); }).kind(), ErrorKind::kUsage);
 }
 
+// A timeout at 5000 ranks waited for some 2800 of them: the message names the first 16 and counts
+// the rest, so it stays one short line.
+TEST(RankListText, NamesTheFirstSixteenRanksAndCountsTheRest) {
+  EXPECT_EQ(rank_list_text({}), "");
+  EXPECT_EQ(rank_list_text({3, 1}), "3, 1");
+  std::vector<int> many(2800);
+  for (int i = 0; i < 2800; ++i) many[static_cast<std::size_t>(i)] = 2200 + i;
+  EXPECT_EQ(rank_list_text(many),
+            "2200, 2201, 2202, 2203, 2204, 2205, 2206, 2207, 2208, 2209, 2210, 2211, 2212, 2213, "
+            "2214, 2215 and 2784 more");
+}
+
 }  // namespace
 }  // namespace zest
