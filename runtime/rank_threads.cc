@@ -78,7 +78,10 @@ void run_rank_threads(const WorldOptions& options, FirstFailure& failures,
   }
   {
     std::unique_lock lock(mutex);
-    std::optional<Clock::time_point> interrupted_at;
+    // Note: a sentinel, not std::optional: GCC 12 at -O1 (the hardening builds) sees the
+    // optional's value as maybe uninitialized under -Werror.
+    constexpr Clock::time_point kNotInterrupted = Clock::time_point::max();
+    Clock::time_point interrupted_at = kNotInterrupted;
     while (running > 0) {
       const bool interrupted = options.interrupted && options.interrupted();
       if (const auto first = failures.first_at()) {
@@ -91,15 +94,15 @@ void run_rank_threads(const WorldOptions& options, FirstFailure& failures,
       } else if (interrupted) {
         // Note: the ranks normally stop after the step in progress; one that sleeps, stalls or
         // evaluates on past the grace period would otherwise make the signal wait for it.
-        if (!interrupted_at) interrupted_at = Clock::now();
-        if (Clock::now() >= *interrupted_at + options.grace) {
+        if (interrupted_at == kNotInterrupted) interrupted_at = Clock::now();
+        if (Clock::now() >= interrupted_at + options.grace) {
           const Error error = unheeded_interruption(options, finished);
           lock.unlock();
           end_process(options, error, options.interrupted_status ? options.interrupted_status()
                                                                  : exit_status(error));
         }
       } else {
-        interrupted_at.reset();  // the caller may hold an interruption back (a save under way)
+        interrupted_at = kNotInterrupted;  // the caller may hold an interruption back (a save)
       }
       ended.wait_for(lock, kPoll);
     }
