@@ -29,9 +29,9 @@ const std::vector<std::string> kKeys = {"stages",    "micro_batches",         "s
                                         "virtual_chunks", "partition", "reshard_after_forward",
                                         "units"};
 
-// A partition names every unit, and by parameters or memory declares them (shapes only), which
-// costs time and memory per unit; the tools refuse a model of more units anyway
-// (tools/common/model_size.h: kMaxModelUnits).
+// The resolution step names every unit of a partition, and by parameters or memory declares them
+// (shapes only), which costs time and memory per unit; the tools refuse a model of more units
+// anyway (tools/common/model_size.h: kMaxModelUnits).
 constexpr std::size_t kMaxPartitionedUnits = std::size_t{1} << 16;
 // A schedule is generated and simulated at parse time: its actions are O(stages x micro-batches
 // x chunks).
@@ -169,7 +169,7 @@ void parse_pipeline(Block& root, TrainConfig& out) {
   const std::size_t model_units = unit_count(out.model);
   if (model_units > kMaxPartitionedUnits) {
     // Before any unit is named or planned: the tools refuse such a model anyway
-    // (tools/common/model_size.h), and naming its units here would take its size in memory.
+    // (tools/common/model_size.h), and naming its units would take its size in memory.
     config_error(block.path("partition"), "the model has " + std::to_string(model_units) +
                                               " units, more than the " +
                                               std::to_string(kMaxPartitionedUnits) +
