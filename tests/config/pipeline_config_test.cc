@@ -1,7 +1,7 @@
 // The `pipeline` block: checked whole when a config is loaded (the schedule when it parses, the
-// partition resolved to unit names by the resolution step), its batch rule (DeepSpeed's pipeline engine: micro-batches are the
-// accumulation steps, the batch counts data-parallel ranks), and each bad value one line naming
-// its key. Without the block every config resolves as before.
+// partition resolved to unit names by the resolution step), its batch rule (DeepSpeed's pipeline
+// engine: micro-batches are the accumulation steps, the batch counts data-parallel ranks), and
+// each bad value one line naming its key. Without the block every config resolves as before.
 #include <string>
 #include <vector>
 
