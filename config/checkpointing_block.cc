@@ -1,14 +1,14 @@
 // DeepSpeed's `activation_checkpointing` block, with zest's own choice of policy and units
 // (engine/recompute.h). DeepSpeed's keys are acted on where they mean something here
 // (cpu_checkpointing) and refused with the reason where they do not. The resolved config shows
-// the units the policy recomputes (`recomputed`), which the config writes and never reads.
+// the units the policy recomputes (`recomputed`, resolve/recomputed_units.h), which the config
+// accepts and never reads.
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "config/blocks.h"
 #include "engine/recompute.h"
-#include "models/registry.h"
 
 namespace zest::config_blocks {
 
@@ -17,8 +17,6 @@ using namespace config_reading;
 namespace {
 
 // A DeepSpeed key zest does not act on: accepted at its default, refused otherwise with why.
-constexpr std::size_t kMaxUnitsNamed = std::size_t{1} << 16;
-
 void refuse_unless_default(Block& block, const std::string& key, const json& fallback,
                            const std::string& why) {
   const json& value = block.get_or(key, fallback);
@@ -75,22 +73,6 @@ void parse_activation_checkpointing(Block& root, TrainConfig& out) {
   refuse_unless_default(block, "profile", false,
                         "recomputation appears as `recompute <unit>` slices in the timeline "
                         "(log.trace)");
-
-  // Which units, from the registry without declaring the model; an error names the key. Note:
-  // only with a policy, and only for a model of units the tools can build (they refuse more
-  // than kMaxUnitsNamed), so that an impossible model's config does not list a billion names.
-  json recomputed = json::array();
-  if (!options.enabled() || unit_count(out.model) > kMaxUnitsNamed) {
-    block.get_or("recomputed", json::array()) = std::move(recomputed);
-    return;
-  }
-  const std::vector<std::string> names = unit_names(out.model);
-  const std::vector<RecomputePolicy> plan =
-      plan_recompute(options, recomputable_units(out.model));
-  for (std::size_t u = 0; u < names.size(); ++u) {
-    if (plan[u] != RecomputePolicy::kNone) recomputed.push_back(names[u]);
-  }
-  block.get_or("recomputed", json::array()) = std::move(recomputed);
 }
 
 }  // namespace zest::config_blocks

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/secondary_partition.h"
+#include "engine/stage_plan.h"
 #include "optim/lr_schedule.h"
 #include "config/blocks.h"
 
@@ -177,11 +178,12 @@ void parse_offload_optimizer(Block& zero, TrainConfig& out) {
   // key is accepted and recorded, and changes nothing on either.
   offload.pin_memory =
       read_bool(block.get_or("pin_memory", false), block.path("pin_memory"));
-  if (offload.enabled() && out.engine.stage == 0) {
+  const StagePlan plan = StagePlan::of(out.engine.stage);
+  if (offload.enabled() && !plan.serves(StageFeature::kOffloadOptimizer)) {
     // As DeepSpeed: only sharded optimizer state is offloaded (ZeRO-Offload builds on stage 1+).
-    config_error(block.path("device"),
-                 "\"" + device + "\" needs zero_optimization.stage 1, 2 or 3 (got 0): only a "
-                 "sharded optimizer state is offloaded; raise the stage or set \"none\"");
+    config_error(block.path("device"), "\"" + device + "\" " +
+                                           plan.refusal(StageFeature::kOffloadOptimizer) +
+                                           "; raise the stage or set \"none\"");
   }
 }
 
@@ -240,15 +242,14 @@ static void parse_quantized(Block& block, TrainConfig& out) {
                                 std::to_string(engine.quantization_block));
   }
   parse_quantized_gradient_bits(block, engine);
-  if (engine.quantized_weights && engine.stage != 3) {
+  const StagePlan plan = StagePlan::of(engine.stage);
+  if (engine.quantized_weights && !plan.serves(StageFeature::kQuantizedWeights)) {
     config_error(block.path("zero_quantized_weights"),
-                 "true needs zero_optimization.stage 3 (got " + std::to_string(engine.stage) +
-                     "): only stage 3 gathers parameters before each use");
+                 "true " + plan.refusal(StageFeature::kQuantizedWeights));
   }
-  if (engine.quantized_gradients && engine.stage == 0) {
+  if (engine.quantized_gradients && !plan.serves(StageFeature::kQuantizedGradients)) {
     config_error(block.path("zero_quantized_gradients"),
-                 "true needs zero_optimization.stage 1, 2 or 3 (got 0): stage 0 all-reduces "
-                 "gradients instead of reduce-scattering them");
+                 "true " + plan.refusal(StageFeature::kQuantizedGradients));
   }
 }
 
@@ -287,7 +288,7 @@ void parse_zero(Block& root, TrainConfig& out) {
                "zero_quantized_gradients_bits", "zero_hpz_partition_size"});
   const json& stage = block.get_or("stage", 0);
   const std::int64_t value = read_integer(stage, block.path("stage"));
-  if (value < 0 || value > 3) {
+  if (!StagePlan::valid(value)) {
     config_error(block.path("stage"), "must be 0, 1, 2 or 3, got " + std::to_string(value));
   }
   out.engine.stage = static_cast<int>(value);

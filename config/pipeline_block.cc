@@ -1,23 +1,22 @@
 // The `pipeline` block (PipelineConfig): how many pipeline stages, the micro-batches of a step,
 // the schedule, the model chunks per stage and how units are partitioned among the virtual
-// stages. Validated whole here: the schedule is generated and simulated, and the partition
-// resolved against the model's units, so a config that parses has a schedule that does not hang
-// and no stage left empty. The resolved config shows the partition as unit names per virtual
-// stage (`units`), which the config writes and never reads. Without the block nothing is written.
+// stages. Validated here: the schedule is generated and simulated, so a config that parses has
+// a schedule that does not hang. The partition is resolved against the model's units by the
+// resolution step (resolve/pipeline_partition.h), which shows it in the resolved config as unit
+// names per virtual stage (`units`, accepted here and never read). Without the block nothing is
+// written.
 #include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "config/blocks.h"
-#include "engine/model_state.h"
+#include "engine/stage_plan.h"
 #include "models/registry.h"
 #include "pipeline/partition.h"
 #include "pipeline/pipeline_options.h"
 #include "pipeline/schedule_generators.h"
 #include "pipeline/schedule_simulator.h"
-#include "planner/peak_plan.h"
-#include "planner/pipeline_plan.h"
 
 namespace zest {
 namespace config_blocks {
@@ -30,9 +29,9 @@ const std::vector<std::string> kKeys = {"stages",    "micro_batches",         "s
                                         "virtual_chunks", "partition", "reshard_after_forward",
                                         "units"};
 
-// A partition names every unit, and by parameters or memory declares them (shapes only), which
-// costs time and memory per unit; the tools refuse a model of more units anyway
-// (tools/common/model_size.h: kMaxModelUnits).
+// The resolution step names every unit of a partition, and by parameters or memory declares them
+// (shapes only), which costs time and memory per unit; the tools refuse a model of more units
+// anyway (tools/common/model_size.h: kMaxModelUnits).
 constexpr std::size_t kMaxPartitionedUnits = std::size_t{1} << 16;
 // A schedule is generated and simulated at parse time: its actions are O(stages x micro-batches
 // x chunks).
@@ -67,6 +66,7 @@ void refuse_checkpoint_offload(const TrainConfig& config) {
                    "it to false or leave the pipeline block out");
 }
 
+// The method, or kExplicit with the written counts appended to `list`.
 PartitionMethod read_partition(const json& value, const std::string& path,
                                std::vector<std::size_t>& list) {
   const std::vector<std::string> names = {"uniform", "parameters", "memory"};
@@ -89,41 +89,6 @@ PartitionMethod read_partition(const json& value, const std::string& path,
     list.push_back(static_cast<std::size_t>(count));
   }
   return PartitionMethod::kExplicit;
-}
-
-std::vector<std::size_t> resolve_partition(const TrainConfig& config, const Schedule& schedule,
-                                           const std::vector<std::size_t>& list) {
-  const PipelineConfig& pipeline = config.pipeline;
-  const std::size_t units = unit_count(config.model);
-  const int virtual_stages = pipeline.virtual_stages();
-  // Fewer units than virtual stages is the same error whichever the method.
-  const std::vector<std::size_t> uniform = uniform_partition(units, virtual_stages);
-  if (pipeline.partition == PartitionMethod::kExplicit) {
-    return explicit_partition(list, units, virtual_stages);
-  }
-  if (pipeline.partition == PartitionMethod::kUniform || virtual_stages == 1) return uniform;
-  std::unique_ptr<Module> model = make_model(config.model);  // shapes only: nothing allocated
-  const std::size_t states = make_optimizer(config.optimizer)->state_count();
-  if (pipeline.partition == PartitionMethod::kParameters) {
-    const ModelStateShape shapes = describe_model_state(*model, config.engine.compute_dtype,
-                                                        states, config.engine.shard_alignment);
-    std::vector<std::uint64_t> parameters;
-    for (const UnitShapes& unit : shapes.units) {
-      std::uint64_t count = 0;
-      for (const ParamShape& param : unit.params) {
-        std::uint64_t elements = 1;
-        for (std::int64_t extent : param.shape) elements *= static_cast<std::uint64_t>(extent);
-        count += elements;
-      }
-      parameters.push_back(count);
-    }
-    return balanced_partition(parameters, virtual_stages);
-  }
-  PeakPlanInput input = plan_input(*model, micro_batch_shape(config.model, config.micro_batch),
-                                   config.engine, states, pipeline.data_parallel);
-  input.device = config.world.device;
-  input.batch_bytes = micro_batch_bytes(config.model, config.micro_batch);
-  return balanced_partition(units, virtual_stages, pipeline_memory_cost(input, schedule));
 }
 
 }  // namespace
@@ -195,37 +160,24 @@ void parse_pipeline(Block& root, TrainConfig& out) {
 
   pipeline.reshard_after_forward = read_bool(block.get_or("reshard_after_forward", true),
                                              block.path("reshard_after_forward"));
-  if (!pipeline.reshard_after_forward && out.engine.stage != 3) {
+  const StagePlan plan = StagePlan::of(out.engine.stage);
+  if (!pipeline.reshard_after_forward && !plan.serves(StageFeature::kGatheredForStep)) {
     config_error(block.path("reshard_after_forward"),
-                 "false needs zero_optimization.stage 3 (got " + std::to_string(out.engine.stage) +
-                     "): only stage 3 gathers parameters per micro-batch");
+                 "false " + plan.refusal(StageFeature::kGatheredForStep));
   }
 
   const std::size_t model_units = unit_count(out.model);
   if (model_units > kMaxPartitionedUnits) {
     // Before any unit is named or planned: the tools refuse such a model anyway
-    // (tools/common/model_size.h), and naming its units here would take its size in memory.
+    // (tools/common/model_size.h), and naming its units would take its size in memory.
     config_error(block.path("partition"), "the model has " + std::to_string(model_units) +
                                               " units, more than the " +
                                               std::to_string(kMaxPartitionedUnits) +
                                               " a pipeline partitions");
   }
-  std::vector<std::size_t> list;
-  pipeline.partition =
-      read_partition(block.get_or("partition", "parameters"), block.path("partition"), list);
-  pipeline.units_per_virtual_stage = resolve_partition(out, schedule, list);
-
-  const std::vector<std::string> names = unit_names(out.model);
-  json units = json::array();
-  std::size_t next = 0;
-  for (std::size_t count : pipeline.units_per_virtual_stage) {
-    json stage = json::array();
-    for (std::size_t i = 0; i < count; ++i) stage.push_back(names[next++]);
-    units.push_back(std::move(stage));
-  }
-  block.get_or("units", json::array()) = std::move(units);
-  // What the interpreter refuses, refused now (the checks above come first, with more to say).
-  pipeline_options(pipeline).validate(names.size());
+  pipeline.written_partition.clear();
+  pipeline.partition = read_partition(block.get_or("partition", "parameters"),
+                                      block.path("partition"), pipeline.written_partition);
 }
 
 }  // namespace config_blocks

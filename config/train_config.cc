@@ -14,7 +14,6 @@
 #include "base/byte_size.h"
 #include "base/error.h"
 #include "config/blocks.h"
-#include "planner/memory_advice.h"
 
 namespace zest {
 
@@ -417,8 +416,6 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   check_hybrid_pipeline(out);
   refuse_quantized_gradients_pipeline(out);
   refuse_hpz_pipeline(out);
-  // The engine takes the planner's out-of-memory advice as a hook (it never includes the planner).
-  out.engine.out_of_memory_advice = training_memory_advice;
   return out;
 }
 

@@ -1,9 +1,11 @@
 // The trainer's configuration: one JSON file with DeepSpeed's key names where the concept is the
 // same (train_batch_size, optimizer, zero_optimization.stage, ...) plus zest's own `model`,
 // `data` and `world` blocks, and `--set dotted.key=value` overrides applied before validation.
-// Invariant: a TrainConfig is fully validated — every key known, every value of its type and in
-// range, the batch sizes consistent — and `json` is the resolved config that produced it
-// (overrides applied, defaults filled in), fit for printing and for manifests.
+// Invariant: a TrainConfig is validated — every key known, every value of its type and in range,
+// the batch sizes consistent — and `json` is the config that produced it (overrides applied,
+// defaults filled in). It is plain options: what needs the model's shapes or the planner (the
+// pipeline's partition, the recomputed units, the out-of-memory advice) is decided by the
+// resolution step, resolve/resolved_config.h, through which every program loads a config.
 #pragma once
 
 #include <cstdint>
@@ -86,8 +88,10 @@ struct PipelineConfig {
   ScheduleKind schedule = ScheduleKind::kOneFOneB;
   int virtual_chunks = 1;  // model chunks per pipeline stage (interleaved_1f1b: >= 2)
   PartitionMethod partition = PartitionMethod::kParameters;  // kExplicit for a written list
-  // Resolved: the units of each virtual stage (chunk c of stage s is virtual stage c·stages + s),
-  // in model order; one entry per virtual stage, none zero, summing to the model's units.
+  std::vector<std::size_t> written_partition;  // kExplicit: the list as written, unchecked
+  // Resolved (resolve/pipeline_partition.h; without the block, the parser's one entry): the
+  // units of each virtual stage (chunk c of stage s is virtual stage c·stages + s), in model
+  // order; one entry per virtual stage, none zero, summing to the model's units.
   std::vector<std::size_t> units_per_virtual_stage;
   // Stage 3 only: false keeps a pipeline stage's parameters gathered across the micro-batches
   // of a step (FSDP2's reshard_after_forward=False), true gathers them per micro-batch.

@@ -48,7 +48,7 @@ struct TrainingMemory;  // engine/job_shape.h
 // Advice appended to an out-of-memory while training: given the job at the micro-batch that
 // overflowed, one sentence saying what would fit. Note: the engine never includes the planner
 // (docs/architecture.md, "Floors"), so the planner's advice is injected here
-// (planner/memory_advice.h: training_memory_advice; the config library sets it). Empty: the
+// (planner/memory_advice.h: training_memory_advice; resolve/resolved_config.h sets it). Empty: the
 // error says what ran out and nothing more.
 using OutOfMemoryAdvice = std::function<std::string(const TrainingMemory&)>;
 

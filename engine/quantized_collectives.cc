@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "engine/engine.h"
+#include "engine/stage_plan.h"
 #include "kernels/convert.h"
 #include "kernels/quantize.h"
 
@@ -35,16 +36,14 @@ int ranks_per_node_of(Communicator& communicator, const Topology& topology) {
 }  // namespace
 
 void check_quantized_collectives(const EngineOptions& options) {
-  if (options.quantized_weights && options.stage != 3) {
-    throw Error(ErrorKind::kConfig,
-                "zero_optimization.zero_quantized_weights needs zero_optimization.stage 3 (got " +
-                    std::to_string(options.stage) +
-                    "): only stage 3 gathers parameters before each use");
+  const StagePlan plan = StagePlan::of(options.stage);
+  if (options.quantized_weights && !plan.serves(StageFeature::kQuantizedWeights)) {
+    throw Error(ErrorKind::kConfig, "zero_optimization.zero_quantized_weights " +
+                                        plan.refusal(StageFeature::kQuantizedWeights));
   }
-  if (options.quantized_gradients && options.stage == 0) {
-    throw Error(ErrorKind::kConfig,
-                "zero_optimization.zero_quantized_gradients needs zero_optimization.stage 1, 2 or 3 "
-                "(got 0): stage 0 all-reduces gradients instead of reduce-scattering them");
+  if (options.quantized_gradients && !plan.serves(StageFeature::kQuantizedGradients)) {
+    throw Error(ErrorKind::kConfig, "zero_optimization.zero_quantized_gradients " +
+                                        plan.refusal(StageFeature::kQuantizedGradients));
   }
   if ((options.quantized_weights || options.quantized_gradients) &&
       (options.quantization_block == 0 || options.quantization_block > kLargestBlock)) {

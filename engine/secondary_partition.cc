@@ -19,10 +19,10 @@ constexpr const char* kKey = "zero_optimization.zero_hpz_partition_size";
 int hpz_partition_size(int asked, int stage, int world_size, int ranks_per_node) {
   if (asked == 1) return 0;
   if (asked < 1) refuse(fmt::format("must be 1 (off) or a number of ranks, got {}", asked));
-  if (!StagePlan::of(stage).gathers_before_each_use()) {
-    refuse(fmt::format("{} needs zero_optimization.stage 3 (got {}): only stage 3 gathers "
-                       "parameters in backward; set it to 1 (off) or raise the stage",
-                       asked, stage));
+  const StagePlan plan = StagePlan::of(stage);
+  if (!plan.serves(StageFeature::kSecondaryShard)) {
+    refuse(fmt::format("{} {}; set it to 1 (off) or raise the stage", asked,
+                       plan.refusal(StageFeature::kSecondaryShard)));
   }
   if (ranks_per_node < 1 || ranks_per_node > world_size) ranks_per_node = world_size;
   if (ranks_per_node % asked != 0) {

@@ -14,20 +14,33 @@
 // reduced, in buckets of reduce_bucket_size elements. "Every micro-batch, per unit": only the
 // shard outlives a unit's backward, so each unit is reduced as soon as its backward ends.
 // The optimizer state (and the fp32 master) is sharded from stage 1, so offload_optimizer,
-// which offloads a shard, needs stage 1 or more.
+// which offloads a shard, needs stage 1 or more. Every rule of that kind — a feature only some
+// stages serve — is a StageFeature below, read from the table, with the one reason that the
+// config, the engine and the planner give alike when they refuse it.
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 namespace zest {
 
 enum class GradientReduction { kAllReduce, kReduceScatter };
 enum class ParameterGathers { kNever, kAfterStep, kBeforeEachUse };
 
+// A feature that only some stages serve, and the column of the table it needs.
+enum class StageFeature {
+  kOffloadOptimizer,    // offload_optimizer: moves a shard of the optimizer state (optimizer)
+  kQuantizedWeights,    // zero_quantized_weights (qwZ): the gathers before each use (gathers)
+  kQuantizedGradients,  // zero_quantized_gradients (qgZ): a reduce-scatter (reduced by)
+  kSecondaryShard,      // zero_hpz_partition_size (hpZ): the gathers in backward (gathers)
+  kGatheredForStep,     // pipeline.reshard_after_forward false: per-micro-batch gathers (gathers)
+};
+
 struct StagePlan {
   static constexpr int kStages = 4;  // 0, 1, 2, 3
+  static constexpr int kFullySharded = kStages - 1;  // params, grads and optimizer state
 
-  static constexpr bool valid(int stage) { return stage >= 0 && stage < kStages; }
+  static constexpr bool valid(long long stage) { return stage >= 0 && stage < kStages; }
   // Throws a kConfig Error naming zero_optimization.stage when `stage` is not 0-3.
   static StagePlan of(int stage);
 
@@ -42,7 +55,13 @@ struct StagePlan {
 
   bool gathers_before_each_use() const { return gathers == ParameterGathers::kBeforeEachUse; }
   bool gathers_after_step() const { return gathers == ParameterGathers::kAfterStep; }
-  bool can_offload_optimizer() const { return optimizer_sharded; }
+  bool can_offload_optimizer() const { return serves(StageFeature::kOffloadOptimizer); }
+
+  bool serves(StageFeature feature) const;
+  // Why this stage does not serve `feature`, the stages that do named from the table: "needs
+  // zero_optimization.stage 3 (got 2): only stage 3 gathers parameters before each use". The
+  // caller puts the key (and its value) in front, and what to do after.
+  std::string refusal(StageFeature feature) const;
 
   // Elements a rank holds of a unit whose flat buffer is `full` long and whose shard is `shard`.
   std::size_t params_length(std::size_t full, std::size_t shard) const {

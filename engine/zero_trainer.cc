@@ -132,10 +132,9 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
     throw Error(ErrorKind::kConfig, "fp16: loss scaling applies to fp16 training only");
   }
   if (options_.offload_optimizer.enabled() && !plan_.can_offload_optimizer()) {
-    throw Error(ErrorKind::kConfig,
-                "zero_optimization.offload_optimizer.device: \"cpu\" needs "
-                "zero_optimization.stage 1, 2 or 3 (got 0): only a sharded optimizer state is "
-                "offloaded; raise the stage or set \"none\"");
+    throw Error(ErrorKind::kConfig, "zero_optimization.offload_optimizer.device: \"cpu\" " +
+                                        plan_.refusal(StageFeature::kOffloadOptimizer) +
+                                        "; raise the stage or set \"none\"");
   }
   check_quantized_collectives(options_);
   // Note: 2-byte training multiplies in its own type where the device can (CUDA's tensor

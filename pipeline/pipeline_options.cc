@@ -3,6 +3,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "engine/stage_plan.h"
 #include "pipeline/partition.h"
 
 namespace zest {
@@ -46,6 +47,11 @@ std::vector<std::size_t> PipelineOptions::partition(std::size_t units) const {
   }
   if (units_per_virtual_stage.empty()) return uniform_partition(units, virtual_stages());
   return explicit_partition(units_per_virtual_stage, units, virtual_stages());
+}
+
+bool gathered_for_step(int zero_stage, bool reshard_after_forward) {
+  return !reshard_after_forward &&
+         StagePlan::of(zero_stage).serves(StageFeature::kGatheredForStep);
 }
 
 }  // namespace zest

@@ -41,4 +41,9 @@ struct PipelineOptions {
   std::vector<std::size_t> partition(std::size_t units) const;
 };
 
+// Whether a pipeline stage's units stay gathered from their first forward of the step to their
+// last backward (a ring slot per unit): reshard_after_forward false, at a ZeRO stage that
+// gathers before each use (engine/stage_plan.h: the config refuses it at the others).
+bool gathered_for_step(int zero_stage, bool reshard_after_forward);
+
 }  // namespace zest

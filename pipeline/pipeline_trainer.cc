@@ -139,7 +139,7 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
           u < part.copies() ? RecomputePolicy::kNone
                             : recompute[static_cast<std::size_t>(part.whole_indices()[u])]);
     }
-    if (engine_.stage == 3 && !pipeline_.reshard_after_forward) {
+    if (gathered_for_step(engine_.stage, pipeline_.reshard_after_forward)) {
       // A slot per unit: a unit once gathered stays until the step changes its shards.
       options.gather_slots = std::max(options.gather_slots, part.whole_indices().size());
     }

@@ -7,6 +7,7 @@
 
 #include "base/byte_size.h"
 #include "base/error.h"
+#include "engine/stage_plan.h"
 
 namespace zest {
 namespace {
@@ -58,12 +59,13 @@ std::string model_variant(const PeakPlanInput& input, std::size_t capacity,
   for (const ModelVariant& variant : variants) {
     if (input.units.empty() || !variant.units || micro_batch < 1) break;
     PeakPlanInput changed = input;
-    changed.engine.stage = 3;
+    changed.engine.stage = StagePlan::kFullySharded;
     changed.model = variant.model;
     changed.units = variant.units(micro_batch);
     changed.recompute.clear();  // a plan per unit of the model as given
-    const std::string fits = try_change(
-        changed, capacity, fmt::format("with {} at zero_optimization.stage 3", variant.change));
+    const std::string fits =
+        try_change(changed, capacity, fmt::format("with {} at zero_optimization.stage {}",
+                                                  variant.change, StagePlan::kFullySharded));
     if (!fits.empty()) return fits;
   }
   return "";
@@ -73,14 +75,15 @@ std::string larger_setup(const PeakPlanInput& input, std::size_t capacity,
                          std::int64_t micro_batch, const std::vector<ModelVariant>& variants) {
   const int stage = input.engine.stage;
   const bool offloaded = input.engine.offload_optimizer.enabled();
-  for (int higher = stage + 1; higher <= 3; ++higher) {
+  for (int higher = stage + 1; higher < StagePlan::kStages; ++higher) {
     PeakPlanInput changed = input;
     changed.engine.stage = higher;
     const std::string fits =
         try_change(changed, capacity, fmt::format("at zero_optimization.stage {}", higher));
     if (!fits.empty()) return fits;
   }
-  for (int at = std::max(stage, 1); !offloaded && at <= 3; ++at) {
+  for (int at = stage; !offloaded && at < StagePlan::kStages; ++at) {
+    if (!StagePlan::of(at).serves(StageFeature::kOffloadOptimizer)) continue;
     PeakPlanInput changed = input;
     changed.engine.stage = at;
     changed.engine.offload_optimizer.device = OffloadDevice::kCpu;
@@ -94,10 +97,11 @@ std::string larger_setup(const PeakPlanInput& input, std::size_t capacity,
   }
   for (int ranks = input.world_size * 2; ranks <= input.world_size * 64; ranks *= 2) {
     PeakPlanInput changed = input;
-    changed.engine.stage = 3;
+    changed.engine.stage = StagePlan::kFullySharded;
     changed.world_size = ranks;
-    const std::string fits =
-        try_change(changed, capacity, fmt::format("on {} ranks (world.ranks) at stage 3", ranks));
+    const std::string fits = try_change(
+        changed, capacity,
+        fmt::format("on {} ranks (world.ranks) at stage {}", ranks, StagePlan::kFullySharded));
     if (!fits.empty()) return fits;
   }
   return "";

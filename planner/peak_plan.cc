@@ -36,7 +36,8 @@ PeakPrediction model_state_peaks(const PeakPlanInput& input) {
 // the whole model's), and what needs a group split off the world (hpZ's, qgZ's across replicas).
 bool runs_on_shape_device(const PeakPlanInput& input) {
   const EngineOptions& options = input.engine;
-  const bool hpz = options.stage == 3 && options.hpz_partition_size > 1 && input.world_size > 1;
+  const bool hpz = StagePlan::of(options.stage).serves(StageFeature::kSecondaryShard) &&
+                   options.hpz_partition_size > 1 && input.world_size > 1;
   return input.device == DeviceKind::kCpu && input.recompute.empty() && !hpz &&
          !(options.quantized_gradients && input.replicas > 1);
 }
@@ -111,9 +112,8 @@ PeakPrediction predict_peak(const PeakPlanInput& input) {
   const EngineOptions& options = input.engine;
   const StagePlan plan = StagePlan::of(options.stage);
   if (options.offload_optimizer.enabled() && !plan.can_offload_optimizer()) {
-    throw Error(ErrorKind::kConfig,
-                "zero_optimization.offload_optimizer.device: \"cpu\" needs "
-                "zero_optimization.stage 1, 2 or 3 (got 0)");
+    throw Error(ErrorKind::kConfig, "zero_optimization.offload_optimizer.device: \"cpu\" " +
+                                        plan.refusal(StageFeature::kOffloadOptimizer));
   }
   if (input.world_size < 1) {
     throw Error(ErrorKind::kConfig, "world.ranks: must be >= 1, got " +

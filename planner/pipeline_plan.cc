@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "memory/shard_layout.h"
+#include "pipeline/pipeline_options.h"
 #include "pipeline/schedule_simulator.h"
 #include "planner/engine_replay.h"
 #include "planner/peak_ledger.h"
@@ -170,7 +171,7 @@ ChunkUnits chunk_units(const PipelinePlanInput& input, int v,
       out.input.recompute.push_back(copy ? RecomputePolicy::kNone : recompute[global[i]]);
     }
   }
-  if (input.model.engine.stage == 3 && !input.reshard_after_forward) {
+  if (gathered_for_step(input.model.engine.stage, input.reshard_after_forward)) {
     // PipelineTrainer: a slot per unit, so a unit once gathered stays for the step.
     out.input.engine.gather_slots = std::max(out.input.engine.gather_slots, global.size());
   }
@@ -387,7 +388,7 @@ std::vector<PipelineStagePeak> predict_pipeline_peaks(const PipelinePlanInput& i
       }
     }
 
-    if (input.model.engine.stage == 3 && !input.reshard_after_forward) {
+    if (gathered_for_step(input.model.engine.stage, input.reshard_after_forward)) {
       for (const UnitShapes& shapes : units.input.model.units) {
         const ShardLayout layout = ShardLayout::build(shapes.name, shapes.params,
                                                       units.input.world_size,

@@ -1,5 +1,6 @@
 // The built-in GPT trained from C++, configured by the same JSON file as zest-train: the config
-// library parses and validates it (every key, with DeepSpeed's names), the registry builds the
+// library parses and validates it (every key, with DeepSpeed's names), the resolution step
+// decides what needs the model's shapes (resolve/resolved_config.h), the registry builds the
 // model it names, and the data library cuts its text into each rank's rows of every batch.
 // Usage: gpt_from_config [CONFIG] [--set key=value]...   (default configs/default.json)
 // Relative paths in the config are taken from the working directory. Exits 1 unless the loss
@@ -27,7 +28,7 @@ int main(int argc, char** argv) try {
   }
 
   // Validated whole: a wrong key or value is one Error naming its JSON path.
-  const zest::TrainConfig config = zest::load_train_config(path, overrides);
+  const zest::TrainConfig config = zest::load_resolved_config(path, overrides);
   if (config.model.type != "gpt" || config.data.type != "text" || config.pipeline.enabled()) {
     throw zest::Error(zest::ErrorKind::kConfig,
                       path + ": this example trains a GPT on `text` data without pipeline "

@@ -60,5 +60,7 @@
 #include "models/mlp.h"
 #include "models/registry.h"
 
-// config/: the JSON config shared with zest-train and zest-estimate.
+// config/: the JSON config shared with zest-train and zest-estimate; resolve/: loading it for a
+// run (the partition, the recomputed units, the out-of-memory advice decided).
 #include "config/train_config.h"
+#include "resolve/resolved_config.h"

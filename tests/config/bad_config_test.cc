@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "config/train_config.h"
+#include "resolve/resolved_config.h"
 
 namespace zest {
 namespace {
@@ -227,7 +227,7 @@ TEST_P(BadConfigTable, GivesTheExactMessage) {
   json config = row.gpt ? gpt_config() : mlp_config();
   std::string message;
   try {
-    parse_train_config(config, row.overrides);
+    parse_resolved_config(config, row.overrides);
   } catch (const Error& error) {
     EXPECT_EQ(error.kind(), ErrorKind::kConfig);
     message = error.what();
@@ -248,7 +248,7 @@ TEST(BadConfigMissing, ModelAndStepsAreRequired) {
   json config = mlp_config();
   config.erase("model");
   try {
-    parse_train_config(config);
+    parse_resolved_config(config);
     ADD_FAILURE() << "no error";
   } catch (const Error& error) {
     EXPECT_EQ(std::string(error.what()),
@@ -258,7 +258,7 @@ TEST(BadConfigMissing, ModelAndStepsAreRequired) {
   config = mlp_config();
   config.erase("steps");
   try {
-    parse_train_config(config);
+    parse_resolved_config(config);
     ADD_FAILURE() << "no error";
   } catch (const Error& error) {
     EXPECT_EQ(std::string(error.what()), "steps: missing; the number of optimizer steps (>= 1)");

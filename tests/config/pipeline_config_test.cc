@@ -1,7 +1,7 @@
-// The `pipeline` block: resolved whole at parse time (the schedule checked, the partition
-// resolved to unit names), its batch rule (DeepSpeed's pipeline engine: micro-batches are the
-// accumulation steps, the batch counts data-parallel ranks), and each bad value one line naming
-// its key. Without the block every config resolves as before.
+// The `pipeline` block: checked whole when a config is loaded (the schedule when it parses, the
+// partition resolved to unit names by the resolution step), its batch rule (DeepSpeed's pipeline
+// engine: micro-batches are the accumulation steps, the batch counts data-parallel ranks), and
+// each bad value one line naming its key. Without the block every config resolves as before.
 #include <string>
 #include <vector>
 
@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
-#include "config/train_config.h"
+#include "resolve/resolved_config.h"
 
 namespace zest {
 namespace {
@@ -40,7 +40,7 @@ json with_pipeline(json config, const json& pipeline) {
 
 std::string config_error(const json& config) {
   try {
-    parse_train_config(config);
+    parse_resolved_config(config);
   } catch (const Error& error) {
     EXPECT_EQ(error.kind(), ErrorKind::kConfig) << error.what();
     EXPECT_EQ(std::string(error.what()).find('\n'), std::string::npos) << error.what();
@@ -51,7 +51,7 @@ std::string config_error(const json& config) {
 }
 
 TEST(PipelineConfig, WithoutTheBlockOnePipelineStageHoldsEveryUnitAndNothingIsWritten) {
-  const TrainConfig config = parse_train_config(gpt_config());
+  const TrainConfig config = parse_resolved_config(gpt_config());
   EXPECT_FALSE(config.json.contains("pipeline"));
   EXPECT_FALSE(config.pipeline.enabled());
   EXPECT_EQ(config.pipeline.stages, 1);
@@ -64,7 +64,7 @@ TEST(PipelineConfig, WithoutTheBlockOnePipelineStageHoldsEveryUnitAndNothingIsWr
 
 TEST(PipelineConfig, ResolvesTheBlockWithTheBatchCountingDataParallelRanks) {
   const TrainConfig config =
-      parse_train_config(with_pipeline(gpt_config(), {{"stages", 2}, {"partition", "uniform"}}));
+      parse_resolved_config(with_pipeline(gpt_config(), {{"stages", 2}, {"partition", "uniform"}}));
   EXPECT_TRUE(config.pipeline.enabled());
   EXPECT_EQ(config.pipeline.data_parallel, 2);
   // 16 = 2 per micro-batch x 4 accumulation steps x 2 data-parallel ranks.
@@ -78,7 +78,7 @@ TEST(PipelineConfig, ResolvesTheBlockWithTheBatchCountingDataParallelRanks) {
     "reshard_after_forward": true, "partition": "uniform",
     "units": [["embedding", "block0", "block1"], ["block2", "block3", "head"]]})"));
   // The resolved config parses to the same (its `units` are written, never read).
-  const TrainConfig again = parse_train_config(config.json);
+  const TrainConfig again = parse_resolved_config(config.json);
   EXPECT_EQ(again.json, config.json);
 }
 
@@ -86,7 +86,7 @@ TEST(PipelineConfig, MicroBatchesSetTheAccumulationSteps) {
   json base = gpt_config();
   base.erase("train_batch_size");
   const TrainConfig config =
-      parse_train_config(with_pipeline(base, {{"stages", 2}, {"micro_batches", 8}}));
+      parse_resolved_config(with_pipeline(base, {{"stages", 2}, {"micro_batches", 8}}));
   EXPECT_EQ(config.gradient_accumulation_steps, 8);
   EXPECT_EQ(config.train_batch_size, 2 * 8 * 2);
   EXPECT_EQ(config.json["gradient_accumulation_steps"], 8);
@@ -95,7 +95,7 @@ TEST(PipelineConfig, MicroBatchesSetTheAccumulationSteps) {
 TEST(PipelineConfig, PartitionsByParametersByDefault) {
   json base = gpt_config();
   base["model"]["vocab_size"] = 4096;  // the embedding outweighs three blocks
-  const TrainConfig config = parse_train_config(with_pipeline(base, {{"stages", 2}}));
+  const TrainConfig config = parse_resolved_config(with_pipeline(base, {{"stages", 2}}));
   EXPECT_EQ(config.pipeline.partition, PartitionMethod::kParameters);
   EXPECT_THAT(config.pipeline.units_per_virtual_stage, ElementsAre(1, 5));
   EXPECT_EQ(config.json["pipeline"]["units"][0], json::array({"embedding"}));
@@ -109,7 +109,7 @@ TEST(PipelineConfig, PartitionByMemoryGivesTheFirstStageFewerUnits) {
     "world": {"ranks": 2}, "steps": 1, "train_micro_batch_size_per_gpu": 256,
     "gradient_accumulation_steps": 4,
     "pipeline": {"stages": 2, "partition": "memory"}})");
-  const TrainConfig parsed = parse_train_config(config);
+  const TrainConfig parsed = parse_resolved_config(config);
   const auto& split = parsed.pipeline.units_per_virtual_stage;
   ASSERT_EQ(split.size(), 2u);
   EXPECT_EQ(split[0] + split[1], 8u);
@@ -117,7 +117,7 @@ TEST(PipelineConfig, PartitionByMemoryGivesTheFirstStageFewerUnits) {
 }
 
 TEST(PipelineConfig, InterleavedDefaultsToTwoChunksAndPartitionsEveryVirtualStage) {
-  const TrainConfig config = parse_train_config(with_pipeline(
+  const TrainConfig config = parse_resolved_config(with_pipeline(
       gpt_config(), {{"stages", 2}, {"schedule", "interleaved_1f1b"}, {"partition", "uniform"}}));
   EXPECT_EQ(config.pipeline.virtual_chunks, 2);
   EXPECT_THAT(config.pipeline.units_per_virtual_stage, ElementsAre(2, 2, 1, 1));
@@ -127,7 +127,7 @@ TEST(PipelineConfig, InterleavedDefaultsToTwoChunksAndPartitionsEveryVirtualStag
 TEST(PipelineConfig, StageThreeMayKeepParametersGathered) {
   json base = gpt_config();
   base["zero_optimization"]["stage"] = 3;
-  const TrainConfig config = parse_train_config(
+  const TrainConfig config = parse_resolved_config(
       with_pipeline(base, {{"stages", 2}, {"reshard_after_forward", false}}));
   EXPECT_FALSE(config.pipeline.reshard_after_forward);
 }
@@ -209,7 +209,7 @@ TEST(PipelineConfig, EveryBadValueIsOneLineNamingItsKey) {
 TEST(PipelineConfig, RecomputationListsTheWholeModelsPlanAndRefusesCheckpointOffload) {
   json config = with_pipeline(gpt_config(), {{"stages", 4}});
   config["activation_checkpointing"] = {{"policy", "full"}};
-  EXPECT_EQ(parse_train_config(config).json["activation_checkpointing"]["recomputed"],
+  EXPECT_EQ(parse_resolved_config(config).json["activation_checkpointing"]["recomputed"],
             json({"block0", "block1", "block2", "block3"}));
   config["activation_checkpointing"]["cpu_checkpointing"] = true;
   EXPECT_EQ(config_error(config),
@@ -217,12 +217,12 @@ TEST(PipelineConfig, RecomputationListsTheWholeModelsPlanAndRefusesCheckpointOff
             "stages yet (pipeline.stages 4): it keeps one micro-batch's checkpoints, and a "
             "pipeline holds several; set it to false or leave the pipeline block out");
   config["pipeline"]["stages"] = 1;
-  EXPECT_NO_THROW(parse_train_config(config));
+  EXPECT_NO_THROW(parse_resolved_config(config));
 }
 
 TEST(PipelineConfig, OverridesReachTheBlock) {
   const TrainConfig config =
-      parse_train_config(gpt_config(), {"pipeline.stages=4", "pipeline.partition=[1,1,2,2]"});
+      parse_resolved_config(gpt_config(), {"pipeline.stages=4", "pipeline.partition=[1,1,2,2]"});
   EXPECT_EQ(config.pipeline.stages, 4);
   EXPECT_EQ(config.pipeline.data_parallel, 1);
   EXPECT_EQ(config.pipeline.micro_batches, 8);

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
-#include "config/train_config.h"
+#include "resolve/resolved_config.h"
 #include "tests/config/stage3_config.h"
 
 namespace zest {
@@ -20,7 +20,7 @@ json base_config() { return testing::stage3_mlp_config(); }
 
 std::string config_error(const json& config) {
   try {
-    parse_train_config(config, {});
+    parse_resolved_config(config, {});
   } catch (const Error& error) {
     EXPECT_EQ(error.kind(), ErrorKind::kConfig) << error.what();
     EXPECT_EQ(std::string(error.what()).find('\n'), std::string::npos);
@@ -31,7 +31,7 @@ std::string config_error(const json& config) {
 }
 
 TEST(QuantizedConfig, OffByDefaultAndShownInTheResolvedConfig) {
-  const TrainConfig plain = parse_train_config(base_config(), {});
+  const TrainConfig plain = parse_resolved_config(base_config(), {});
   EXPECT_FALSE(plain.engine.quantized_weights);
   EXPECT_FALSE(plain.engine.quantized_gradients);
   EXPECT_EQ(plain.engine.quantization_block, 256u);
@@ -45,7 +45,7 @@ TEST(QuantizedConfig, DeepSpeedsKeysReachTheEngine) {
   config["zero_optimization"]["zero_quantized_weights"] = true;
   config["zero_optimization"]["zero_quantized_gradients"] = true;
   config["zero_optimization"]["zero_quantized_block_size"] = 128;
-  const TrainConfig parsed = parse_train_config(config, {});
+  const TrainConfig parsed = parse_resolved_config(config, {});
   EXPECT_TRUE(parsed.engine.quantized_weights);
   EXPECT_TRUE(parsed.engine.quantized_gradients);
   EXPECT_EQ(parsed.engine.quantization_block, 128u);
@@ -83,7 +83,7 @@ TEST(QuantizedConfig, RefusedWhereMeaningless) {
                         "zero_optimization.stage 1, 2 or 3 (got 0)"));
   // qgZ at stages 1-2 is served.
   config["zero_optimization"]["stage"] = 1;
-  EXPECT_TRUE(parse_train_config(config, {}).engine.quantized_gradients);
+  EXPECT_TRUE(parse_resolved_config(config, {}).engine.quantized_gradients);
 }
 
 // qgZ with hybrid sharding quantizes the replicas' mean across nodes too
@@ -92,17 +92,17 @@ TEST(QuantizedConfig, QuantizedGradientsWithHybridShardingAreServed) {
   json config = base_config();
   config["zero_optimization"]["zero_quantized_gradients"] = true;
   config["zero_optimization"]["hybrid_shard_size"] = 2;
-  EXPECT_TRUE(parse_train_config(config, {}).engine.quantized_gradients);
+  EXPECT_TRUE(parse_resolved_config(config, {}).engine.quantized_gradients);
   config["world"]["ranks_per_node"] = 2;
   config["zero_optimization"]["hybrid_shard_size"] = "node";
-  EXPECT_EQ(parse_train_config(config, {}).engine.hybrid_shard_size, kHybridShardNode);
+  EXPECT_EQ(parse_resolved_config(config, {}).engine.hybrid_shard_size, kHybridShardNode);
   config["zero_optimization"]["hybrid_shard_size"] = 4;
-  EXPECT_TRUE(parse_train_config(config, {}).engine.quantized_gradients);
+  EXPECT_TRUE(parse_resolved_config(config, {}).engine.quantized_gradients);
   // qwZ with hybrid sharding is served (its gathers stay inside the node, in int8).
   config = base_config();
   config["zero_optimization"]["zero_quantized_weights"] = true;
   config["zero_optimization"]["hybrid_shard_size"] = 2;
-  EXPECT_TRUE(parse_train_config(config, {}).engine.quantized_weights);
+  EXPECT_TRUE(parse_resolved_config(config, {}).engine.quantized_weights);
 }
 
 TEST(QuantizedConfig, QuantizedGradientsInsidePipelineStagesAreRefused) {

@@ -1,4 +1,4 @@
-#include "config/train_config.h"
+#include "resolve/resolved_config.h"
 
 #include <chrono>
 #include <cstdio>
@@ -44,7 +44,7 @@ std::string error_message(const std::function<void()>& action, ErrorKind kind) {
 }
 
 std::string config_error(const json& config, const std::vector<std::string>& overrides = {}) {
-  return error_message([&] { parse_train_config(config, overrides); }, ErrorKind::kConfig);
+  return error_message([&] { parse_resolved_config(config, overrides); }, ErrorKind::kConfig);
 }
 
 class TempDir {
@@ -71,7 +71,7 @@ class TempDir {
 // ---- a valid config --------------------------------------------------------------------------
 
 TEST(TrainConfig, ValidConfigFillsEveryField) {
-  const TrainConfig config = parse_train_config(base_config());
+  const TrainConfig config = parse_resolved_config(base_config());
   EXPECT_EQ(config.world.ranks, 2);
   EXPECT_EQ(config.world.backend, "local");
   EXPECT_EQ(config.world.device, DeviceKind::kCpu);
@@ -98,7 +98,7 @@ TEST(TrainConfig, ValidConfigFillsEveryField) {
 }
 
 TEST(TrainConfig, ResolvedJsonHasDefaultsAndParsesToTheSameConfig) {
-  const TrainConfig config = parse_train_config(base_config());
+  const TrainConfig config = parse_resolved_config(base_config());
   const json& resolved = config.json;
   EXPECT_EQ(resolved["world"]["device"], "cpu");
   EXPECT_EQ(resolved["world"]["timeout_s"], 300);
@@ -109,16 +109,16 @@ TEST(TrainConfig, ResolvedJsonHasDefaultsAndParsesToTheSameConfig) {
   EXPECT_EQ(resolved["optimizer"]["params"]["eps"], 1e-8);
   EXPECT_EQ(resolved["data"]["features"], 8);
   EXPECT_EQ(resolved["seed"], 1234);
-  const TrainConfig again = parse_train_config(resolved);
+  const TrainConfig again = parse_resolved_config(resolved);
   EXPECT_EQ(again.json, resolved);
 }
 
 TEST(TrainConfig, ShippedConfigsLoad) {
   for (const auto& entry : std::filesystem::directory_iterator(ZEST_SOURCE_DIR "/configs")) {
     if (entry.path().extension() != ".json") continue;
-    EXPECT_NO_THROW(load_train_config(entry.path().string())) << entry.path();
+    EXPECT_NO_THROW(load_resolved_config(entry.path().string())) << entry.path();
   }
-  const TrainConfig config = load_train_config(ZEST_SOURCE_DIR "/configs/default.json");
+  const TrainConfig config = load_resolved_config(ZEST_SOURCE_DIR "/configs/default.json");
   EXPECT_EQ(config.engine.stage, 3);
   EXPECT_EQ(config.world.ranks, 4);
 }
@@ -126,23 +126,23 @@ TEST(TrainConfig, ShippedConfigsLoad) {
 TEST(TrainConfig, TheDefaultBackendIsTheDevices) {
   json config = base_config();
   config["world"].erase("backend");
-  EXPECT_EQ(parse_train_config(config).world.backend, "local");
+  EXPECT_EQ(parse_resolved_config(config).world.backend, "local");
   config["world"]["device"] = "cuda";
-  const TrainConfig cuda = parse_train_config(config);
+  const TrainConfig cuda = parse_resolved_config(config);
   EXPECT_EQ(cuda.world.backend, "nccl");
   EXPECT_EQ(cuda.json["world"]["backend"], "nccl");  // the resolved config says so too
   config["world"]["backend"] = "local";  // given: kept, and World says what to set instead
-  EXPECT_EQ(parse_train_config(config).world.backend, "local");
+  EXPECT_EQ(parse_resolved_config(config).world.backend, "local");
 }
 
 TEST(TrainConfig, DeviceMemoryTakesBytesOrAUnit) {
   json config = base_config();
   config["world"]["device_memory"] = "2GiB";
-  EXPECT_EQ(parse_train_config(config).world.device_memory, std::size_t{2} << 30);
+  EXPECT_EQ(parse_resolved_config(config).world.device_memory, std::size_t{2} << 30);
   config["world"]["device_memory"] = "1.5GB";
-  EXPECT_EQ(parse_train_config(config).world.device_memory, std::size_t{1500000000});
+  EXPECT_EQ(parse_resolved_config(config).world.device_memory, std::size_t{1500000000});
   config["world"]["device_memory"] = 4096;
-  EXPECT_EQ(parse_train_config(config).world.device_memory, std::size_t{4096});
+  EXPECT_EQ(parse_resolved_config(config).world.device_memory, std::size_t{4096});
   config["world"]["device_memory"] = "lots";
   EXPECT_THAT(config_error(config),
               AllOf(HasSubstr("world.device_memory"), HasSubstr("GiB"), HasSubstr("\"lots\"")));
@@ -150,9 +150,9 @@ TEST(TrainConfig, DeviceMemoryTakesBytesOrAUnit) {
 
 TEST(TrainConfig, DebugHoldFreesReachesTheWorld) {
   json config = base_config();
-  EXPECT_FALSE(parse_train_config(config).world.hold_frees);
+  EXPECT_FALSE(parse_resolved_config(config).world.hold_frees);
   config["debug"]["hold_frees"] = true;
-  EXPECT_TRUE(parse_train_config(config).world.hold_frees);
+  EXPECT_TRUE(parse_resolved_config(config).world.hold_frees);
   config["debug"]["hold_frees"] = "yes";
   EXPECT_THAT(config_error(config), HasSubstr("debug.hold_frees"));
 }
@@ -160,9 +160,9 @@ TEST(TrainConfig, DebugHoldFreesReachesTheWorld) {
 TEST(TrainConfig, PinRanksReachesTheWorld) {
   json config = base_config();
   config["world"]["pin_ranks"] = "off";
-  EXPECT_EQ(parse_train_config(config).world.pin_ranks, RankPinning::kOff);
+  EXPECT_EQ(parse_resolved_config(config).world.pin_ranks, RankPinning::kOff);
   config["world"]["pin_ranks"] = "on";
-  EXPECT_EQ(parse_train_config(config).world.pin_ranks, RankPinning::kOn);
+  EXPECT_EQ(parse_resolved_config(config).world.pin_ranks, RankPinning::kOn);
   config["world"]["pin_ranks"] = true;
   EXPECT_THAT(config_error(config), HasSubstr("world.pin_ranks"));
 }
@@ -170,7 +170,7 @@ TEST(TrainConfig, PinRanksReachesTheWorld) {
 TEST(TrainConfig, OptimizerTypeIsCaseInsensitiveAndCanonical) {
   json config = base_config();
   config["optimizer"] = json::parse(R"({"type": "sgd", "params": {"lr": 0.1, "momentum": 0.9}})");
-  const TrainConfig parsed = parse_train_config(config);
+  const TrainConfig parsed = parse_resolved_config(config);
   EXPECT_EQ(parsed.optimizer.type, "SGD");
   EXPECT_FLOAT_EQ(parsed.optimizer.momentum, 0.9f);
   EXPECT_EQ(parsed.json["optimizer"]["type"], "SGD");
@@ -181,7 +181,7 @@ TEST(TrainConfig, ReadsDeepSpeedOverlapKeys) {
   config["zero_optimization"] = json::parse(R"({
     "stage": 3, "reduce_bucket_size": 5e8, "overlap_comm": true, "contiguous_gradients": true,
     "stage3_prefetch_bucket_size": 0, "stage3_max_live_parameters": 1e9})");
-  const TrainConfig parsed = parse_train_config(config);
+  const TrainConfig parsed = parse_resolved_config(config);
   EXPECT_EQ(parsed.zero_overlap.reduce_bucket_size, 500000000);
   EXPECT_EQ(parsed.zero_overlap.overlap_comm, true);
   EXPECT_EQ(parsed.zero_overlap.contiguous_gradients, true);
@@ -193,7 +193,7 @@ TEST(TrainConfig, ReadsDeepSpeedOverlapKeys) {
 
   config["zero_optimization"] = json::parse(R"({"stage": 3, "overlap_comm": false,
                                                 "stage3_prefetch_bucket_size": 4096})");
-  const TrainConfig serialized = parse_train_config(config);
+  const TrainConfig serialized = parse_resolved_config(config);
   EXPECT_FALSE(serialized.engine.overlap_comm);
   EXPECT_EQ(serialized.engine.stage3_prefetch_bucket_size, 4096u);
   EXPECT_EQ(serialized.json["zero_optimization"]["reduce_bucket_size"],
@@ -204,7 +204,7 @@ TEST(TrainConfig, ReadsDeepSpeedOverlapKeys) {
 
 TEST(TrainConfig, ReadsDeepSpeedOffloadOptimizerAndTheHostArena) {
   json config = base_config();
-  const TrainConfig plain = parse_train_config(config);
+  const TrainConfig plain = parse_resolved_config(config);
   EXPECT_FALSE(plain.engine.offload_optimizer.enabled());
   EXPECT_EQ(plain.json["zero_optimization"]["offload_optimizer"],
             json::parse(R"({"device": "none", "pin_memory": false})"));
@@ -214,7 +214,7 @@ TEST(TrainConfig, ReadsDeepSpeedOffloadOptimizerAndTheHostArena) {
   config["zero_optimization"] = json::parse(R"({"stage": 2,
       "offload_optimizer": {"device": "cpu", "pin_memory": true}})");
   config["world"]["host_memory"] = "2GiB";
-  const TrainConfig offloaded = parse_train_config(config);
+  const TrainConfig offloaded = parse_resolved_config(config);
   EXPECT_EQ(offloaded.engine.offload_optimizer.device, OffloadDevice::kCpu);
   // Recorded, though the CPU device's host memory is ordinary memory either way.
   EXPECT_TRUE(offloaded.engine.offload_optimizer.pin_memory);
@@ -227,7 +227,7 @@ TEST(TrainConfig, GptOnTextFillsItsDefaults) {
                                     "seq_len": 8})");
   config["data"] = json::parse(R"({"type": "text", "path": "corpus.txt", "val_fraction": 0.1})");
   config["eval_every"] = 5;
-  const TrainConfig parsed = parse_train_config(config);
+  const TrainConfig parsed = parse_resolved_config(config);
   EXPECT_EQ(parsed.model.type, "gpt");
   EXPECT_EQ(parsed.model.gpt.vocab_size, 256);  // bytes
   EXPECT_EQ(parsed.model.gpt.seq_len, 8);
@@ -240,7 +240,7 @@ TEST(TrainConfig, GptOnTextFillsItsDefaults) {
 
   config["data"] = json::parse(R"({"type": "tokens", "path": "shards/*.bin",
                                    "val_path": "val.bin"})");
-  const TrainConfig tokens = parse_train_config(config);
+  const TrainConfig tokens = parse_resolved_config(config);
   EXPECT_EQ(tokens.model.gpt.vocab_size, 50257);  // GPT-2's tokenizer, as llm.c's shards
   EXPECT_EQ(tokens.data.val_path, "val.bin");
 }
@@ -250,28 +250,28 @@ TEST(TrainConfig, AutoBatchSizesAreDerived) {
   config["train_batch_size"] = 16;
   config["train_micro_batch_size_per_gpu"] = "auto";
   config["gradient_accumulation_steps"] = 2;
-  TrainConfig parsed = parse_train_config(config);
+  TrainConfig parsed = parse_resolved_config(config);
   EXPECT_EQ(parsed.micro_batch, 4);
   EXPECT_EQ(parsed.json["train_micro_batch_size_per_gpu"], 4);  // resolved, not "auto"
   config["gradient_accumulation_steps"] = "auto";
-  parsed = parse_train_config(config);
+  parsed = parse_resolved_config(config);
   EXPECT_EQ(parsed.micro_batch, 8);
   EXPECT_EQ(parsed.gradient_accumulation_steps, 1);
 }
 
 TEST(TrainConfig, MixedPrecisionUsesDeepSpeedKeys) {
   json config = base_config();
-  EXPECT_EQ(parse_train_config(config).engine.compute_dtype, DType::kFloat32);
+  EXPECT_EQ(parse_resolved_config(config).engine.compute_dtype, DType::kFloat32);
   config["bf16"] = json::parse(R"({"enabled": true})");
   config["communication_data_type"] = "bf16";
-  TrainConfig parsed = parse_train_config(config);
+  TrainConfig parsed = parse_resolved_config(config);
   EXPECT_EQ(parsed.engine.compute_dtype, DType::kBFloat16);
   EXPECT_EQ(parsed.engine.communication_dtype, DType::kBFloat16);
   EXPECT_FALSE(parsed.engine.loss_scale.enabled);
 
   config.erase("bf16");
   config["fp16"] = json::parse(R"({"enabled": true, "initial_scale_power": 12, "hysteresis": 3})");
-  parsed = parse_train_config(config);
+  parsed = parse_resolved_config(config);
   EXPECT_EQ(parsed.engine.compute_dtype, DType::kFloat16);
   EXPECT_TRUE(parsed.engine.loss_scale.enabled);
   EXPECT_EQ(parsed.engine.loss_scale.initial_scale_power, 12);
@@ -296,18 +296,18 @@ TEST(TrainConfig, AnyTwoBatchSizesDetermineTheThird) {
   config.erase("train_batch_size");
   config["train_micro_batch_size_per_gpu"] = 4;
   config["gradient_accumulation_steps"] = 3;
-  EXPECT_EQ(parse_train_config(config).train_batch_size, 24);
+  EXPECT_EQ(parse_resolved_config(config).train_batch_size, 24);
 
   config.erase("gradient_accumulation_steps");
   config["train_batch_size"] = 32;
-  EXPECT_EQ(parse_train_config(config).gradient_accumulation_steps, 4);
+  EXPECT_EQ(parse_resolved_config(config).gradient_accumulation_steps, 4);
 
   config.erase("train_micro_batch_size_per_gpu");
   config["gradient_accumulation_steps"] = 2;
-  EXPECT_EQ(parse_train_config(config).micro_batch, 8);
+  EXPECT_EQ(parse_resolved_config(config).micro_batch, 8);
 
   config.erase("gradient_accumulation_steps");
-  EXPECT_EQ(parse_train_config(config).micro_batch, 16);
+  EXPECT_EQ(parse_resolved_config(config).micro_batch, 16);
 }
 
 TEST(TrainConfig, InconsistentBatchSizesNameAllThree) {
@@ -461,20 +461,20 @@ TEST(TrainConfig, FileThatIsNotJsonNamesLineAndColumn) {
   TempDir dir;
   const std::string file = dir.write("bad.json", "{\n  \"steps\": 5,\n  \"model\": {oops}\n}\n");
   const std::string message =
-      error_message([&] { load_train_config(file); }, ErrorKind::kConfig);
+      error_message([&] { load_resolved_config(file); }, ErrorKind::kConfig);
   // Line 3 is `  "model": {oops}`; the 'o' of oops is its 13th byte.
   EXPECT_THAT(message, HasSubstr(file + ":3:13: not valid JSON: "));
   EXPECT_THAT(message, Not(HasSubstr("json.exception")));
 
   const std::string empty = dir.write("empty.json", "");
-  EXPECT_THAT(error_message([&] { load_train_config(empty); }, ErrorKind::kConfig),
+  EXPECT_THAT(error_message([&] { load_resolved_config(empty); }, ErrorKind::kConfig),
               HasSubstr(empty + ":1:1: not valid JSON"));
 }
 
 TEST(TrainConfig, FileThatDoesNotExistIsNamed) {
   TempDir dir;
   const std::string file = dir.path("missing.json");
-  EXPECT_THAT(error_message([&] { load_train_config(file); }, ErrorKind::kConfig),
+  EXPECT_THAT(error_message([&] { load_resolved_config(file); }, ErrorKind::kConfig),
               AllOf(HasSubstr("config file '" + file + "'"), HasSubstr("No such file")));
 }
 
@@ -483,7 +483,7 @@ TEST(TrainConfig, ErrorsFromAFileNameTheFile) {
   json config = base_config();
   config["zero_optimization"]["stage"] = 9;
   const std::string file = dir.write("stage.json", config.dump());
-  EXPECT_THAT(error_message([&] { load_train_config(file); }, ErrorKind::kConfig),
+  EXPECT_THAT(error_message([&] { load_resolved_config(file); }, ErrorKind::kConfig),
               HasSubstr(file + ": zero_optimization.stage: must be 0, 1, 2 or 3, got 9"));
 }
 
@@ -510,7 +510,7 @@ TEST(TrainConfigOverrides, ValuesParseAsJsonElseString) {
 }
 
 TEST(TrainConfigOverrides, AreAppliedBeforeValidationInOrder) {
-  const TrainConfig config = parse_train_config(
+  const TrainConfig config = parse_resolved_config(
       base_config(), {"zero_optimization.stage=1", "world.ranks=4", "world.ranks=1", "steps=7"});
   EXPECT_EQ(config.engine.stage, 1);
   EXPECT_EQ(config.world.ranks, 1);
@@ -537,7 +537,7 @@ TEST(TrainConfigOverrides, MalformedOverridesAreUsageErrors) {
               HasSubstr("empty part"));
   EXPECT_THAT(error_message([&] { apply_override(config, "=3"); }, ErrorKind::kUsage),
               HasSubstr("empty part"));
-  EXPECT_THAT(error_message([&] { parse_train_config(base_config(), {"stepz"}); },
+  EXPECT_THAT(error_message([&] { parse_resolved_config(base_config(), {"stepz"}); },
                             ErrorKind::kUsage),
               HasSubstr("--set 'stepz'"));
 }
@@ -558,7 +558,7 @@ TEST(TrainConfigActivationCheckpointing, ResolvesThePolicyAndNamesTheRecomputedU
     "activation_checkpointing": {"policy": "selective", "units": {"every": 2},
                                  "cpu_checkpointing": true}
   })");
-  const TrainConfig parsed = parse_train_config(config);
+  const TrainConfig parsed = parse_resolved_config(config);
   const ActivationCheckpointing& options = parsed.engine.activation_checkpointing;
   EXPECT_EQ(options.policy, RecomputePolicy::kSelective);
   EXPECT_EQ(options.every, 2u);
@@ -570,13 +570,13 @@ TEST(TrainConfigActivationCheckpointing, ResolvesThePolicyAndNamesTheRecomputedU
   // Read back, the resolved config is the same config; a stale `recomputed` is rewritten.
   nlohmann::json again = parsed.json;
   again["activation_checkpointing"]["recomputed"] = nlohmann::json::array({"head"});
-  EXPECT_EQ(parse_train_config(again).json, parsed.json);
+  EXPECT_EQ(parse_resolved_config(again).json, parsed.json);
 
   config["activation_checkpointing"] = {{"policy", "full"}, {"units", {{"first", 3}}}};
-  EXPECT_EQ(parse_train_config(config).json["activation_checkpointing"]["recomputed"],
+  EXPECT_EQ(parse_resolved_config(config).json["activation_checkpointing"]["recomputed"],
             nlohmann::json::parse(R"(["block0", "block1"])"));
   config.erase("activation_checkpointing");
-  EXPECT_EQ(parse_train_config(config).engine.activation_checkpointing.policy,
+  EXPECT_EQ(parse_resolved_config(config).engine.activation_checkpointing.policy,
             RecomputePolicy::kNone);
 }
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "config/train_config.h"
+#include "resolve/resolved_config.h"
 
 namespace zest {
 namespace {
@@ -27,7 +27,7 @@ json gpt_config(const json& pieces) {
 
 std::string error_of_config(const json& config) {
   try {
-    parse_train_config(config, {});
+    parse_resolved_config(config, {});
   } catch (const Error& error) {
     EXPECT_EQ(error.kind(), ErrorKind::kConfig);
     return error.what();
@@ -38,13 +38,13 @@ std::string error_of_config(const json& config) {
 std::string error_of(const json& pieces) { return error_of_config(gpt_config(pieces)); }
 
 TEST(VocabPiecesConfig, DefaultsToOneAndResolvesAuto) {
-  TrainConfig plain = parse_train_config(gpt_config(nullptr), {});
+  TrainConfig plain = parse_resolved_config(gpt_config(nullptr), {});
   EXPECT_EQ(plain.model.gpt.vocab_pieces, 1);
   EXPECT_FALSE(plain.json["model"].contains("vocab_pieces"));  // today's resolved config
-  TrainConfig cut = parse_train_config(gpt_config("auto"), {});
+  TrainConfig cut = parse_resolved_config(gpt_config("auto"), {});
   EXPECT_EQ(cut.model.gpt.vocab_pieces, kAutoVocabPieces);
   EXPECT_EQ(cut.json["model"]["vocab_pieces"], 3);  // 512 x 16 over a 3280-element block
-  EXPECT_EQ(parse_train_config(gpt_config(7), {}).json["model"]["vocab_pieces"], 7);
+  EXPECT_EQ(parse_resolved_config(gpt_config(7), {}).json["model"]["vocab_pieces"], 7);
 }
 
 TEST(VocabPiecesConfig, OutOfRangeOrNotAutoIsAOneLineErrorNamingTheKey) {
@@ -60,16 +60,16 @@ TEST(VocabPiecesConfig, OutOfRangeOrNotAutoIsAOneLineErrorNamingTheKey) {
 // given, refused without vocabulary pieces.
 TEST(VocabPiecesConfig, LogitsByPiecesIsABooleanThatNeedsVocabularyPieces) {
   json config = gpt_config("auto");
-  EXPECT_FALSE(parse_train_config(config, {}).model.gpt.logits_by_pieces);
-  EXPECT_FALSE(parse_train_config(config, {}).json["model"].contains("logits_by_pieces"));
+  EXPECT_FALSE(parse_resolved_config(config, {}).model.gpt.logits_by_pieces);
+  EXPECT_FALSE(parse_resolved_config(config, {}).json["model"].contains("logits_by_pieces"));
   config["model"]["logits_by_pieces"] = true;
-  const TrainConfig parsed = parse_train_config(config, {});
+  const TrainConfig parsed = parse_resolved_config(config, {});
   EXPECT_TRUE(parsed.model.gpt.logits_by_pieces);
   EXPECT_EQ(parsed.json["model"]["logits_by_pieces"], true);
   for (const json& bad : {json(1), json("yes")}) {
     config["model"]["logits_by_pieces"] = bad;
     try {
-      parse_train_config(config, {});
+      parse_resolved_config(config, {});
       ADD_FAILURE() << bad.dump() << " accepted";
     } catch (const Error& error) {
       EXPECT_EQ(std::string(error.what()).rfind("model.logits_by_pieces", 0), 0u) << error.what();
@@ -78,7 +78,7 @@ TEST(VocabPiecesConfig, LogitsByPiecesIsABooleanThatNeedsVocabularyPieces) {
   json uncut = gpt_config(nullptr);
   uncut["model"]["logits_by_pieces"] = true;
   try {
-    parse_train_config(uncut, {});
+    parse_resolved_config(uncut, {});
     ADD_FAILURE() << "accepted without vocab_pieces";
   } catch (const Error& error) {
     EXPECT_EQ(error.kind(), ErrorKind::kConfig);
@@ -92,18 +92,18 @@ TEST(VocabPiecesConfig, LogitsByPiecesIsABooleanThatNeedsVocabularyPieces) {
 TEST(VocabPiecesConfig, TheConfigNamesTheCutModelsUnits) {
   json config = gpt_config(3);
   config["activation_checkpointing"] = {{"policy", "full"}};
-  const TrainConfig full = parse_train_config(config, {});
+  const TrainConfig full = parse_resolved_config(config, {});
   EXPECT_EQ(full.json["activation_checkpointing"]["recomputed"],
             json({"embedding", "wte_piece1", "wte_piece2", "block0", "block1"}));
   config["activation_checkpointing"] = {{"policy", "full"}, {"units", {{"every", 2}}}};
-  EXPECT_EQ(parse_train_config(config, {}).json["activation_checkpointing"]["recomputed"],
+  EXPECT_EQ(parse_resolved_config(config, {}).json["activation_checkpointing"]["recomputed"],
             json({"wte_piece1", "block0"}));
   config["activation_checkpointing"] = {{"policy", "selective"}};
-  EXPECT_EQ(parse_train_config(config, {}).json["activation_checkpointing"]["recomputed"],
+  EXPECT_EQ(parse_resolved_config(config, {}).json["activation_checkpointing"]["recomputed"],
             json({"block0", "block1"}));
   json faulty = gpt_config(3);
   faulty["debug"] = {{"fault", {{"kind", "throw"}, {"unit", "wte_piece2"}}}};
-  EXPECT_EQ(parse_train_config(faulty, {}).engine.fault.unit, "wte_piece2");
+  EXPECT_EQ(parse_resolved_config(faulty, {}).engine.fault.unit, "wte_piece2");
   faulty["debug"]["fault"]["unit"] = "wte_piece3";
   EXPECT_EQ(error_of_config(faulty).rfind("debug.fault.unit: must name a unit of the model", 0),
             0u);
@@ -136,7 +136,7 @@ TEST(VocabPiecesConfig, PipelineStagesRefuseVocabularyPiecesInOneLine) {
   // One pipeline stage is no pipeline: pieces train as without the block.
   json config = gpt_config(2);
   config["pipeline"] = {{"stages", 1}};
-  EXPECT_NO_THROW(parse_train_config(config, {}));
+  EXPECT_NO_THROW(parse_resolved_config(config, {}));
 }
 
 }  // namespace

@@ -93,5 +93,47 @@ TEST(StagePlan, RefusesAStageOutsideZeroToThree) {
   }
 }
 
+// DeepSpeed's rules, written here as a table independent of StagePlan's columns: which stages
+// serve each feature (offload and qgZ from stage 1, qwZ, hpZ and keeping a pipeline stage's
+// units gathered only at stage 3).
+TEST(StagePlan, ServesEachFeatureAtTheStagesDeepSpeedAllows) {
+  struct Rule {
+    StageFeature feature;
+    int lowest;  // served from this stage up
+  };
+  const Rule rules[] = {{StageFeature::kOffloadOptimizer, 1},
+                        {StageFeature::kQuantizedGradients, 1},
+                        {StageFeature::kQuantizedWeights, 3},
+                        {StageFeature::kSecondaryShard, 3},
+                        {StageFeature::kGatheredForStep, 3}};
+  for (const Rule& rule : rules) {
+    for (int stage = 0; stage < StagePlan::kStages; ++stage) {
+      EXPECT_EQ(StagePlan::of(stage).serves(rule.feature), stage >= rule.lowest)
+          << "feature " << static_cast<int>(rule.feature) << " at stage " << stage;
+    }
+  }
+  EXPECT_EQ(StagePlan::kFullySharded, 3);
+  EXPECT_TRUE(StagePlan::of(StagePlan::kFullySharded).params_sharded);
+}
+
+// The words users read (the config's, the engine's and the planner's errors all end in them).
+TEST(StagePlan, RefusalNamesTheStagesThatServeAndWhy) {
+  EXPECT_EQ(StagePlan::of(0).refusal(StageFeature::kOffloadOptimizer),
+            "needs zero_optimization.stage 1, 2 or 3 (got 0): only a sharded optimizer state is "
+            "offloaded");
+  EXPECT_EQ(StagePlan::of(0).refusal(StageFeature::kQuantizedGradients),
+            "needs zero_optimization.stage 1, 2 or 3 (got 0): stage 0 all-reduces gradients "
+            "instead of reduce-scattering them");
+  EXPECT_EQ(StagePlan::of(2).refusal(StageFeature::kQuantizedWeights),
+            "needs zero_optimization.stage 3 (got 2): only stage 3 gathers parameters before "
+            "each use");
+  EXPECT_EQ(StagePlan::of(1).refusal(StageFeature::kSecondaryShard),
+            "needs zero_optimization.stage 3 (got 1): only stage 3 gathers parameters in "
+            "backward");
+  EXPECT_EQ(StagePlan::of(0).refusal(StageFeature::kGatheredForStep),
+            "needs zero_optimization.stage 3 (got 0): only stage 3 gathers parameters per "
+            "micro-batch");
+}
+
 }  // namespace
 }  // namespace zest

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "resolve/resolved_config.h"
 #include "tests/support/capture_error.h"
 
 namespace zest {
@@ -26,7 +27,7 @@ TrainConfig gpt_on(int ranks, int micro_batch, const std::string& backend = "loc
       {"steps", 1},
       {"train_batch_size", ranks * micro_batch},
       {"train_micro_batch_size_per_gpu", micro_batch}};
-  return parse_train_config(config);
+  return parse_resolved_config(config);
 }
 
 // A host like the one the hostile run used: 24 GiB, pid_max 32768.

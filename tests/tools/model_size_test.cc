@@ -10,6 +10,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "resolve/resolved_config.h"
 #include "engine/model_state.h"
 #include "models/registry.h"
 
@@ -27,7 +28,7 @@ TrainConfig gpt(int layers, int width, const std::string& extra_device_memory = 
       {"world", {{"ranks", 4}, {"device_memory", extra_device_memory}}},
       {"steps", 1},
       {"train_batch_size", 8}};
-  return parse_train_config(config);
+  return parse_resolved_config(config);
 }
 
 TrainConfig mlp(const std::vector<std::int64_t>& sizes) {
@@ -35,7 +36,7 @@ TrainConfig mlp(const std::vector<std::int64_t>& sizes) {
                  {"world", {{"ranks", 2}}},
                  {"steps", 1},
                  {"train_batch_size", 8}};
-  return parse_train_config(config);
+  return parse_resolved_config(config);
 }
 
 std::uint64_t built_largest_unit(Module& module) {

@@ -36,7 +36,7 @@
 #include "tests/support/subprocess.h"
 #include "tools/common/batch_source_factory.h"
 #include "models/registry.h"
-#include "config/train_config.h"
+#include "resolve/resolved_config.h"
 
 namespace zest {
 namespace {
@@ -129,7 +129,7 @@ TrainConfig fixture_config(const std::string& model, int stage, int world) {
                                         "world.ranks=" + std::to_string(world),
                                         "model.init_from=" + dir + "init.safetensors"};
   if (model == "gpt") overrides.push_back("data.path=" + dir + "tokens.bin");
-  return load_train_config(dir + "config.json", overrides);
+  return load_resolved_config(dir + "config.json", overrides);
 }
 
 // Rows [first, first + rows) of step `step`'s batch as the reference recorded it (the MLP's

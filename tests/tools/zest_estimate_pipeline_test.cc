@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "config/train_config.h"
+#include "resolve/resolved_config.h"
 #include "tests/support/scratch_directory.h"
 #include "tests/support/subprocess.h"
 #include "tools/common/memory_estimate.h"
@@ -64,7 +64,7 @@ TEST_F(ZestEstimatePipeline, PrintsEachPipelineStagesPlanAndTheBubble) {
   const json printed = estimate_json(args_with({kPipeline}));
   std::vector<std::string> overrides = kOverrides;
   overrides.push_back(kPipeline);
-  const zest::TrainConfig config = zest::load_train_config(kGptConfig, overrides);
+  const zest::TrainConfig config = zest::load_resolved_config(kGptConfig, overrides);
   const zest::EstimateJob job = zest::job_from_config(config);
   const zest::PipelineEstimate planned = zest::pipeline_estimate(config, job);
   const json& pipeline = printed["pipeline"];
@@ -123,7 +123,7 @@ TEST_F(ZestEstimatePipeline, FitFindsTheLargestModelWhoseEveryPipelineStageFits)
     std::vector<std::string> changed = overrides;
     changed.push_back("zero_optimization.stage=" + std::to_string(stage));
     changed.push_back("model.n_layer=" + std::to_string(layers));
-    const zest::TrainConfig config = zest::load_train_config(kGptConfig, changed);
+    const zest::TrainConfig config = zest::load_resolved_config(kGptConfig, changed);
     const zest::PipelineEstimate estimate =
         zest::pipeline_estimate(config, zest::job_from_config(config));
     return estimate.stages[estimate.largest()].peak.device_total <= 24u << 20;

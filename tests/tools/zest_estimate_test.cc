@@ -15,7 +15,7 @@
 #include "planner/peak_plan.h"
 #include "tests/support/scratch_directory.h"
 #include "tests/support/subprocess.h"
-#include "config/train_config.h"
+#include "resolve/resolved_config.h"
 #include "tools/common/memory_estimate.h"
 
 namespace {
@@ -78,7 +78,7 @@ std::vector<std::string> overrides_only() {
 
 TEST_F(ZestEstimate, PrintsThePlannersNumbersForASmallGpt) {
   const json printed = estimate_json(tiny_gpt_args());
-  const zest::TrainConfig config = zest::load_train_config(kGptConfig, overrides_only());
+  const zest::TrainConfig config = zest::load_resolved_config(kGptConfig, overrides_only());
   const zest::PeakPrediction planned = zest::predict_peak(zest::job_from_config(config).input);
   const json& bytes = printed["per_rank_bytes"];
   for (zest::Category category : zest::all_categories()) {

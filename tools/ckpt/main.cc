@@ -33,6 +33,7 @@
 #include "checkpoint/reader.h"
 #include "checkpoint/reshard.h"
 #include "checkpoint/source.h"
+#include "engine/stage_plan.h"
 #include "tools/common/tool_main.h"
 
 namespace {
@@ -193,7 +194,7 @@ int run(int argc, char** argv) {
       ->required()
       ->check(integer_from(1, 65536));
   reshard_command->add_option("--stage", stage, "the stage recorded for the new run")
-      ->check(integer_from(0, 3));
+      ->check(integer_from(0, zest::StagePlan::kFullySharded));
   reshard_command->add_option("--out", out, "the new checkpoint directory (must not exist)")
       ->required();
   check_command(argc, argv);

@@ -11,6 +11,7 @@
 #include "base/byte_size.h"
 #include "base/dtype.h"
 #include "base/error.h"
+#include "engine/stage_plan.h"
 #include "tools/common/model_size.h"
 
 namespace zest {
@@ -86,7 +87,8 @@ RankFloor rank_floor(const TrainConfig& config) {
     activations = saturating_multiply(
         saturating_multiply(rows, static_cast<std::uint64_t>(std::max(0, gpt.seq_len))), width);
   }
-  const bool whole = config.engine.stage < 3 && !config.pipeline.enabled();
+  const bool whole =
+      !StagePlan::of(config.engine.stage).params_sharded && !config.pipeline.enabled();
   std::uint64_t per_rank = saturating_multiply(whole ? size.parameters : largest, element);
   per_rank = saturating_add(per_rank, saturating_multiply(activations, element));
   per_rank = saturating_add(per_rank, kBytesPerRank);

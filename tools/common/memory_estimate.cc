@@ -10,6 +10,7 @@
 #include "engine/stage_plan.h"
 #include "pipeline/schedule_generators.h"
 #include "models/registry.h"
+#include "resolve/resolved_config.h"
 #include "tools/common/model_size.h"
 
 namespace zest {
@@ -281,8 +282,9 @@ std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity
       changed = as_given;
     }
     // Stage 3: the model built another way (vocabulary pieces), where it fits more layers.
-    const auto variants =
-        stage == 3 ? gpt_variants(config) : std::vector<std::pair<std::string, GptConfig>>();
+    const auto variants = StagePlan::of(stage).params_sharded
+                              ? gpt_variants(config)
+                              : std::vector<std::pair<std::string, GptConfig>>();
     for (const auto& [change, variant] : variants) {
       changed.model.gpt.vocab_pieces = variant.vocab_pieces;
       changed.model.gpt.logits_by_pieces = variant.logits_by_pieces;
@@ -326,7 +328,7 @@ std::vector<StageFit> fit_pipeline(const TrainConfig& config, std::size_t capaci
       TrainConfig floor = config;
       floor.model.gpt.n_layer = static_cast<int>(layers);
       floor.model.gpt.n_embd = static_cast<int>(width);
-      if (model_state_floor(floor, 3, floor.world.ranks,
+      if (model_state_floor(floor, StagePlan::kFullySharded, floor.world.ranks,
                             floor.engine.offload_optimizer.enabled()) > capacity) {
         return false;
       }
@@ -335,8 +337,8 @@ std::vector<StageFit> fit_pipeline(const TrainConfig& config, std::size_t capaci
       changed["model"]["n_layer"] = layers;
       changed["model"]["n_embd"] = width;
       try {
-        // Parsed again: the partition is resolved for the candidate's units.
-        const TrainConfig candidate = parse_train_config(changed);
+        // Parsed and resolved again: the partition is resolved for the candidate's units.
+        const TrainConfig candidate = parse_resolved_config(changed);
         const PipelineEstimate estimate = pipeline_estimate(candidate, job_from_config(candidate));
         for (const PipelineStagePeak& peak : estimate.stages) {
           if (peak.peak.device_total > capacity || peak.peak.host_total() > host_capacity) {

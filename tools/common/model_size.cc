@@ -9,6 +9,7 @@
 #include "base/byte_size.h"
 #include "base/dtype.h"
 #include "base/error.h"
+#include "engine/stage_plan.h"
 #include "memory/allocator.h"
 #include "optim/optimizer.h"
 
@@ -126,10 +127,11 @@ std::uint64_t model_state_floor(const TrainConfig& config, int stage, int world_
   // AdamW's two moments, SGD's momentum, and the fp32 master of a 2-byte compute dtype.
   const std::uint64_t states =
       make_optimizer(config.optimizer)->state_count() + (element == sizeof(float) ? 0 : 1);
-  std::uint64_t bytes = multiply(stage == 3 ? shard : all, element);
-  bytes = add(bytes, multiply(stage >= 2 ? shard : all, element));
+  const StagePlan plan = StagePlan::of(stage);
+  std::uint64_t bytes = multiply(plan.params_length(all, shard), element);
+  bytes = add(bytes, multiply(plan.grads_length(all, shard), element));
   if (!offload_optimizer) {
-    bytes = add(bytes, multiply(stage == 0 ? all : shard, multiply(states, sizeof(float))));
+    bytes = add(bytes, multiply(plan.optimizer_length(all, shard), multiply(states, sizeof(float))));
   }
   return bytes;
 }

@@ -5,6 +5,7 @@
 #include "base/byte_size.h"
 #include "base/error.h"
 #include "engine/recompute.h"
+#include "engine/stage_plan.h"
 #include "memory/allocator.h"
 
 namespace zest {
@@ -115,10 +116,10 @@ std::string verdict(const PeakPrediction& prediction, std::size_t capacity) {
 
 }  // namespace
 
-std::vector<StagePlan> plan_every_stage(const EstimateJob& job) {
-  std::vector<StagePlan> plans;
-  for (int stage = 0; stage <= 3; ++stage) {
-    StagePlan plan;
+std::vector<StageEstimate> plan_every_stage(const EstimateJob& job) {
+  std::vector<StageEstimate> plans;
+  for (int stage = 0; stage < StagePlan::kStages; ++stage) {
+    StageEstimate plan;
     plan.stage = stage;
     PeakPlanInput input = job.input;
     input.engine.stage = stage;
@@ -133,7 +134,7 @@ std::vector<StagePlan> plan_every_stage(const EstimateJob& job) {
 }
 
 HtmlPage estimate_page(const EstimateJob& job, const PeakPrediction& prediction,
-                       std::size_t capacity, const std::vector<StagePlan>& stages,
+                       std::size_t capacity, const std::vector<StageEstimate>& stages,
                        const std::vector<StageFit>& fits, bool parameter_mode) {
   HtmlPage page("zest memory plan", job.description);
   const int stage = job.input.engine.stage;
@@ -163,7 +164,7 @@ HtmlPage estimate_page(const EstimateJob& job, const PeakPrediction& prediction,
   page.heading("Every ZeRO stage against the device's capacity");
   std::vector<std::string> labels;
   std::vector<const PeakPrediction*> predictions;
-  for (const StagePlan& plan : stages) {
+  for (const StageEstimate& plan : stages) {
     labels.push_back(fmt::format("stage {}", plan.stage));
     predictions.push_back(plan.prediction ? &*plan.prediction : nullptr);
   }
@@ -171,7 +172,7 @@ HtmlPage estimate_page(const EstimateJob& job, const PeakPrediction& prediction,
              stack_chart(labels, predictions, capacity));
   std::vector<std::vector<std::string>> fit_rows;
   for (std::size_t i = 0; i < stages.size(); ++i) {
-    const StagePlan& plan = stages[i];
+    const StageEstimate& plan = stages[i];
     std::vector<std::string> row = {fmt::format("stage {}", plan.stage),
                                     plan.prediction ? verdict(*plan.prediction, capacity)
                                                     : "refused: " + plan.refused};

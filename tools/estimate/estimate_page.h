@@ -15,18 +15,18 @@
 namespace zest {
 
 // The job planned at one ZeRO stage, or why the engine refuses that stage for it.
-struct StagePlan {
+struct StageEstimate {
   int stage = 0;
   std::optional<PeakPrediction> prediction;
   std::string refused;
 };
 
 // `job` at stages 0-3 (the job's own options otherwise).
-std::vector<StagePlan> plan_every_stage(const EstimateJob& job);
+std::vector<StageEstimate> plan_every_stage(const EstimateJob& job);
 
 // `stages` and `fits` empty without --fit.
 HtmlPage estimate_page(const EstimateJob& job, const PeakPrediction& prediction,
-                       std::size_t capacity, const std::vector<StagePlan>& stages,
+                       std::size_t capacity, const std::vector<StageEstimate>& stages,
                        const std::vector<StageFit>& fits, bool parameter_mode);
 
 }  // namespace zest

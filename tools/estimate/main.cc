@@ -22,7 +22,7 @@
 #include "base/byte_size.h"
 #include "base/error.h"
 #include "base/file_checks.h"
-#include "config/train_config.h"
+#include "resolve/resolved_config.h"
 #include "tools/common/memory_estimate.h"
 #include "tools/common/model_size.h"
 #include "tools/common/tool_main.h"
@@ -115,7 +115,7 @@ int estimate(const Options& options, bool parameter_mode) {
     job = zest::job_from_parameters(bare);
     capacity = parse_capacity(options.device_memory, capacity);
   } else {
-    config = zest::load_train_config(options.config_path, options.overrides);
+    config = zest::load_resolved_config(options.config_path, options.overrides);
     capacity = parse_capacity(options.device_memory, config->world.device_memory);
     host_capacity = config->world.host_memory;
     // Before the model's units are built: planning them costs time and memory per unit.
@@ -136,8 +136,8 @@ int estimate(const Options& options, bool parameter_mode) {
                           : zest::fit_config(*config, capacity, host_capacity);
   }
   if (!options.html_path.empty()) {
-    const std::vector<zest::StagePlan> stages =
-        options.fit ? zest::plan_every_stage(job) : std::vector<zest::StagePlan>();
+    const std::vector<zest::StageEstimate> stages =
+        options.fit ? zest::plan_every_stage(job) : std::vector<zest::StageEstimate>();
     zest::write_html_page(options.html_path, zest::estimate_page(job, prediction, capacity, stages,
                                                                  fits, parameter_mode));
   }

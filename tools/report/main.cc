@@ -23,7 +23,7 @@
 #include "base/error.h"
 #include "base/file_checks.h"
 #include "base/printable.h"
-#include "config/train_config.h"
+#include "resolve/resolved_config.h"
 #include "tools/common/html_page.h"
 #include "tools/common/metrics_file.h"
 #include "tools/common/run_report_page.h"
@@ -72,7 +72,7 @@ int run(int argc, char** argv) {
   input.records = zest::read_metrics_file(metrics_path);
   input.description = "from " + metrics_path;
   if (!config_path.empty()) {
-    input.config = zest::load_train_config(config_path, overrides).json;
+    input.config = zest::load_resolved_config(config_path, overrides).json;
     input.description += " and " + config_path;
   }
   if (trace_path.empty()) {

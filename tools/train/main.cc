@@ -27,7 +27,7 @@
 #include "kernels/blas_core.h"
 #include "runtime/world_detection.h"
 #include "tools/common/tool_main.h"
-#include "config/train_config.h"
+#include "resolve/resolved_config.h"
 #include "tools/train/checkpointing.h"
 #include "tools/train/training_run.h"
 
@@ -96,7 +96,7 @@ int run(int argc, char** argv) {
     overrides.push_back("checkpoint.resume=" + nlohmann::json(resume_path).dump());
   }
   const zest::TrainConfig config =
-      zest::load_train_config(config_path, with_launcher_world_size(config_path, overrides));
+      zest::load_resolved_config(config_path, with_launcher_world_size(config_path, overrides));
   if (print_config) {
     std::cout << config.json.dump(2) << std::endl;
     return 0;
