@@ -20,9 +20,9 @@ namespace zest {
 // captured by enqueued work.
 class ZeroTrainer::Context final : public UnitContext {
  public:
-  Context(ZeroTrainer& trainer, FlatUnit& unit, const Batch& batch, CallViews& views,
-          Pass pass = Pass::kPlain)
-      : trainer_(trainer), unit_(unit), batch_(batch), views_(views), pass_(pass) {}
+  Context(ZeroTrainer& trainer, FlatUnit& unit, const Batch& batch, MicroBatchPass& pass,
+          CallViews& views, CallKind kind)
+      : trainer_(trainer), unit_(unit), batch_(batch), pass_(pass), views_(views), kind_(kind) {}
 
   Stream& stream() override { return trainer_.context_.compute; }
   Device& device() override { return trainer_.context_.device; }
@@ -38,30 +38,30 @@ class ZeroTrainer::Context final : public UnitContext {
     return view(unit_, views_.grads, index);
   }
   Tensor borrowed_param(std::size_t borrowed, std::size_t index) override {
-    trainer_.pin_borrowed(unit_, views_, borrowed);
-    return view(trainer_.units_.at(unit_.borrowed.at(borrowed)), views_.borrowed_params.at(borrowed),
+    trainer_.borrowed_->pin(unit_, views_.borrowed, borrowed);
+    return view(trainer_.units_.at(unit_.borrowed.at(borrowed)), views_.borrowed.params.at(borrowed),
                 index);
   }
   Tensor borrowed_grad(std::size_t borrowed, std::size_t index) override {
     if (!views_.backward) refuse("borrowed_grad() is for backward");
-    trainer_.pin_borrowed(unit_, views_, borrowed);
+    trainer_.borrowed_->pin(unit_, views_.borrowed, borrowed);
     FlatUnit& lender = trainer_.units_.at(unit_.borrowed.at(borrowed));
-    float*& grads = views_.borrowed_grads.at(borrowed);
+    float*& grads = views_.borrowed.grads.at(borrowed);
     if (!grads) grads = trainer_.gradient_view(lender, views_);
     return view(lender, grads, index);
   }
   void unpin_borrowed(std::size_t borrowed) override {
     if (borrowed >= unit_.borrowed.size()) refuse("unpin_borrowed() of a unit it does not borrow");
-    trainer_.unpin_borrowed(unit_, views_, borrowed);
+    trainer_.borrowed_->unpin(unit_, views_.borrowed, borrowed);
   }
 
   Tensor input() override {
-    if (static_cast<std::size_t>(unit_.index) == trainer_.first_computing_) return batch_.inputs;
-    return trainer_.activations_[unit_.index - 1].output_view;
+    if (static_cast<std::size_t>(unit_.index) == pass_.first_computing_) return batch_.inputs;
+    return pass_.activations_[unit_.index - 1].output_view;
   }
   Tensor make_output(const std::vector<std::int64_t>& shape, DType dtype) override {
-    Activations& mine = trainer_.activations_[unit_.index];
-    if (pass_ != Pass::kRecompute) return make(mine.output, mine.output_view, shape, dtype);
+    MicroBatchPass::UnitActivations& mine = pass_.activations_[unit_.index];
+    if (kind_ != CallKind::kRecompute) return make(mine.output, mine.output_view, shape, dtype);
     // Note: the recomputed forward writes its output over the one it made in the first pass,
     // which the next unit's backward has read already and which stays until this unit's
     // backward: forward is deterministic, so the bytes are the same, and no memory is taken.
@@ -72,21 +72,19 @@ class ZeroTrainer::Context final : public UnitContext {
     return mine.output_view;
   }
   float* loss() override { return trainer_.loss_buffer_.as<float>(); }
-  bool backward_follows() override { return !trainer_.evaluating_ && pass_ != Pass::kCheckpoint; }
+  bool backward_follows() override { return !pass_.evaluating_ && kind_ != CallKind::kCheckpoint; }
   bool recompute_selectively() override {
-    return trainer_.recompute_of(static_cast<std::size_t>(unit_.index)) ==
+    return trainer_.recompute_of(static_cast<std::size_t>(unit_.index), pass_) ==
            RecomputePolicy::kSelective;
   }
 
   Tensor grad_output() override {
-    // A pipeline stage's last unit gets the gradient received from the next stage.
-    if (unit_.index + 1 == static_cast<int>(trainer_.units_.size())) {
-      return trainer_.stage_grad_output_;
-    }
-    return trainer_.activations_[unit_.index + 1].grad_input_view;
+    // The last unit gets the gradient made outside the trainer (a later pipeline stage's).
+    if (unit_.index + 1 == static_cast<int>(trainer_.units_.size())) return pass_.grad_output_;
+    return pass_.activations_[unit_.index + 1].grad_input_view;
   }
   Tensor make_grad_input(const std::vector<std::int64_t>& shape, DType dtype) override {
-    Activations& mine = trainer_.activations_[unit_.index];
+    MicroBatchPass::UnitActivations& mine = pass_.activations_[unit_.index];
     return make(mine.grad_input, mine.grad_input_view, shape, dtype);
   }
   float loss_scale() override {
@@ -117,8 +115,9 @@ class ZeroTrainer::Context final : public UnitContext {
   ZeroTrainer& trainer_;
   FlatUnit& unit_;
   const Batch& batch_;
+  MicroBatchPass& pass_;
   CallViews& views_;
-  const Pass pass_;
+  const CallKind kind_;
 };
 
 ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Module& module,
@@ -154,12 +153,12 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
     }
     layouts_.push_back(units_.back().layout);
   }
-  activations_.resize(units_.size());
   for (std::size_t u = 0; u < units_.size(); ++u) counted_.push_back(!module.holds_copy(u));
   while (first_computing_ < units_.size() && !counted_[first_computing_]) ++first_computing_;
   if (first_computing_ == units_.size()) {
     throw Error(ErrorKind::kUsage, "the module holds only lent copies: no unit to run");
   }
+  pass_ = make_pass(units);
   recompute_ = given_or_planned(options_.activation_checkpointing, options_.recompute_plan, units);
   bound_recompute_lag_ = context_.device.kind() != DeviceKind::kCuda;
   input_offloaded_.assign(units_.size(), false);
@@ -179,6 +178,7 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
     lag_events_.push_back(context_.device.create_event());
   }
   gatherer_ = std::make_unique<ParameterGatherer>(context_, options_, plan_, units_.size());
+  borrowed_ = std::make_unique<BorrowedUnits>(context_, options_.compute_dtype, units_, *gatherer_);
   if (options_.offload_optimizer.enabled()) {
     host_ = std::make_unique<HostOptimizer>(context_, options_, plan_, units_.size());
   }
@@ -322,16 +322,19 @@ float* ZeroTrainer::gradient_view(FlatUnit& unit, CallViews& views) {
   return fp32_grads(reducer_->target(unit), unit.layout.flat_length(), views);
 }
 
-ZeroTrainer::CallViews ZeroTrainer::prepare_call(FlatUnit& unit, bool backward, bool recomputed) {
+bool ZeroTrainer::pins_own(const FlatUnit& unit, bool backward, bool recomputed) const {
+  return !backward || recomputed || unit.backward_reads_parameters ||
+         gatherer_->gradient_in_slot(unit);
+}
+
+ZeroTrainer::CallViews ZeroTrainer::prepare_call(FlatUnit& unit, const MicroBatchPass& pass,
+                                                 bool backward, bool recomputed) {
   // Pinned first, so that at stage 3 the unit's gathers are enqueued before the host waits for
   // a lagging recomputed call: they overlap that call's compute.
   const bool pin_own = pins_own(unit, backward, recomputed);
   void* params = pin_own ? gatherer_->pin(unit) : nullptr;
-  std::vector<void*> borrowed_params;
-  if (!unit.borrows_in_turn) {
-    for (int b : unit.borrowed) borrowed_params.push_back(gatherer_->pin(units_[b]));
-  }
-  if (recomputed) wait_for_lagging_call();
+  const std::vector<void*> borrowed_params = borrowed_->pin_at_once(unit);
+  if (recomputed) wait_for_lagging_call(pass);
   CallViews views;
   views.backward = backward;
   // Note: a gradient that lives in its unit's gather slot is made when the unit first asks for
@@ -343,12 +346,12 @@ ZeroTrainer::CallViews ZeroTrainer::prepare_call(FlatUnit& unit, bool backward, 
   views.own_pinned = pin_own;
   if (pin_own) views.params = fp32_params(params, unit.layout.flat_length(), views);
   views.grads = eager_gradient(unit);
-  if (defer_borrowed(unit, views)) return views;
+  if (borrowed_->begin(unit, views.borrowed)) return views;  // in turn: pinned at first ask
   for (std::size_t i = 0; i < unit.borrowed.size(); ++i) {
     FlatUnit& lender = units_[unit.borrowed[i]];
-    views.borrowed_params.push_back(
+    views.borrowed.params.push_back(
         fp32_params(borrowed_params[i], lender.layout.flat_length(), views));
-    views.borrowed_grads.push_back(eager_gradient(lender));
+    views.borrowed.grads.push_back(eager_gradient(lender));
   }
   return views;
 }
@@ -359,15 +362,16 @@ void ZeroTrainer::finish_call(FlatUnit& unit, CallViews& views) {
                     DType::kFloat32, fold.count);
   }
   for (Buffer& buffer : views.scratch) release_on(context_.compute, std::move(buffer));
-  unpin_borrowed_units(unit, views);
+  borrowed_->unpin_all(unit, views.borrowed);
   if (views.own_pinned) gatherer_->unpin(unit);
 }
 
-void ZeroTrainer::call_unit(FlatUnit& unit, const Batch& batch, CallViews& views,
-                            void (Unit::*method)(UnitContext&), const std::string& slice) {
-  Context context(*this, unit, batch, views);
+void ZeroTrainer::call_unit(FlatUnit& unit, const Batch& batch, MicroBatchPass& pass,
+                            CallViews& views, void (Unit::*method)(UnitContext&),
+                            const std::string& slice, CallKind kind) {
+  Context context(*this, unit, batch, pass, views, kind);
   auto begin = trace_begin();
-  (unit.unit->*method)(context);
+  (pass.units_[static_cast<std::size_t>(unit.index)]->*method)(context);
   trace_end(begin, slice);
 }
 
@@ -405,11 +409,11 @@ float ZeroTrainer::forward_backward(const Batch& batch) {
   }
   ++micro_batches_;
   const bool last_micro_batch = micro_batches_ == options_.gradient_accumulation_steps;
-  recomputed_calls_ = 0;
+  pass_.recomputed_calls_ = 0;
   try {
     const DeviceBatch staged(context_.device, context_.compute, batch);
-    run_forward(staged.batch());
-    run_backward(staged.batch(), last_micro_batch);
+    run_forward(staged.batch(), pass_);
+    run_backward(staged.batch(), pass_, last_micro_batch);
   } catch (const OutOfMemory& error) {
     const std::string advice = training_memory_advice(batch);
     if (advice.empty()) throw;
@@ -427,108 +431,23 @@ float ZeroTrainer::evaluate(const Batch& batch) {
   if (micro_batches_ != 0) {
     throw Error(ErrorKind::kUsage, "evaluate() between micro-batches; evaluate between steps");
   }
-  evaluating_ = true;
+  pass_.evaluating_ = true;
   try {
     const DeviceBatch staged(context_.device, context_.compute, batch);
-    run_forward(staged.batch());
+    run_forward(staged.batch(), pass_);
   } catch (...) {
-    evaluating_ = false;
+    pass_.evaluating_ = false;
     throw;
   }
-  evaluating_ = false;
+  pass_.evaluating_ = false;
   // Nothing waits for a backward: the outputs go as soon as the forward is done with them.
-  for (Activations& unit : activations_) release_on(context_.compute, std::move(unit.output));
+  release_pass(pass_);
   float loss = 0.0f;
   read_to_host(context_.device, context_.compute, &loss, loss_buffer_.data(), sizeof loss);
   loss /= static_cast<float>(context_.world_size * context_.replicas);
   context_.communicator.label_next("evaluation loss");
   all_reduce_host(context_, &loss, &loss, 1, DType::kFloat32, Reduction::kSum);
   return loss;
-}
-
-void ZeroTrainer::wait_for_lagging_call() {
-  if (bound_recompute_lag_ && recomputed_calls_ >= kRecomputeLag) {
-    lag_events_[recomputed_calls_ % kRecomputeLag]->synchronize();
-  }
-  if (checkpoints_) checkpoints_->bound_copies();
-}
-
-void ZeroTrainer::recomputed_call_done() {
-  if (!bound_recompute_lag_) return;
-  context_.compute.record(*lag_events_[recomputed_calls_ % kRecomputeLag]);
-  ++recomputed_calls_;
-}
-
-void ZeroTrainer::run_forward(const Batch& batch) {
-  for (FlatUnit& unit : units_) {
-    if (!counted_[static_cast<std::size_t>(unit.index)]) continue;  // a lent copy runs nothing
-    const RecomputePolicy recompute = recompute_of(static_cast<std::size_t>(unit.index));
-    reducer_->forward_call_begins();
-    CallViews views = prepare_call(unit, false, recompute != RecomputePolicy::kNone);
-    Context context(*this, unit, batch, views,
-                    recompute == RecomputePolicy::kFull ? Pass::kCheckpoint : Pass::kPlain);
-    auto begin = trace_begin();
-    unit.unit->forward(context);
-    trace_end(begin, "forward " + unit.layout.unit_name());
-    finish_call(unit, views);
-    if (recompute != RecomputePolicy::kNone && input_offloaded_[unit.index]) {
-      // This forward was the input's last reader until backward.
-      Activations& input = activations_[unit.index - 1];
-      checkpoints_->offload(static_cast<std::size_t>(unit.index - 1), std::move(input.output));
-      input.output_view.data = nullptr;
-    }
-    if (recompute != RecomputePolicy::kNone) recomputed_call_done();
-    reducer_->forward_call_done();
-  }
-}
-
-void ZeroTrainer::run_backward(const Batch& batch, bool last_micro_batch) {
-  reducer_->backward_begins(last_micro_batch);
-  for (int u = static_cast<int>(units_.size()) - 1; u >= 0; --u) {
-    FlatUnit& unit = units_[u];
-    if (!counted_[static_cast<std::size_t>(u)]) {  // a lent copy: only its gradient is reduced
-      reducer_->unit_done(unit);
-      continue;
-    }
-    const RecomputePolicy recompute = recompute_[u];
-    // An offloaded input comes back one unit ahead of the unit that reads it.
-    if (u >= 2 && input_offloaded_[u - 1]) {
-      Activations& ahead = activations_[u - 2];
-      ahead.output = checkpoints_->fetch(static_cast<std::size_t>(u - 2));
-      ahead.output_view.data = ahead.output.data();
-    }
-    // One pin for the recomputation and the backward: at stage 3 the ring's gather of the unit
-    // serves both.
-    CallViews views = prepare_call(unit, true, recompute != RecomputePolicy::kNone);
-    if (input_offloaded_[u]) checkpoints_->wait_fetched(static_cast<std::size_t>(u - 1));
-    if (recompute == RecomputePolicy::kFull) {
-      Context again(*this, unit, batch, views, Pass::kRecompute);
-      auto begin = trace_begin();
-      unit.unit->forward(again);
-      trace_end(begin, "recompute " + unit.layout.unit_name());
-    } else if (recompute == RecomputePolicy::kSelective) {
-      Context again(*this, unit, batch, views);
-      auto begin = trace_begin();
-      unit.unit->recompute(again);
-      trace_end(begin, "recompute " + unit.layout.unit_name());
-    }
-    Context context(*this, unit, batch, views);
-    auto begin = trace_begin();
-    unit.unit->backward(context);
-    trace_end(begin, "backward " + unit.layout.unit_name());
-    finish_call(unit, views);
-    inject_gradient_fault(unit);
-    // This unit's output and the gradient it received are no longer needed.
-    release_on(context_.compute, std::move(activations_[u].output));
-    if (u + 1 < static_cast<int>(units_.size())) {
-      release_on(context_.compute, std::move(activations_[u + 1].grad_input));
-    }
-    if (recompute != RecomputePolicy::kNone) recomputed_call_done();
-    reducer_->unit_done(unit);
-  }
-  if (!keep_grad_input_) {
-    release_on(context_.compute, std::move(activations_[first_computing_].grad_input));
-  }
 }
 
 std::vector<std::string> ZeroTrainer::parameter_names() const {

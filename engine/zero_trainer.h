@@ -6,23 +6,27 @@
 //     ring at stage 3, the gathers after the step at stages 1-2;
 //   GradientReducer (engine/gradient_reducer.h): buckets, all-reduce / reduce-scatter;
 //   HostOptimizer (engine/host_optimizer.h): offload_optimizer's host stream and host shards;
-//   GradientChecks (engine/gradient_checks.h): non-finite gradients, the local norm, divergence.
+//   GradientChecks (engine/gradient_checks.h): non-finite gradients, the local norm, divergence;
+//   BorrowedUnits (engine/borrowed_units.h): the units a call borrows, pinned at once or in turn.
 // Where the code is: zero_trainer.cc (construction, forward, backward), zero_trainer_step.cc
 // (step(): the loss and norm, loss scaling, clipping, the optimizer), zero_trainer_state.cc
 // (checkpoint views and counters), zero_trainer_faults.cc (debug faults), zero_trainer_memory.cc
-// (out-of-memory advice), zero_trainer_pipeline.cc (one pipeline stage's micro-batch calls).
+// (out-of-memory advice), zero_trainer_hooks.cc (one unit's forward or backward in a pass: the
+// hooks a caller that drives micro-batches itself uses, pipeline/stage_runner.h).
 // Built by Engine::shard(); see engine/engine.h for the contract.
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "engine/borrowed_units.h"
 #include "engine/checkpoint_offload.h"
 #include "engine/engine.h"
 #include "engine/flat_unit.h"
 #include "engine/gradient_checks.h"
 #include "engine/gradient_reducer.h"
 #include "engine/host_optimizer.h"
+#include "engine/micro_batch_pass.h"
 #include "engine/model_state.h"
 #include "engine/parameter_gatherer.h"
 #include "engine/stage_plan.h"
@@ -60,79 +64,65 @@ class ZeroTrainer final : public Trainer {
   // For tests: hpZ's secondary partition (null when zero_hpz_partition_size is off).
   const SecondaryPartition* secondary_partition() const { return gatherer_->secondary(); }
 
-  // ---- a pipeline stage (zero_trainer_pipeline.cc; pipeline/pipeline_trainer.h drives it) ----
-  // Built on the stage's units (engine/sub_module.h) in the stage's data-parallel group, with
-  // gradient_accumulation_steps = the step's micro-batches. Several micro-batches are in flight
-  // at once: each keeps its units' outputs here until its backward, and runs on its own Unit
-  // objects (use_units), since units keep what their backward reads in themselves.
+  // ---- hooks for a caller that drives micro-batches itself ----
+  // A pipeline stage's runner (pipeline/stage_runner.h) keeps several micro-batches in flight
+  // and runs their forwards and backwards in a schedule's order; forward_backward() and
+  // evaluate() are the same hooks driven in the plain order. Every rank of the trainer's group
+  // calls them in the same order (the reductions are collectives).
   //
-  // The Unit objects the next calls run: a replica of the module's units, same names and
-  // parameters, in the same order.
-  void use_units(const std::vector<Unit*>& units);
-  // Forward of micro-batch `micro_batch` (0-based in the step): the stage's first unit reads
-  // `batch.inputs` (received activations, or the tokens on the first stage); the loss unit reads
-  // `batch.targets`. Returns the stage's output, valid until this micro-batch's backward has been
-  // enqueued (empty when the stage ends in the loss, which is kept for step_totals()). `batch`
-  // must stay valid until the backward.
-  Tensor forward_micro_batch(int micro_batch, const Batch& batch);
-  // Backward of `micro_batch` from `grad_output`, the gradient of the stage's output (empty on
-  // the loss stage). Returns the gradient of the stage's input and the buffer that owns it
-  // (empty on the first stage, whose input is tokens): free it in stream order after its send.
-  // The step's last backward reduces as the stage plan says.
-  Tensor backward_micro_batch(int micro_batch, const Batch& batch, const Tensor& grad_output,
-                              Buffer& grad_input_owner);
-  // Forward only, between steps (a pipeline's evaluation): the stage's output and the buffer
-  // that owns it (empty on the loss stage); nothing is kept for a backward.
-  Tensor evaluate_micro_batch(const Batch& batch, Buffer& output_owner);
-  // The loss the last evaluate_micro_batch wrote on the loss stage (waits for compute).
-  float evaluation_loss();
-  // Split backward (the zero-bubble schedules' B and W): whether every unit that computes offers
-  // it (Unit::supports_split_backward) and none recomputes; else the pipeline runs
-  // backward_micro_batch where B is scheduled and nothing at W. backward_input_micro_batch is
-  // backward_micro_batch's input-gradient half: no parameter gradient is touched, nothing is
-  // reduced, and the micro-batch's outputs stay for backward_weight_micro_batch, which adds the
-  // parameter gradients and counts as the micro-batch's backward (the step's last one reduces).
-  // `batch` stays valid until then.
+  // A pass over `units`: the module's units or a replica of them (same names and parameters, in
+  // the same order; a kUsage Error otherwise). `evaluating`: forward only, nothing kept for a
+  // backward and nothing recomputed.
+  MicroBatchPass make_pass(const std::vector<Unit*>& units, bool evaluating = false) const;
+  // Unit `u`'s forward in `pass`: the first computing unit reads `batch.inputs`, every other the
+  // previous unit's output; the loss unit reads `batch.targets` and writes loss_buffer(). A lent
+  // copy runs nothing. `batch` stays valid until the pass's backward has been enqueued.
+  void forward_unit(std::size_t u, const Batch& batch, MicroBatchPass& pass);
+  // Before a pass's backward (whole, or its weight half): whether it is the step's last
+  // micro-batch, whose backward reduces the accumulated gradients (stages 0-1; stages 2-3
+  // reduce every micro-batch's as its units' backwards end, as the stage plan says).
+  void begin_backward(bool last_micro_batch);
+  // Unit `u`'s backward in `pass`, units in reverse order. kWhole: gradients of the input and the
+  // parameters, the unit's output and received gradient released, its gradients handed to the
+  // reducer. Split backward (the zero-bubble schedules' B and W; only where splits_backward()):
+  // kInput makes the input gradient alone (no parameter gradient, nothing reduced, the outputs
+  // kept), kWeight then adds the parameter gradients and counts as the unit's backward.
+  enum class BackwardPart { kWhole, kInput, kWeight };
+  void backward_unit(std::size_t u, const Batch& batch, MicroBatchPass& pass,
+                     BackwardPart part = BackwardPart::kWhole);
+  // Whether every unit that computes offers split backward (Unit::supports_split_backward) and
+  // none recomputes.
   bool splits_backward() const;
-  Tensor backward_input_micro_batch(int micro_batch, const Batch& batch, const Tensor& grad_output,
-                                    Buffer& grad_input_owner);
-  void backward_weight_micro_batch(int micro_batch, const Batch& batch);
-  // What this rank adds to the step's all-reduce (zero_trainer_step.cc): the loss over the
-  // world's ranks (the pipeline's loss stage only), the squared gradient norm (lent copies left
-  // out), the overflow flag. Waits for the reductions.
+  // Releases, in compute-stream order, every buffer `pass` still holds.
+  void release_pass(MicroBatchPass& pass);
+  // The device float the loss unit writes each forward's loss to (overwritten by the next).
+  const float* loss_buffer() const { return loss_buffer_.as<float>(); }
+  // What this rank adds to the step's one all-reduce: `loss` (its share of the step's mean
+  // loss), the squared gradient norm (lent copies left out), the overflow flag. Waits for the
+  // reductions.
   struct StepTotals {
     float values[3] = {0.0f, 0.0f, 0.0f};
   };
-  StepTotals step_totals(int loss_ranks);
+  StepTotals step_totals(double loss);
   // The step, once every rank's totals are summed (what step() does after its all-reduce).
   StepStats finish_step(float lr, const StepTotals& summed);
-  // After the step's last backward, before step_totals(): sums unit `unit`'s reduced gradient —
-  // what this rank's optimizer reads: the whole buffer at stage 0, this rank's shard at stages
-  // 1-3 — over `group`, on the comm stream after the reductions. For a unit tied across two
-  // pipeline stages: both hold it in data-parallel groups of one size with one layout, so shard
-  // d on one stage is shard d on the other, and the sum of the reduced shards is the reduction
-  // of the summed gradients.
-  void sum_reduced_gradient(std::size_t unit, Communicator& group, const std::string& label);
+  // After the step's last backward, before step_totals(): unit `unit`'s reduced gradient, what
+  // this rank's optimizer reads (the whole buffer at stage 0, this rank's shard at stages 1-3),
+  // in the compute dtype, for a caller that sums it with a copy's on the comm stream (a unit
+  // tied across pipeline stages). A kConfig Error with the optimizer offloaded: the host holds it.
+  Tensor reduced_gradient(std::size_t unit);
 
  private:
   class Context;
   // Which forward a Context runs: a plain one, the first of a fully recomputed unit (it keeps
   // nothing), or the recomputation before its backward (its output exists already).
-  enum class Pass { kPlain, kCheckpoint, kRecompute };
-  struct Activations {
-    Buffer output;      // this unit's forward output
-    Buffer grad_input;  // the gradient of this unit's input, made in backward
-    Tensor output_view;
-    Tensor grad_input_view;
-  };
+  enum class CallKind { kPlain, kCheckpoint, kRecompute };
   // The fp32 views one unit call works on, and what must happen after it.
   struct CallViews {
     bool backward = false;
     bool own_pinned = true;  // false: a backward that reads no parameter (not gathered)
     float* params = nullptr;
     float* grads = nullptr;  // null until asked for where the gradient lives in its gather slot
-    std::vector<float*> borrowed_params;
-    std::vector<float*> borrowed_grads;
     struct Fold {  // fp32 gradients to add into a 2-byte gradient buffer after the call
       void* target;
       const float* source;
@@ -140,10 +130,7 @@ class ZeroTrainer final : public Trainer {
     };
     std::vector<Fold> folds;
     std::vector<Buffer> scratch;  // fp32 copies, freed in stream order after the call
-    // Per borrowed unit: pinned now (a unit that borrows in turn pins and unpins them in the
-    // call), and its fp32 copy in 2-byte training, freed at its unpin.
-    std::vector<bool> borrowed_pinned;
-    std::vector<Buffer> borrowed_copies;
+    BorrowedUnits::Call borrowed;  // the units the call borrows (engine/borrowed_units.h)
   };
 
   // For an out-of-memory in a micro-batch: the planner's estimate at this micro-batch and the
@@ -159,34 +146,34 @@ class ZeroTrainer final : public Trainer {
   float* fp32_grads(void* target, std::size_t count, CallViews& views);
   // The fp32 view of `unit`'s gradient target for this call (GradientReducer::target).
   float* gradient_view(FlatUnit& unit, CallViews& views);
-  // Pins the unit (and the units it borrows), then, for a recomputed unit, waits for the lagging
-  // call, then allocates the call's views.
-  CallViews prepare_call(FlatUnit& unit, bool backward, bool recomputed = false);
+  // Pins the unit (and the units it borrows at once), then, for a recomputed unit, waits for the
+  // lagging call, then allocates the call's views.
+  CallViews prepare_call(FlatUnit& unit, const MicroBatchPass& pass, bool backward,
+                         bool recomputed = false);
   void finish_call(FlatUnit& unit, CallViews& views);
-  // Runs `method` of the unit with a plain Context over `views`, traced as `slice` (the split
-  // backward's calls, zero_trainer_pipeline.cc).
-  void call_unit(FlatUnit& unit, const Batch& batch, CallViews& views,
-                 void (Unit::*method)(UnitContext&), const std::string& slice);
-  // Unit::borrows_in_turn: pins borrowed unit `b` at the unit's first ask (its fp32 copy made in
-  // 2-byte training) and unpins it when the unit hands it back. No-ops otherwise.
-  void pin_borrowed(FlatUnit& unit, CallViews& views, std::size_t b);
-  void unpin_borrowed(FlatUnit& unit, CallViews& views, std::size_t b);
-  // prepare_call's and finish_call's parts of it (zero_trainer_borrow.cc): whether the call pins
-  // the unit itself; a unit that borrows in turn gets empty borrowed views (true); the borrowed
-  // units still pinned at the end of the call are unpinned.
+  // Runs `method` of the pass's unit with a Context over `views`, traced as `slice`.
+  void call_unit(FlatUnit& unit, const Batch& batch, MicroBatchPass& pass, CallViews& views,
+                 void (Unit::*method)(UnitContext&), const std::string& slice,
+                 CallKind kind = CallKind::kPlain);
+  // Whether the call pins the unit itself: a backward that reads no parameter
+  // (Unit::backward_reads_parameters) needs no gather, unless it is recomputed first or its
+  // gradient lives in its gather slot.
   bool pins_own(const FlatUnit& unit, bool backward, bool recomputed) const;
-  bool defer_borrowed(FlatUnit& unit, CallViews& views);
-  void unpin_borrowed_units(FlatUnit& unit, CallViews& views);
-  void run_forward(const Batch& batch);
-  void run_backward(const Batch& batch, bool last_micro_batch);
-  // Whether unit `u` recomputes in this pass (never while evaluating).
-  RecomputePolicy recompute_of(std::size_t u) const {
-    return evaluating_ ? RecomputePolicy::kNone : recompute_[u];
+  // The whole forward and backward of `pass` in the plain order.
+  void run_forward(const Batch& batch, MicroBatchPass& pass);
+  void run_backward(const Batch& batch, MicroBatchPass& pass, bool last_micro_batch);
+  // Whether unit `u` recomputes in `pass` (never while evaluating).
+  RecomputePolicy recompute_of(std::size_t u, const MicroBatchPass& pass) const {
+    return pass.evaluating_ ? RecomputePolicy::kNone : recompute_[u];
   }
   // Around each call of a recomputed unit: the host waits for the stream to finish the
-  // recomputed call kRecomputeLag calls back (CPU device only; engine/recompute.h).
-  void wait_for_lagging_call();
-  void recomputed_call_done();
+  // recomputed call kRecomputeLag calls back in the pass (CPU device only; engine/recompute.h).
+  void wait_for_lagging_call(const MicroBatchPass& pass);
+  void recomputed_call_done(MicroBatchPass& pass);
+  // backward_unit's parts.
+  void backward_whole(FlatUnit& unit, const Batch& batch, MicroBatchPass& pass);
+  void backward_input(FlatUnit& unit, const Batch& batch, MicroBatchPass& pass);
+  void backward_weight(FlatUnit& unit, const Batch& batch, MicroBatchPass& pass);
   // Debug faults (engine/fault_injection.h) due at the start of this step / after a unit's
   // backward.
   void inject_step_fault();
@@ -210,11 +197,10 @@ class ZeroTrainer final : public Trainer {
   LossScaler scaler_;
   std::vector<FlatUnit> units_;
   std::vector<ShardLayout> layouts_;
-  std::vector<Activations> activations_;
+  MicroBatchPass pass_;  // forward_backward's and evaluate's, on the module's own units
   std::vector<RecomputePolicy> recompute_;  // per unit
   bool bound_recompute_lag_ = false;        // the device frees only when the stream gets there
   std::vector<std::unique_ptr<Event>> lag_events_;  // kRecomputeLag, reused in turn
-  std::size_t recomputed_calls_ = 0;                // in this micro-batch
   // cpu_checkpointing only: per unit, whether its input (the previous unit's output) waits on the
   // host from its forward to its backward, and the copies that move it.
   std::vector<bool> input_offloaded_;
@@ -223,18 +209,9 @@ class ZeroTrainer final : public Trainer {
   std::unique_ptr<GradientChecks> checks_;
   std::unique_ptr<ParameterGatherer> gatherer_;
   std::unique_ptr<GradientReducer> reducer_;
-  bool evaluating_ = false;  // inside evaluate(): units keep nothing for a backward
-  // A pipeline stage's part (zero_trainer_pipeline.cc): the first unit that computes (lent
-  // copies come first), the gradient its last unit receives, whether backward hands the first
-  // unit's input gradient out instead of freeing it, the outputs of micro-batches in flight.
-  std::size_t first_computing_ = 0;
-  std::vector<bool> counted_;  // per unit: adds to the gradient norm (not a lent copy)
-  Tensor stage_grad_output_;
-  bool keep_grad_input_ = false;
-  std::vector<std::pair<int, std::vector<Activations>>> in_flight_;
-  std::vector<std::pair<int, std::vector<Activations>>> awaiting_weight_;  // split backward
-  bool losses_in_slots_ = false;           // the loss stage's losses of this step wait there
-  Buffer micro_batch_loss_slots_;          // device: one float per micro-batch of the step
+  std::unique_ptr<BorrowedUnits> borrowed_;
+  std::size_t first_computing_ = 0;  // lent copies come first
+  std::vector<bool> counted_;  // per unit: computes and adds to the gradient norm (not a lent copy)
   int micro_batches_ = 0;  // since the last step
   double loss_sum_ = 0.0;  // this rank's micro-batch losses since the last step
   std::int64_t steps_taken_ = 0;      // step() calls, skipped ones included

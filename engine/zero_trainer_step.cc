@@ -26,22 +26,15 @@ StepStats ZeroTrainer::step(float lr) {
                                        std::to_string(options_.gradient_accumulation_steps));
   }
   // One all-reduce carries the loss, the squared gradient norm and the overflow flag.
-  StepTotals totals = step_totals(context_.world_size * context_.replicas);
+  const int loss_ranks = context_.world_size * context_.replicas;
+  StepTotals totals = step_totals(loss_sum_ / options_.gradient_accumulation_steps / loss_ranks);
   context_.communicator.label_next("step loss, norm, overflow");
   all_reduce_host(context_, totals.values, totals.values, 3, DType::kFloat32, Reduction::kSum);
   return finish_step(lr, totals);
 }
 
-ZeroTrainer::StepTotals ZeroTrainer::step_totals(int loss_ranks) {
+ZeroTrainer::StepTotals ZeroTrainer::step_totals(double loss) {
   context_.comm.synchronize();
-  if (losses_in_slots_) {  // a pipeline's loss stage (zero_trainer_pipeline.cc)
-    std::vector<float> losses(static_cast<std::size_t>(options_.gradient_accumulation_steps));
-    read_to_host(context_.device, context_.compute, losses.data(), micro_batch_loss_slots_.data(),
-                 losses.size() * sizeof(float));
-    loss_sum_ = 0.0;
-    for (float loss : losses) loss_sum_ += loss;
-    losses_in_slots_ = false;
-  }
   // At stage 0 every rank holds the same full gradients, so each contributes a world-th of the
   // norm; with hybrid sharding each shard is held by every replica, so each contributes a
   // replicas-th (engine/hybrid_shards.h; stage 0 has no replicas).
@@ -51,7 +44,7 @@ ZeroTrainer::StepTotals ZeroTrainer::step_totals(int loss_ranks) {
   const bool non_finite = checks_->any_non_finite();
   const double square_sum = checks_->local_sum_of_squares();
   StepTotals totals;
-  totals.values[0] = static_cast<float>(loss_sum_ / options_.gradient_accumulation_steps / loss_ranks);
+  totals.values[0] = static_cast<float>(loss);
   totals.values[1] =
       static_cast<float>(plan_.optimizer_sharded ? square_sum / replicas : square_sum / world);
   totals.values[2] = non_finite ? 1.0f : 0.0f;

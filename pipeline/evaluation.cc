@@ -53,12 +53,11 @@ float PipelineTrainer::evaluate(const Batch& batch) {
       Batch rows = staged ? staged->batch() : Batch{};
       if (v > 0) rows.inputs = input;
       Chunk& chunk = chunks_.at(static_cast<std::size_t>(schedule_.chunk_of(v)));
-      chunk.trainer->use_units(chunk.replicas.front()->units());
       Buffer output_owner;
-      const Tensor output = chunk.trainer->evaluate_micro_batch(rows, output_owner);
+      const Tensor output = chunk.runner->evaluate(rows, output_owner);
       release_after(context_.device, context_.compute, std::move(input_owner));
       if (v == last) {
-        loss = chunk.trainer->evaluation_loss();
+        loss = chunk.runner->evaluation_loss();
         break;
       }
       if (schedule_.stage_of(v + 1) == s) {  // the next chunk is this stage's too

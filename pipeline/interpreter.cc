@@ -1,7 +1,7 @@
 // The pipeline interpreter proper: one step of PipelineTrainer (pipeline_trainer.h) is its
 // rank's action list of the schedule, run in order. How each action is issued, and why:
-// - forward / backward: the chunk's ZeroTrainer on the micro-batch's own Unit objects; the
-//   host returns at once, the work runs on compute.
+// - forward / backward: the chunk's StageRunner (stage_runner.h), which runs its ZeroTrainer on
+//   the micro-batch's own Unit objects; the host returns at once, the work runs on compute.
 // - send: on a stream of its own (one for activations, one for gradients) after an event on
 //   compute. A send waits for its receive (rendezvous), so on compute it would hold up the rank,
 //   which the simulator's check assumes never happens. Compute waits for an activation send
@@ -129,7 +129,7 @@ float PipelineTrainer::forward_backward(const Batch& batch) {
   ZeroTrainer::StepTotals totals;
   for (Chunk& chunk : chunks_) {
     const ZeroTrainer::StepTotals part =
-        chunk.trainer->step_totals(mesh_.data_parallel_size());
+        chunk.runner->step_totals(mesh_.data_parallel_size());
     for (int k = 0; k < 3; ++k) totals.values[k] += part.values[k];
   }
   // The loss lives on the last stage, the norm's parts on every stage: one all-reduce over the
@@ -212,9 +212,8 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
                                 : Tensor{slot.received.data(), step.received_shape[c],
                                          step.received_dtype[c]};
       }
-      chunk.trainer->use_units(chunk.replicas.at(static_cast<std::size_t>(action.micro_batch))->units());
       traced(context_.compute, "compute", [&] {
-        slot.output = chunk.trainer->forward_micro_batch(action.micro_batch, slot.batch);
+        slot.output = chunk.runner->forward(action.micro_batch, slot.batch);
       });
       host_waits(false);
       break;
@@ -237,15 +236,14 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
       // The backward frees the output that a send may still be reading.
       if (slot.sent) context_.compute.wait(*slot.sent);
       if (bounded && step.gradient_sent[c]) step.gradient_sent[c]->synchronize();
-      chunk.trainer->use_units(chunk.replicas.at(static_cast<std::size_t>(action.micro_batch))->units());
       const bool split =
-          action.kind == ActionKind::kBackwardInput && chunk.trainer->splits_backward();
+          action.kind == ActionKind::kBackwardInput && chunk.runner->splits_backward();
       traced(context_.compute, "compute", [&] {
         slot.grad_input =
-            split ? chunk.trainer->backward_input_micro_batch(action.micro_batch, slot.batch,
-                                                              grad_output, slot.grad_input_owner)
-                  : chunk.trainer->backward_micro_batch(action.micro_batch, slot.batch,
-                                                        grad_output, slot.grad_input_owner);
+            split ? chunk.runner->backward_input(action.micro_batch, slot.batch, grad_output,
+                                                 slot.grad_input_owner)
+                  : chunk.runner->backward(action.micro_batch, slot.batch, grad_output,
+                                           slot.grad_input_owner);
       });
       release_after(context_.device, context_.compute, std::move(slot.received_gradient));
       if (local_owner) release_after(context_.device, context_.compute, std::move(*local_owner));
@@ -258,11 +256,10 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
       break;
     }
     case ActionKind::kBackwardWeight: {
-      if (!chunk.trainer->splits_backward()) break;  // the whole backward ran at B
+      if (!chunk.runner->splits_backward()) break;  // the whole backward ran at B
       Step::Slot& slot = slot_at(c);
-      chunk.trainer->use_units(chunk.replicas.at(static_cast<std::size_t>(action.micro_batch))->units());
       traced(context_.compute, "compute", [&] {
-        chunk.trainer->backward_weight_micro_batch(action.micro_batch, slot.batch);
+        chunk.runner->backward_weight(action.micro_batch, slot.batch);
       });
       release_after(context_.device, context_.compute, std::move(slot.received));
       slot.staged.reset();
@@ -386,7 +383,7 @@ void PipelineTrainer::sum_tied() {
   // Both stages walk the tied units in the whole model's order: the collectives pair up.
   for (const auto& [whole, chunk, unit] : tied_units_) {
     (void)whole;
-    chunks_[chunk].trainer->sum_reduced_gradient(
+    chunks_[chunk].runner->sum_reduced_gradient(
         unit, *tied_, "tied gradient of " + chunks_[chunk].replicas.front()->units()[unit]->name());
   }
 }

@@ -145,6 +145,9 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
     }
     chunk.trainer = std::make_unique<ZeroTrainer>(*chunk.context, options, *chunk.replicas.front(),
                                                   make_optimizer(optimizer));
+    std::vector<Module*> replicas;
+    for (auto& replica : chunk.replicas) replicas.push_back(replica.get());
+    chunk.runner = std::make_unique<StageRunner>(*chunk.context, *chunk.trainer, std::move(replicas));
     const std::vector<ShardLayout>& chunk_layouts = chunk.trainer->layouts();
     for (std::size_t u = 0; u < chunk_layouts.size(); ++u) {
       layouts_.push_back(chunk_layouts[u]);
@@ -256,7 +259,7 @@ StepStats PipelineTrainer::step(float lr) {
   }
   step_pending_ = false;
   StepStats stats;
-  for (Chunk& chunk : chunks_) stats = chunk.trainer->finish_step(lr, totals_);
+  for (Chunk& chunk : chunks_) stats = chunk.runner->finish_step(lr, totals_);
   return stats;
 }
 

@@ -8,8 +8,8 @@
 // back: NCCL runs one communicator's operations in issue order, so one group for both would
 // deadlock 1F1B's steady state), and, when a unit is lent across stages (GPT's embedding, read
 // by the head), a group of the lender's and the borrower's stages — and one ZeroTrainer per model
-// chunk of this stage (engine/zero_trainer.h's pipeline-stage API) over a SubModule of the
-// chunk's units (engine/sub_module.h). It checks the schedule with simulate_schedule before
+// chunk of this stage over a SubModule of the chunk's units (engine/sub_module.h), driven by the
+// chunk's StageRunner (pipeline/stage_runner.h). It checks the schedule with simulate_schedule before
 // the first step (a kConfig Error).
 //
 // A step: forward_backward(batch) runs the rank's action list over the step's micro-batches
@@ -36,6 +36,7 @@
 #include "optim/optimizer.h"
 #include "pipeline/pipeline_options.h"
 #include "pipeline/schedule.h"
+#include "pipeline/stage_runner.h"
 #include "runtime/device_mesh.h"
 #include "runtime/hybrid_communicator.h"
 #include "runtime/world.h"
@@ -105,6 +106,7 @@ class PipelineTrainer final : public Trainer {
     std::vector<bool> lent;  // per unit of the chunk: tied to a unit of another stage
     std::unique_ptr<RankContext> context;  // the data-parallel group's view of this rank
     std::unique_ptr<ZeroTrainer> trainer;
+    std::unique_ptr<StageRunner> runner;  // drives `trainer` over `replicas`
   };
   struct Step;  // one step's transfers and buffers (interpreter.cc)
 

@@ -167,8 +167,9 @@ std::vector<int> EngineReplay::call_members(int u) const {
 }
 
 void EngineReplay::borrow_in_turn(int u, bool backward) {
-  // ZeroTrainer::pin_borrowed / unpin_borrowed: a 2-byte lender's fp32 copy from its pin to its
-  // unpin, one lender after another (forward in order, backward in reverse, as the GPT's head).
+  // BorrowedUnits::pin / unpin (engine/borrowed_units.h): a 2-byte lender's fp32 copy from its
+  // pin to its unpin, one lender after another (forward in order, backward in reverse, as the
+  // GPT's head).
   if (!units_[u].borrows_in_turn || !two_byte()) return;
   std::vector<int> lenders = units_[u].borrowed;
   if (backward) std::reverse(lenders.begin(), lenders.end());
@@ -212,7 +213,7 @@ void EngineReplay::recomputed_call_done() {
 
 void EngineReplay::forward() {
   for (std::size_t u = 0; u < units_.size(); ++u) {
-    if (!units_[u].runs) continue;  // ZeroTrainer::run_forward: a lent copy runs nothing
+    if (!units_[u].runs) continue;  // ZeroTrainer::forward_unit: a lent copy runs nothing
     const RecomputePolicy recompute = units_[u].recompute;
     if (into_shard_ && forward_calls_begun_ >= kForwardCallsAhead) {
       ledger_.synchronize(LedgerStream::kCompute,
@@ -408,7 +409,7 @@ PeakPrediction EngineReplay::result() const {
 }
 
 
-// The pipeline-stage calls (engine/zero_trainer_pipeline.cc): each micro-batch in flight holds
+// The pipeline-stage calls (pipeline/stage_runner.cc): each micro-batch in flight holds
 // its own outputs and saved activations, swapped in for its backward.
 EngineReplay::Held EngineReplay::take() {
   Held held{std::move(outputs_), std::move(grad_inputs_), std::move(saved_), std::move(split_),
@@ -446,7 +447,7 @@ auto take_held(List& list, int micro_batch) {
 }  // namespace
 
 void EngineReplay::forward_micro_batch(int micro_batch) {
-  if (!loss_slots_) {  // ZeroTrainer::forward_micro_batch: each micro-batch's loss, kept
+  if (!loss_slots_) {  // StageRunner::forward: each micro-batch's loss, kept
     const auto count = static_cast<std::size_t>(std::max(options_.gradient_accumulation_steps, 1));
     ledger_.allocate(count * sizeof(float), Category::kWorkspace);
     loss_slots_ = true;

@@ -44,7 +44,7 @@ class EngineReplay {
   void step();
   PeakPrediction result() const;
 
-  // The pipeline-stage calls (engine/zero_trainer_pipeline.cc). The backward calls return the
+  // The pipeline-stage calls (pipeline/stage_runner.cc). The backward calls return the
   // gradient of the chunk's input, which the caller owns (kNone when there is none).
   void forward_micro_batch(int micro_batch);
   Handle backward_micro_batch(int micro_batch, bool reduce_now);

@@ -1,0 +1,137 @@
+#include "pipeline/stage_runner.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "base/error.h"
+#include "runtime/host_copies.h"
+
+namespace zest {
+
+StageRunner::StageRunner(RankContext& context, ZeroTrainer& trainer,
+                         std::vector<Module*> replicas)
+    : context_(context), trainer_(trainer), replicas_(std::move(replicas)),
+      micro_batches_(trainer.options().gradient_accumulation_steps) {}
+
+MicroBatchPass StageRunner::take(Held& held, int micro_batch, const char* what) {
+  const auto at = std::find_if(held.begin(), held.end(),
+                               [&](const auto& entry) { return entry.first == micro_batch; });
+  if (at == held.end()) {
+    throw Error(ErrorKind::kUsage, std::string(what) + " of micro-batch " +
+                                       std::to_string(micro_batch) + " out of order");
+  }
+  MicroBatchPass pass = std::move(at->second);
+  held.erase(at);
+  return pass;
+}
+
+bool StageRunner::count_backward() {
+  ++backwards_;
+  return backwards_ == micro_batches_;
+}
+
+Tensor StageRunner::forward(int micro_batch, const Batch& batch) {
+  if (micro_batch < 0 || micro_batch >= micro_batches_) {
+    throw Error(ErrorKind::kUsage, "forward of micro-batch " + std::to_string(micro_batch) +
+                                       " in a step of " + std::to_string(micro_batches_));
+  }
+  for (const auto& held : in_flight_) {
+    if (held.first == micro_batch) {
+      throw Error(ErrorKind::kUsage, "forward of micro-batch " + std::to_string(micro_batch) +
+                                         " again before its backward");
+    }
+  }
+  if (loss_slots_.empty()) {
+    loss_slots_ = context_.allocator().allocate(
+        static_cast<std::size_t>(micro_batches_) * sizeof(float), Category::kWorkspace);
+    context_.device.fill_zero(context_.compute, loss_slots_.data(), loss_slots_.bytes());
+  }
+  MicroBatchPass pass =
+      trainer_.make_pass(replicas_.at(static_cast<std::size_t>(micro_batch))->units());
+  const std::size_t units = trainer_.layouts().size();
+  for (std::size_t u = 0; u < units; ++u) trainer_.forward_unit(u, batch, pass);
+  const Tensor output = pass.output();
+  if (!output.data) {
+    // The loss stage: the loss unit wrote this micro-batch's loss; keep it past the next one.
+    context_.device.copy(context_.compute, loss_slots_.as<float>() + micro_batch,
+                         trainer_.loss_buffer(), sizeof(float));
+    losses_in_slots_ = true;
+  }
+  in_flight_.emplace_back(micro_batch, std::move(pass));
+  return output;
+}
+
+Tensor StageRunner::backward(int micro_batch, const Batch& batch, const Tensor& grad_output,
+                             Buffer& grad_input_owner) {
+  MicroBatchPass pass = take(in_flight_, micro_batch, "backward");
+  trainer_.begin_backward(count_backward());
+  pass.set_grad_output(grad_output);
+  for (std::size_t u = trainer_.layouts().size(); u-- > 0;) trainer_.backward_unit(u, batch, pass);
+  return pass.take_grad_input(grad_input_owner);
+}
+
+Tensor StageRunner::backward_input(int micro_batch, const Batch& batch, const Tensor& grad_output,
+                                   Buffer& grad_input_owner) {
+  MicroBatchPass pass = take(in_flight_, micro_batch, "backward-input");
+  pass.set_grad_output(grad_output);
+  for (std::size_t u = trainer_.layouts().size(); u-- > 0;) {
+    trainer_.backward_unit(u, batch, pass, ZeroTrainer::BackwardPart::kInput);
+  }
+  pass.set_grad_output({});  // read by the input gradient only
+  const Tensor grad_input = pass.take_grad_input(grad_input_owner);
+  awaiting_weight_.emplace_back(micro_batch, std::move(pass));
+  return grad_input;
+}
+
+void StageRunner::backward_weight(int micro_batch, const Batch& batch) {
+  MicroBatchPass pass = take(awaiting_weight_, micro_batch, "backward-weight");
+  trainer_.begin_backward(count_backward());
+  for (std::size_t u = trainer_.layouts().size(); u-- > 0;) {
+    trainer_.backward_unit(u, batch, pass, ZeroTrainer::BackwardPart::kWeight);
+  }
+}
+
+Tensor StageRunner::evaluate(const Batch& batch, Buffer& output_owner) {
+  if (backwards_ != 0 || !in_flight_.empty() || !awaiting_weight_.empty()) {
+    throw Error(ErrorKind::kUsage, "evaluate() between micro-batches; evaluate between steps");
+  }
+  MicroBatchPass pass = trainer_.make_pass(replicas_.front()->units(), true);
+  const std::size_t units = trainer_.layouts().size();
+  for (std::size_t u = 0; u < units; ++u) trainer_.forward_unit(u, batch, pass);
+  const Tensor output = pass.take_output(output_owner);
+  trainer_.release_pass(pass);
+  return output;
+}
+
+float StageRunner::evaluation_loss() {
+  float loss = 0.0f;
+  read_to_host(context_.device, context_.compute, &loss, trainer_.loss_buffer(), sizeof loss);
+  return loss;
+}
+
+ZeroTrainer::StepTotals StageRunner::step_totals(int loss_ranks) {
+  double loss_sum = 0.0;  // this rank's micro-batch losses of the step
+  if (losses_in_slots_) {
+    std::vector<float> losses(static_cast<std::size_t>(micro_batches_));
+    read_to_host(context_.device, context_.compute, losses.data(), loss_slots_.data(),
+                 losses.size() * sizeof(float));
+    for (float loss : losses) loss_sum += loss;
+    losses_in_slots_ = false;
+  }
+  return trainer_.step_totals(loss_sum / micro_batches_ / loss_ranks);
+}
+
+StepStats StageRunner::finish_step(float lr, const ZeroTrainer::StepTotals& summed) {
+  backwards_ = 0;
+  return trainer_.finish_step(lr, summed);
+}
+
+void StageRunner::sum_reduced_gradient(std::size_t unit, Communicator& group,
+                                       const std::string& label) {
+  const Tensor reduced = trainer_.reduced_gradient(unit);
+  group.label_next(label.c_str());
+  group.all_reduce(context_.comm, reduced.data, reduced.data, reduced.numel(), reduced.dtype,
+                   Reduction::kSum);
+}
+
+}  // namespace zest
