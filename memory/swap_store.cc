@@ -63,9 +63,9 @@ void SwapStore::check_free_space() const {
   if (reserved_ > free_bytes) {
     throw Error(ErrorKind::kIo,
                 "nvme_path '" + options_.path + "': rank " + std::to_string(rank_) + " needs " +
-                    std::to_string(reserved_) + " bytes (" + format_bytes(reserved_) +
-                    ") of swap, the file system has " + std::to_string(free_bytes) + " bytes (" +
-                    format_bytes(free_bytes) + ") free; free space or point nvme_path elsewhere");
+                    std::to_string(reserved_) + " bytes of swap (" + format_bytes(reserved_) +
+                    "), the file system has " + std::to_string(free_bytes) + " bytes free (" +
+                    format_bytes(free_bytes) + "); free space or point nvme_path elsewhere");
   }
 }
 
