@@ -18,6 +18,8 @@
 
 #include "base/error.h"
 #include "engine/zero_trainer.h"
+#include "models/mlp.h"
+#include "planner/peak_plan.h"
 #include "tests/checkpoint/checkpoint_test_support.h"
 #include "tests/engine/engine_test_support.h"
 
@@ -174,6 +176,37 @@ TEST(NvmeMemory, HostHoldsBufferCountSubGroupsAndTheSwapIsAsPlanned) {
               buffers + shard_elements[rank] * 2 + largest_shard[rank] * sizeof(float));
     EXPECT_LT(buffers, state);
   }
+}
+
+// The planner runs the engine on the shape-only device, whose swap store reserves and writes
+// nothing: its NVMe bytes are the real files' size, its host peak the host arena's.
+TEST(NvmePlan, PlannedSwapAndHostBytesAreTheRunsExactly) {
+  ScratchDirectory scratch;
+  RunSpec spec;
+  spec.stage = 3;
+  spec.world = 2;
+  spec.steps = 2;
+  spec.sizes = {64, 128, 96, 10};
+  spec.compute_dtype = DType::kBFloat16;
+  spec.configure_engine = state_on(Where::kNvme, scratch.path("nvme"));
+  std::size_t swap_bytes = 0;
+  spec.after_step = [&](int rank, int, const StepStats&, Trainer& trainer) {
+    if (rank == 0) swap_bytes = trainer.swap_bytes();
+  };
+  const RunResult run = run_mlp(spec);
+  EngineOptions options;
+  options.stage = spec.stage;
+  options.compute_dtype = spec.compute_dtype;
+  options.communication_dtype = spec.compute_dtype;
+  spec.configure_engine(options);
+  Mlp model(MlpConfig{spec.sizes});
+  const PeakPrediction plan = predict_peak(plan_input(
+      model, {spec.global_batch / spec.world, spec.sizes.front()}, options, 2, spec.world));
+  EXPECT_GT(plan.nvme, 0u);
+  EXPECT_EQ(plan.nvme, swap_bytes);
+  EXPECT_EQ(plan.model_state.nvme, swap_bytes);
+  EXPECT_EQ(plan.of(Category::kOffload), run.host_usage[0].peak_of(Category::kOffload));
+  EXPECT_FALSE(swap_left(scratch.path("nvme")));  // the plan made no folder either
 }
 
 // ---------------------------------------------------------------------------------------------
