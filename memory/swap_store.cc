@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "base/byte_size.h"
 #include "base/error.h"
@@ -54,8 +55,15 @@ SwapRegion SwapStore::reserve(std::size_t bytes) {
 }
 
 void SwapStore::check_free_space() const {
+  // A folder still to be made is checked on the file system it will be made on: its nearest
+  // existing ancestor's.
+  std::filesystem::path existing = std::filesystem::absolute(options_.path);
+  std::error_code missing;
+  while (!std::filesystem::exists(existing, missing) && existing.has_relative_path()) {
+    existing = existing.parent_path();
+  }
   struct statvfs info {};
-  if (::statvfs(options_.path.c_str(), &info) != 0) {
+  if (::statvfs(existing.c_str(), &info) != 0) {
     throw Error(ErrorKind::kIo, "nvme_path '" + options_.path + "': " + std::strerror(errno) +
                                     "; point nvme_path at an existing, writable folder");
   }

@@ -79,7 +79,7 @@ TEST_P(NvmeParity, LossesAndParametersAreTheBitsOfCpuAndNoOffload) {
   RunSpec spec;
   spec.stage = stage;
   spec.world = world;
-  spec.steps = 6;
+  spec.steps = 12;
   spec.compute_dtype = dtype;
   spec.clipping = 1.0f;
   spec.configure_engine = state_on(Where::kNone, "");
