@@ -20,19 +20,24 @@ constexpr const char* kOverlapEventsWhy =
 
 }  // namespace
 
+// Note: the keys are read (and checked) at any device, as DeepSpeed accepts them; their defaults
+// are written into the resolved config only with "nvme", where they mean something.
 void parse_offload_optimizer_nvme(Block& offload, TrainConfig& out) {
   OffloadOptions& options = out.engine.offload_optimizer;
   const bool nvme = options.on_nvme();
-  const json& path = nvme ? offload.require("nvme_path", "the folder the swap files are made "
-                                                         "under (a fast local disk)")
-                          : offload.get_or("nvme_path", "");
-  options.nvme_path = read_string(path, offload.path("nvme_path"));
+  auto value = [&](const std::string& key, json fallback) -> json {
+    if (nvme) return offload.get_or(key, std::move(fallback));
+    const json* given = offload.find(key);
+    return given ? *given : fallback;
+  };
+  if (nvme) offload.require("nvme_path", "the folder the swap files are made under (a fast disk)");
+  options.nvme_path = read_string(value("nvme_path", ""), offload.path("nvme_path"));
   if (nvme && options.nvme_path.empty()) {
     config_error(offload.path("nvme_path"), "must name a folder for the swap files, got \"\"");
   }
-  options.buffer_count = static_cast<std::size_t>(read_integer_at_least(
-      offload.get_or("buffer_count", 4), offload.path("buffer_count"), 1));
-  options.fast_init = read_bool(offload.get_or("fast_init", false), offload.path("fast_init"));
+  options.buffer_count = static_cast<std::size_t>(
+      read_integer_at_least(value("buffer_count", 4), offload.path("buffer_count"), 1));
+  options.fast_init = read_bool(value("fast_init", false), offload.path("fast_init"));
 }
 
 void parse_sub_group_size(Block& zero, TrainConfig& out) {
