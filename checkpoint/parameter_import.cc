@@ -121,10 +121,9 @@ void fill_unit(const RankContext& context, int shard_index, const SafetensorsRea
     const float* source = values.data() + from.first + piece.param_elements.begin;
     for (const StateShard& shard : shards) {
       if (shard.name != "params" && shard.name != "master") continue;
-      char* destination = static_cast<char*>(shard.data) + piece.shard_offset * dtype_size(shard.dtype);
       // Note: rounded to nearest even into a 2-byte compute copy; the master keeps the fp32
       // value itself, as a fresh initialization does.
-      write_state_elements(context, destination, shard.dtype, piece.param_elements.size(),
+      write_state_elements(context, shard, piece.shard_offset, piece.param_elements.size(),
                            [&](void* host, std::size_t first, std::size_t count) {
                              cpu::convert(source + first, DType::kFloat32, host, shard.dtype,
                                           count);

@@ -176,7 +176,7 @@ LoadedCheckpoint load_checkpoint(RankContext& context, Trainer& trainer, const s
     for (std::size_t u = 0; u < shards.size(); ++u) {
       for (const StateShard& shard : shards[u]) {
         const int tensor = source.source_for(shard.name, shard.dtype);
-        write_state_elements(context, shard.data, shard.dtype, shard.end - shard.begin,
+        write_state_elements(context, shard, 0, shard.end - shard.begin,
                              [&](void* host, std::size_t first, std::size_t count) {
                                source.read(placement.local_units[u],
                                            static_cast<std::size_t>(tensor),

@@ -52,4 +52,40 @@ void write_state_elements(const RankContext& context, void* view, DType dtype, s
   context.comm.synchronize();
 }
 
+void read_state_elements(const RankContext& context, const StateShard& shard, std::size_t first,
+                         std::size_t count,
+                         const std::function<void(const void*, std::size_t, std::size_t)>& consume) {
+  const std::size_t size = dtype_size(shard.dtype);
+  if (!shard.swap) {
+    read_state_elements(context, static_cast<const char*>(shard.data) + first * size, shard.dtype,
+                        count, consume);
+    return;
+  }
+  const std::size_t chunk = chunk_elements(shard.dtype);
+  std::vector<unsigned char> host(std::min(count, chunk) * size);
+  for (std::size_t done = 0; done < count; done += chunk) {
+    const std::size_t piece = std::min(chunk, count - done);
+    shard.swap(false, first + done, piece, host.data());
+    consume(host.data(), done, piece);
+  }
+}
+
+void write_state_elements(const RankContext& context, const StateShard& shard, std::size_t first,
+                          std::size_t count,
+                          const std::function<void(void*, std::size_t, std::size_t)>& produce) {
+  const std::size_t size = dtype_size(shard.dtype);
+  if (!shard.swap) {
+    write_state_elements(context, static_cast<char*>(shard.data) + first * size, shard.dtype,
+                         count, produce);
+    return;
+  }
+  const std::size_t chunk = chunk_elements(shard.dtype);
+  std::vector<unsigned char> host(std::min(count, chunk) * size);
+  for (std::size_t done = 0; done < count; done += chunk) {
+    const std::size_t piece = std::min(chunk, count - done);
+    produce(host.data(), done, piece);
+    shard.swap(true, first + done, piece, host.data());
+  }
+}
+
 }  // namespace zest

@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "base/dtype.h"
+#include "engine/engine.h"
 #include "runtime/world.h"
 
 namespace zest {
@@ -26,6 +27,18 @@ void read_state_elements(const RankContext& context, const void* view, DType dty
 // Calls produce(host, first, count) to fill elements [first, first + count) in host memory,
 // then puts them at view + first, for consecutive pieces of the `count` elements at `view`.
 void write_state_elements(const RankContext& context, void* view, DType dtype, std::size_t count,
+                          const std::function<void(void* host, std::size_t first,
+                                                   std::size_t count)>& produce);
+
+// The same for elements [first, first + count) of a state shard, wherever it lives: through its
+// view, or, for a shard in no memory (StateShard::swap, the NVMe tier), through a host buffer of
+// at most kStateCopyChunkBytes, so the whole shard is never in host memory at once.
+void read_state_elements(const RankContext& context, const StateShard& shard, std::size_t first,
+                         std::size_t count,
+                         const std::function<void(const void* host, std::size_t first,
+                                                  std::size_t count)>& consume);
+void write_state_elements(const RankContext& context, const StateShard& shard, std::size_t first,
+                          std::size_t count,
                           const std::function<void(void* host, std::size_t first,
                                                    std::size_t count)>& produce);
 

@@ -84,7 +84,7 @@ void stream_rank_state(const RankContext& context, Trainer& trainer,
                                               layouts[u].unit_name() + "' is not one shard long");
       }
       const std::size_t size = dtype_size(shard.dtype);
-      read_state_elements(context, shard.data, shard.dtype, shard.end - shard.begin,
+      read_state_elements(context, shard, 0, shard.end - shard.begin,
                           [&](const void* host, std::size_t, std::size_t count) {
                             out(host, count * size);
                           });

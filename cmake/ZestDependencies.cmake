@@ -9,6 +9,7 @@ find_package(fmt REQUIRED)
 include(ZestFindLibraries)
 zest_find_openblas()
 zest_find_xxhash()
+zest_find_uring()
 
 # CLI11 is header-only and only the tools use it.
 find_package(CLI11 CONFIG QUIET)

@@ -1,5 +1,6 @@
 # Imported targets for the libraries zest links that ship no usable CMake target:
 #   zest::xxhash   (libxxhash; Debian libxxhash-dev has no CMake package)
+#   zest::uring    (liburing; Debian liburing-dev, for the NVMe tier's io_uring reads and writes)
 #   zest::openblas (OpenBLAS with its cblas.h; its CMake package defines variables only)
 #   zest::nccl     (NCCL; looked for beside the CUDA toolkit, or under NCCL_HOME / NCCL_ROOT)
 # Used by the build and, for a static libzest, by the installed zestConfig.cmake.
@@ -24,6 +25,25 @@ function(zest_find_xxhash)
   set_target_properties(zest::xxhash PROPERTIES
     IMPORTED_LOCATION "${ZEST_XXHASH_LIBRARY}"
     INTERFACE_INCLUDE_DIRECTORIES "${ZEST_XXHASH_INCLUDE_DIR}")
+endfunction()
+
+function(zest_find_uring)
+  if(TARGET zest::uring)
+    return()
+  endif()
+  if(PKG_CONFIG_FOUND)
+    pkg_check_modules(ZEST_PC_URING QUIET liburing)
+  endif()
+  find_path(ZEST_URING_INCLUDE_DIR liburing.h HINTS ${ZEST_PC_URING_INCLUDE_DIRS})
+  find_library(ZEST_URING_LIBRARY NAMES uring HINTS ${ZEST_PC_URING_LIBRARY_DIRS})
+  if(NOT ZEST_URING_INCLUDE_DIR OR NOT ZEST_URING_LIBRARY)
+    message(FATAL_ERROR "zest: liburing not found (Debian: apt-get install liburing-dev; "
+                        "or set ZEST_URING_INCLUDE_DIR and ZEST_URING_LIBRARY)")
+  endif()
+  add_library(zest::uring UNKNOWN IMPORTED)
+  set_target_properties(zest::uring PROPERTIES
+    IMPORTED_LOCATION "${ZEST_URING_LIBRARY}"
+    INTERFACE_INCLUDE_DIRECTORIES "${ZEST_URING_INCLUDE_DIR}")
 endfunction()
 
 function(zest_find_openblas)

@@ -27,6 +27,10 @@ void parse_checkpoint(Block& root, TrainConfig& out);
 void parse_debug(Block& root, TrainConfig& out);
 void parse_monitor(Block& root, TrainConfig& out);
 void parse_activation_checkpointing(Block& root, TrainConfig& out);  // checkpointing_block.cc
+// nvme_blocks.cc: the NVMe tier's keys (offload_optimizer's, sub_group_size, the aio block).
+void parse_offload_optimizer_nvme(Block& offload, TrainConfig& out);
+void parse_sub_group_size(Block& zero, TrainConfig& out);
+void parse_aio(Block& root, TrainConfig& out);
 // pipeline_block.cc: the pipeline's shape (stages, micro_batches) before the batch sizes, which
 // count its data-parallel ranks; the rest (schedule, partition) last, once the model, batch and
 // engine options it plans with are known.

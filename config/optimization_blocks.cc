@@ -156,10 +156,11 @@ void parse_scheduler(Block& root, TrainConfig& out) {
 
 namespace {
 
-// DeepSpeed's zero_optimization.offload_optimizer: {"device": "cpu" | "none", "pin_memory": bool}.
+// DeepSpeed's zero_optimization.offload_optimizer: {"device": "cpu" | "nvme" | "none",
+// "pin_memory": bool, and nvme's keys (nvme_blocks.cc)}.
 void parse_offload_optimizer(Block& zero, TrainConfig& out) {
   Block block(zero.object_or_empty("offload_optimizer"), zero.path("offload_optimizer"),
-              {"device", "pin_memory"});
+              {"device", "pin_memory", "nvme_path", "buffer_count", "fast_init"});
   OffloadOptions& offload = out.engine.offload_optimizer;
   const std::string device = read_string(block.get_or("device", "none"), block.path("device"));
   if (device == "none") {
@@ -167,8 +168,7 @@ void parse_offload_optimizer(Block& zero, TrainConfig& out) {
   } else if (device == "cpu") {
     offload.device = OffloadDevice::kCpu;
   } else if (device == "nvme") {
-    config_error(block.path("device"),
-                 "\"nvme\" is not supported yet; use \"cpu\" (host memory) or \"none\"");
+    offload.device = OffloadDevice::kNvme;
   } else {
     config_error(block.path("device"), "must be cpu, nvme or none, got \"" + device + "\"");
   }
@@ -185,6 +185,7 @@ void parse_offload_optimizer(Block& zero, TrainConfig& out) {
                                            plan.refusal(StageFeature::kOffloadOptimizer) +
                                            "; raise the stage or set \"none\"");
   }
+  parse_offload_optimizer_nvme(block, out);
 }
 
 }  // namespace
@@ -285,7 +286,7 @@ void parse_zero(Block& root, TrainConfig& out) {
                "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
                "contiguous_gradients", "offload_optimizer", "hybrid_shard_size",
                "zero_quantized_weights", "zero_quantized_gradients", "zero_quantized_block_size",
-               "zero_quantized_gradients_bits", "zero_hpz_partition_size"});
+               "zero_quantized_gradients_bits", "zero_hpz_partition_size", "sub_group_size"});
   const json& stage = block.get_or("stage", 0);
   const std::int64_t value = read_integer(stage, block.path("stage"));
   if (!StagePlan::valid(value)) {
@@ -329,6 +330,7 @@ void parse_zero(Block& root, TrainConfig& out) {
                      "): stages 1-2 all-gather each unit's updated parameters in place, with no "
                      "bucket to size; remove the key");
   }
+  parse_sub_group_size(block, out);
   parse_offload_optimizer(block, out);
 }
 

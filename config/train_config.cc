@@ -353,7 +353,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
               "optimizer", "zero_optimization", "data", "steps_per_print", "bf16", "fp16",
               "communication_data_type", "log", "wall_clock_breakdown", "scheduler",
               "checkpoint", "eval_every", "debug", "csv_monitor", "tensorboard", "wandb",
-              "comet", "activation_checkpointing", "pipeline"},
+              "comet", "activation_checkpointing", "pipeline", "aio"},
              {{"stage", "zero_optimization.stage"},
               {"ranks", "world.ranks"},
               {"backend", "world.backend"},
@@ -403,6 +403,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   parse_optimizer(root, out);
   parse_scheduler(root, out);
   parse_zero(root, out);
+  parse_aio(root, out);
   parse_precision(root, out);
   parse_activation_checkpointing(root, out);
   out.steps_per_print =

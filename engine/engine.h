@@ -20,6 +20,7 @@
 #include "base/dtype.h"
 #include "memory/allocator.h"
 #include "memory/shard_layout.h"
+#include "memory/swap_store.h"
 #include "engine/fault_injection.h"
 #include "optim/loss_scaler.h"
 #include "engine/module.h"
@@ -32,15 +33,26 @@ namespace zest {
 // zero_optimization.offload_optimizer (DeepSpeed's key): where the optimizer's fp32 state lives.
 // With kCpu, each rank's master weights and moments live in host memory (category `offload` of
 // Device::host_allocator), its gradient shard is copied there in backward, the optimizer runs on
-// the host, and the updated parameter shard is copied back. Stages 1-3 only.
-enum class OffloadDevice { kNone, kCpu };
+// the host, and the updated parameter shard is copied back. Stages 1-3 only. With kNvme the master
+// weights and moments live in swap files under nvme_path (memory/swap_store.h) instead, a
+// sub-group at a time streaming through buffer_count host buffers (engine/swapped_state.h).
+enum class OffloadDevice { kNone, kCpu, kNvme };
 
 struct OffloadOptions {
   OffloadDevice device = OffloadDevice::kNone;
   // Page-locked host buffers. Recorded only: the CUDA device's host arena is always page-locked
   // (its copies are asynchronous only then), the CPU device's is ordinary memory.
   bool pin_memory = false;
+  std::string nvme_path;          // kNvme: the folder the rank's swap folder is made under
+  std::size_t buffer_count = 4;   // kNvme: host buffers, one sub-group's state each
+  // kNvme: the moments start as the zeros a preallocated file reads as, unwritten; false writes
+  // them at start (DeepSpeed's fast_init skips the initial swap-out the same way).
+  bool fast_init = false;
+  // zero_optimization.sub_group_size: the most elements of a unit's shard updated as one piece
+  // (kNvme: read, updated and written back together).
+  std::size_t sub_group_size = 1000000000;
   bool enabled() const { return device != OffloadDevice::kNone; }
+  bool on_nvme() const { return device == OffloadDevice::kNvme; }
 };
 
 struct TrainingMemory;  // engine/job_shape.h
@@ -85,6 +97,9 @@ struct EngineOptions {
   DType communication_dtype = DType::kFloat32;
   LossScaleOptions loss_scale;  // fp16 only
   OffloadOptions offload_optimizer;
+  // DeepSpeed's aio block: how the NVMe tier reads and writes (path unused: each offload has its
+  // own nvme_path).
+  SwapOptions aio;
   // Which units recompute their activations before backward, and whether their kept inputs
   // wait in host memory (engine/recompute.h). Results are bit-identical with or without.
   ActivationCheckpointing activation_checkpointing;
@@ -136,6 +151,7 @@ struct MemoryPrediction {
   std::size_t grads = 0;
   std::size_t optimizer = 0;
   std::size_t offload = 0;  // host memory, not the device's: not in total()
+  std::size_t nvme = 0;     // the NVMe tier's swap files (offload_optimizer "nvme"): no memory
   std::size_t total() const { return params + grads + optimizer; }
 };
 
@@ -151,6 +167,10 @@ struct StateShard {
   void* data = nullptr;  // view; valid while the Trainer lives
   std::size_t begin = 0;
   std::size_t end = 0;
+  // Set, and `data` null, where the shard is in no memory (the NVMe tier): moves its elements
+  // [first, first + count) from (write false) or to (write true) `host`, which holds count
+  // elements. Valid while the Trainer lives.
+  std::function<void(bool write, std::size_t first, std::size_t count, void* host)> swap = {};
 };
 
 // Where a rank's state goes in a checkpoint (checkpoint/manifest.h) when its units are not the
@@ -237,6 +257,9 @@ class Trainer {
   // How this rank's units sit in the whole model for a checkpoint; none (the default): layouts()
   // is the whole model, sharded over the world.
   virtual std::optional<CheckpointPlacement> checkpoint_placement() const { return std::nullopt; }
+  // Bytes of this rank's swap files (the NVMe tier), as reserved: on the shape-only device what a
+  // run would make, on a real one their size on disk. 0 without the tier.
+  virtual std::size_t swap_bytes() const { return 0; }
 };
 
 }  // namespace zest

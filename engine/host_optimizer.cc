@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "engine/swapped_state.h"
 #include "kernels/convert.h"
 
 namespace zest {
@@ -38,6 +39,9 @@ HostOptimizer::HostOptimizer(RankContext& context, const EngineOptions& options,
     updated_.push_back(context.device.create_host_event());       // by the host stream
   }
   stream_ = context.device.create_host_stream("rank " + std::to_string(context.rank) + " host");
+  if (options.offload_optimizer.on_nvme()) {
+    swapped_ = std::make_unique<SwappedState>(context, options, *stream_);
+  }
 }
 
 HostOptimizer::~HostOptimizer() {
@@ -48,7 +52,10 @@ HostOptimizer::~HostOptimizer() {
   }
 }
 
-void HostOptimizer::synchronize() { stream_->synchronize(); }
+void HostOptimizer::synchronize() {
+  stream_->synchronize();
+  if (swapped_) swapped_->synchronize();
+}
 
 std::size_t HostOptimizer::params_shard_offset(const FlatUnit& unit) const {
   const std::size_t shard_begin = unit.layout.shard_range(context_.rank).begin;
@@ -60,6 +67,8 @@ void HostOptimizer::allocate(const std::vector<FlatUnit>& units, std::size_t opt
   for (const FlatUnit& unit : units) {
     HostShards& mine = shards_.at(static_cast<std::size_t>(unit.index));
     const std::size_t shard = unit.layout.shard_length();
+    mine.transfer = host.allocate(shard * element_size(), Category::kOffload);
+    if (swapped_) continue;  // master and states are on NVMe (SwappedState::allocate)
     // Note: in fp32 compute the device's parameters are their own master weights; offloaded, the
     // host needs its own fp32 copy to update, so the master exists at every compute dtype.
     mine.master = host.allocate(shard * sizeof(float), Category::kOffload);
@@ -72,8 +81,8 @@ void HostOptimizer::allocate(const std::vector<FlatUnit>& units, std::size_t opt
         std::memset(data, 0, bytes);
       });
     }
-    mine.transfer = host.allocate(shard * element_size(), Category::kOffload);
   }
+  if (swapped_) swapped_->allocate(units, optimizer_states);
   if (options_.compute_dtype != DType::kFloat32) {
     // Note: allocated once, not per step: on CUDA the host arena is page-locked memory, whose
     // allocation (cudaHostAlloc) is slow and whose free may synchronize the device.
@@ -111,30 +120,45 @@ void HostOptimizer::update(FlatUnit& unit, Optimizer& optimizer, const UpdateArg
   // The same operations as ZeroTrainer::update_unit's, on host buffers: the 2-byte gradients
   // widened to fp32, the optimizer on the fp32 master, the rounded parameters written in its
   // pass. The rounded copy goes into the transfer shard, whose gradients were read first.
-  for (const FlatUnit::UpdateRange& range : unit.update_ranges) {
-    UpdateArgs args = shared_args;
-    args.decay = range.decay;
-    const std::size_t offset = range.flat_offset - shard_begin;
-    std::vector<float*> state;
-    for (Buffer& buffer : mine.optimizer_state) state.push_back(buffer.as<float>() + offset);
-    float* master = mine.master.as<float>() + offset;
-    void* transfer = byte_offset(mine.transfer.data(), offset * element_size());
-    if (!two_byte) {
-      optimizer.update(host, master, static_cast<const float*>(transfer), state, range.count,
-                       args);
-      continue;
+  // Elements [begin, end) of the shard, master and states pointing at element `begin`.
+  auto update_piece = [&](std::size_t begin, std::size_t end, float* master_base,
+                          const std::vector<float*>& state_base) {
+    for (const FlatUnit::UpdateRange& range : unit.update_ranges) {
+      const std::size_t first = std::max(range.flat_offset - shard_begin, begin);
+      const std::size_t last = std::min(range.flat_offset - shard_begin + range.count, end);
+      if (first >= last) continue;
+      UpdateArgs args = shared_args;
+      args.decay = range.decay;
+      std::vector<float*> state;
+      for (float* base : state_base) state.push_back(base + (first - begin));
+      float* master = master_base + (first - begin);
+      void* transfer = byte_offset(mine.transfer.data(), first * element_size());
+      if (!two_byte) {
+        optimizer.update(host, master, static_cast<const float*>(transfer), state, last - first,
+                         args);
+        // On NVMe the master goes back to disk: the device's copy comes from the transfer.
+        if (swapped_) host.enqueue([=] { std::memcpy(transfer, master, (last - first) * sizeof(float)); });
+        continue;
+      }
+      float* wide_grads = widened_.as<float>() + first;
+      convert(host, transfer, held, wide_grads, DType::kFloat32, last - first);
+      optimizer.update_and_round(host, master, wide_grads, state, last - first, args, transfer,
+                                 held);
     }
-    float* wide_grads = widened_.as<float>() + offset;
-    convert(host, transfer, held, wide_grads, DType::kFloat32, range.count);
-    optimizer.update_and_round(host, master, wide_grads, state, range.count, args, transfer,
-                               held);
+  };
+  if (swapped_) {
+    swapped_->update(unit, update_piece);
+  } else {
+    std::vector<float*> states;
+    for (Buffer& buffer : mine.optimizer_state) states.push_back(buffer.as<float>());
+    update_piece(0, unit.layout.shard_length(), mine.master.as<float>(), states);
   }
   host.record(*updated_[index]);
 
   // Back to the device on the comm stream: the rounded shard (2-byte) or the master itself.
   comm.wait(*updated_[index]);
   void* params = byte_offset(unit.params.data(), params_shard_offset(unit) * element_size());
-  void* updated = two_byte ? mine.transfer.data() : mine.master.data();
+  void* updated = two_byte || swapped_ ? mine.transfer.data() : mine.master.data();
   for (const auto& [offset, count] : parameter_runs(unit, shard_begin)) {
     context_.device.copy(comm, byte_offset(params, offset * element_size()),
                          byte_offset(updated, offset * element_size()), count * element_size());
@@ -148,6 +172,10 @@ void HostOptimizer::state_loaded(const std::vector<FlatUnit>& units) {
   for (const FlatUnit& unit : units) {
     const std::size_t shard_begin = unit.layout.shard_range(context_.rank).begin;
     const float* params = unit.params.as<float>() + params_shard_offset(unit);
+    if (swapped_) {
+      swapped_->master_from_parameters(unit, params);
+      continue;
+    }
     HostShards& mine = shards_.at(static_cast<std::size_t>(unit.index));
     for (const auto& [offset, count] : parameter_runs(unit, shard_begin)) {
       context_.device.copy(context_.comm, mine.master.as<float>() + offset, params + offset,

@@ -22,6 +22,8 @@
 
 namespace zest {
 
+class SwappedState;  // engine/swapped_state.h
+
 class HostOptimizer {
  public:
   struct HostShards {
@@ -39,6 +41,10 @@ class HostOptimizer {
   // The host shards of every unit, the states zeroed by the host stream.
   void allocate(const std::vector<FlatUnit>& units, std::size_t optimizer_states);
   HostShards& shards(std::size_t unit) { return shards_.at(unit); }
+  // offload_optimizer.device "nvme": where master and states live instead of the host shards
+  // (whose master and optimizer_state are then empty); null otherwise.
+  SwappedState* swapped() { return swapped_.get(); }
+  const SwappedState* swapped() const { return swapped_.get(); }
 
   // Comm stream, after the step's last reduction of `unit`: its gradient shard to the host.
   void copy_gradients_to_host(const FlatUnit& unit);
@@ -65,6 +71,7 @@ class HostOptimizer {
   Buffer widened_;
   std::vector<std::unique_ptr<Event>> gradients_on_host_;  // per unit, recorded by comm
   std::vector<std::unique_ptr<Event>> updated_;            // per unit, by the host stream
+  std::unique_ptr<SwappedState> swapped_;  // drains its own streams when it goes
   // The last member: drained and destroyed before the events and buffers its work uses.
   std::unique_ptr<Stream> stream_;
 };

@@ -285,15 +285,9 @@ void ZeroTrainer::initialize_parameters() {
     cpu::convert(values.data(), DType::kFloat32, params.data(), options_.compute_dtype, length);
     write_from_host(context_.device, context_.compute, unit.params.data(), params.data(),
                     params.size());
-    const Buffer& master = host_ ? host_->shards(static_cast<std::size_t>(unit.index)).master
-                                 : unit.master;
-    if (!master.empty()) {
-      // The master starts from the fp32 draw itself, not from its 2-byte rounding, so every
-      // stage starts from the same master weights.
-      const std::size_t master_first = plan_.optimizer_first(shard_begin);
-      write_from_host(context_.device, context_.compute, master.data(),
-                      values.data() + (master_first - first), master.bytes());
-    }
+    // The master starts from the fp32 draw itself, not from its 2-byte rounding, so every
+    // stage starts from the same master weights.
+    initialize_master(unit, values.data() + (plan_.optimizer_first(shard_begin) - first));
   }
 }
 
@@ -498,11 +492,6 @@ ModelStateShape ZeroTrainer::model_state_shape() const {
     shape.units.push_back(std::move(shapes));
   }
   return shape;
-}
-
-MemoryPrediction ZeroTrainer::predicted_memory() const {
-  return predict_model_state(model_state_shape(), plan_.stage, context_.world_size,
-                             offloaded());
 }
 
 Engine::Engine(RankContext& context, EngineOptions options)

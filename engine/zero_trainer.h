@@ -58,6 +58,7 @@ class ZeroTrainer final : public Trainer {
   void set_counters(const TrainerCounters& counters) override;
   // Hybrid sharding's: the shard group's shard, one of `replicas` copies; none otherwise.
   std::optional<CheckpointPlacement> checkpoint_placement() const override;
+  std::size_t swap_bytes() const override;
 
   // For tests: how many units the gather ring holds now (stage 3; 0 otherwise).
   std::size_t gathered_units() const { return gatherer_->gathered_units(); }
@@ -140,6 +141,9 @@ class ZeroTrainer final : public Trainer {
   // allocate_state(), with an out-of-memory that says what the model state needs and what fits.
   void allocate_model_state();
   void initialize_parameters();
+  // The fp32 master shard's first values (the draw, from the shard's first element), wherever
+  // the master lives: the device, the host shards, or the NVMe tier.
+  void initialize_master(FlatUnit& unit, const float* values);
   std::size_t element_size() const { return dtype_size(options_.compute_dtype); }
   bool offloaded() const { return host_ != nullptr; }
   float* fp32_params(void* params, std::size_t count, CallViews& views);

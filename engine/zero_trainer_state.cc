@@ -3,7 +3,9 @@
 // same shape at every stage and can be resharded by flat-coordinate arithmetic alone. With the
 // optimizer offloaded the views of master and states are into host memory; the files are the same.
 #include "base/error.h"
+#include "engine/swapped_state.h"
 #include "engine/zero_trainer.h"
+#include "runtime/host_copies.h"
 
 namespace zest {
 
@@ -24,7 +26,8 @@ std::vector<StateShard> ZeroTrainer::state_shards(std::size_t index) {
                     shard_of(unit.params, !plan_.params_sharded, options_.compute_dtype), shard.begin, shard.end});
   // Note: an offloaded fp32 run keeps a host master too, but it equals the parameters between
   // steps, so its checkpoint holds what a run without offload holds (and either loads it).
-  if (options_.compute_dtype != DType::kFloat32) {
+  SwappedState* swapped = host_ ? host_->swapped() : nullptr;
+  if (options_.compute_dtype != DType::kFloat32 && swapped == nullptr) {
     shards.push_back({"master", DType::kFloat32, shard_of(master, !plan_.optimizer_sharded, DType::kFloat32),
                       shard.begin, shard.end});
   }
@@ -33,7 +36,50 @@ std::vector<StateShard> ZeroTrainer::state_shards(std::size_t index) {
                       shard_of(states[s], !plan_.optimizer_sharded, DType::kFloat32), shard.begin,
                       shard.end});
   }
+  if (swapped != nullptr) {
+    // On NVMe: the same tensors, moved a piece at a time between the swap files and the host.
+    if (options_.compute_dtype != DType::kFloat32) {
+      shards.push_back({"master", DType::kFloat32, nullptr, shard.begin, shard.end,
+                        swapped->access(index, 0)});
+    }
+    for (std::size_t s = 0; s < optimizer_->state_count(); ++s) {
+      shards.push_back({"optimizer." + std::to_string(s), DType::kFloat32, nullptr, shard.begin,
+                        shard.end, swapped->access(index, 1 + s)});
+    }
+  }
   return shards;
+}
+
+void ZeroTrainer::initialize_master(FlatUnit& unit, const float* values) {
+  const auto index = static_cast<std::size_t>(unit.index);
+  if (SwappedState* swapped = host_ ? host_->swapped() : nullptr) {
+    swapped->initialize(unit, values);
+    return;
+  }
+  const Buffer& master = host_ ? host_->shards(index).master : unit.master;
+  if (master.empty()) return;
+  write_from_host(context_.device, context_.compute, master.data(), values, master.bytes());
+}
+
+MemoryPrediction ZeroTrainer::predicted_memory() const {
+  MemoryPrediction prediction =
+      predict_model_state(model_state_shape(), plan_.stage, context_.world_size, offloaded());
+  if (const SwappedState* swapped = host_ ? host_->swapped() : nullptr) {
+    // On NVMe the master and the states are in the swap files; the host keeps the transfer
+    // shards and the buffers the sub-groups stream through.
+    std::size_t state_bytes = 0;
+    for (const FlatUnit& unit : units_) {
+      state_bytes += unit.layout.shard_length() * sizeof(float) * (1 + optimizer_->state_count());
+    }
+    prediction.offload = prediction.offload - state_bytes + swapped->host_bytes();
+    prediction.nvme = swapped->swap_bytes();
+  }
+  return prediction;
+}
+
+std::size_t ZeroTrainer::swap_bytes() const {
+  const SwappedState* swapped = host_ ? host_->swapped() : nullptr;
+  return swapped ? swapped->swap_bytes() : 0;
 }
 
 void ZeroTrainer::state_loaded() {

@@ -302,7 +302,14 @@ MemoryPrediction PipelineTrainer::predicted_memory() const {
     total.grads += part.grads;
     total.optimizer += part.optimizer;
     total.offload += part.offload;
+    total.nvme += part.nvme;
   }
+  return total;
+}
+
+std::size_t PipelineTrainer::swap_bytes() const {
+  std::size_t total = 0;
+  for (const Chunk& chunk : chunks_) total += chunk.trainer->swap_bytes();
   return total;
 }
 

@@ -88,6 +88,7 @@ class PipelineTrainer final : public Trainer {
   std::vector<StateShard> state_shards(std::size_t unit) override;
   void state_loaded() override;
   std::optional<CheckpointPlacement> checkpoint_placement() const override { return placement_; }
+  std::size_t swap_bytes() const override;
   TrainerCounters counters() const override { return chunks_.front().trainer->counters(); }
   void set_counters(const TrainerCounters& counters) override;
 

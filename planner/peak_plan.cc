@@ -67,6 +67,7 @@ PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
   if (input.units.empty()) options.activation_checkpointing = {};  // no activations to drop
   ShapeModule module(input);
   Engine engine(context, options);
+  std::size_t swap_bytes = 0;
   {
     const std::unique_ptr<Trainer> trainer =
         engine.shard(module, shape_optimizer(input.model.optimizer_states));
@@ -78,8 +79,11 @@ PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
       trainer->step();
       if (input.synchronize_between_steps) context.comm.synchronize();
     }
+    swap_bytes = trainer->swap_bytes();
   }
   PeakPrediction prediction = model_state_peaks(input);
+  prediction.nvme = swap_bytes;
+  prediction.model_state.nvme = swap_bytes;
   const MemoryUsage usage = device.allocator().usage();
   for (Category category : all_categories()) {
     if (category == Category::kOffload) continue;

@@ -26,6 +26,9 @@ struct PeakPrediction {
   std::size_t device_total = 0;  // the peak of the device's sum, not the sum of peaks
   // The memory table (docs/architecture.md): params, grads, optimizer, offload
   MemoryPrediction model_state;
+  // The NVMe tier's bytes per rank (offload_optimizer "nvme"): the swap files' size exactly, as
+  // the engine reserved it on the shape-only device. Neither device nor host memory.
+  std::size_t nvme = 0;
 
   std::size_t of(Category category) const { return peak[static_cast<std::size_t>(category)]; }
   std::size_t host_total() const { return of(Category::kOffload); }

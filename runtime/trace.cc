@@ -55,6 +55,7 @@ int track_id(const std::string& track) {
   if (track == "prefetch") return 2;
   if (track == "comm inter-node") return 4;  // the link model's waits (link_model.h)
   if (track == "prefetch inter-node") return 5;
+  if (track == "nvme") return 6;  // the NVMe tier's reads and writes (runtime/swap_copies.h)
   return 3;
 }
 
@@ -112,9 +113,9 @@ std::vector<TraceRecorder::Overlap> TraceRecorder::overlap(int ranks) const {
   std::vector<std::vector<Interval>> compute(ranks), comm(ranks);
   for (const Slice& slice : slices()) {
     if (slice.rank < 0 || slice.rank >= ranks) continue;
-    // Checkpoint copies (activation_checkpointing.cpu_checkpointing) move no gradient or
-    // parameter: they are not communication.
-    if (slice.track == "checkpoints") continue;
+    // Checkpoint copies (activation_checkpointing.cpu_checkpointing) and the NVMe tier's reads
+    // and writes move no gradient or parameter: they are not communication.
+    if (slice.track == "checkpoints" || slice.track == "nvme") continue;
     auto& list = slice.track == "compute" ? compute[slice.rank] : comm[slice.rank];
     list.push_back({slice.begin_us, slice.end_us});
   }

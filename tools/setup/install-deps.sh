@@ -13,7 +13,7 @@ packages=(
   cmake ninja-build g++
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libopenmpi-dev openmpi-bin libopenblas-dev
-  libcli11-dev libfmt-dev libxxhash-dev
+  libcli11-dev libfmt-dev libxxhash-dev liburing-dev
   clang libclang-rt-dev llvm
   libjs-chart.js
 )

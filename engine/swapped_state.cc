@@ -1,0 +1,171 @@
+#include "engine/swapped_state.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "runtime/host_copies.h"
+#include "runtime/shape_device.h"
+#include "runtime/swap_copies.h"
+
+namespace zest {
+
+namespace {
+
+std::size_t round_up(std::size_t bytes, std::size_t unit) { return (bytes + unit - 1) / unit * unit; }
+
+SwapOptions swap_options(const EngineOptions& options) {
+  SwapOptions swap = options.aio;
+  swap.path = options.offload_optimizer.nvme_path;
+  return swap;
+}
+
+}  // namespace
+
+SwappedState::SwappedState(RankContext& context, const EngineOptions& options, Stream& host_stream)
+    : context_(context),
+      options_(options),
+      host_(host_stream),
+      store_(swap_options(options), context.rank_in_world(), runs_work(context.device)) {
+  const std::string rank = "rank " + std::to_string(context.rank);
+  reads_ = context.device.create_host_stream(rank + " nvme read");
+  writes_ = context.device.create_host_stream(rank + " nvme write");
+}
+
+SwappedState::~SwappedState() {
+  try {
+    synchronize();
+  } catch (...) {
+    // Whoever synchronizes next reports the failure; a destructor must not throw.
+  }
+}
+
+void SwappedState::synchronize() {
+  reads_->synchronize();
+  writes_->synchronize();
+}
+
+void SwappedState::allocate(const std::vector<FlatUnit>& units, std::size_t optimizer_states) {
+  tensors_ = 1 + optimizer_states;
+  const std::size_t cut = std::max<std::size_t>(1, options_.offload_optimizer.sub_group_size);
+  std::size_t largest = 0;
+  groups_.assign(units.size(), {});
+  for (const FlatUnit& unit : units) {
+    const std::size_t shard = unit.layout.shard_length();
+    for (std::size_t begin = 0; begin < shard; begin += cut) {
+      SubGroup group;
+      group.begin = begin;
+      group.end = std::min(shard, begin + cut);
+      group.stride = round_up((group.end - group.begin) * sizeof(float), kSwapAlignment);
+      group.region = store_.reserve(group.stride * tensors_);
+      largest = std::max(largest, group.region.bytes);
+      groups_.at(static_cast<std::size_t>(unit.index)).push_back(group);
+    }
+  }
+  Allocator& host = context_.device.host_allocator();
+  const std::size_t count = std::max<std::size_t>(1, options_.offload_optimizer.buffer_count);
+  for (std::size_t s = 0; s < count && largest > 0; ++s) {
+    Slot slot;
+    // Note: the allocator aligns to 64 bytes; O_DIRECT wants 4096, so one page more is asked for
+    // and the buffer used from its first aligned byte.
+    slot.buffer = host.allocate(largest + kSwapAlignment, Category::kOffload);
+    const auto address = reinterpret_cast<std::uintptr_t>(slot.buffer.data());
+    slot.data = slot.buffer.as<char>() + (round_up(address, kSwapAlignment) - address);
+    slot.read = context_.device.create_host_event();
+    slot.updated = context_.device.create_host_event();
+    slot.written = context_.device.create_host_event();
+    slots_.push_back(std::move(slot));
+  }
+  store_.open();
+}
+
+std::size_t SwappedState::host_bytes() const {
+  std::size_t bytes = 0;
+  for (const Slot& slot : slots_) bytes += slot.buffer.bytes();
+  return bytes;
+}
+
+SwapTrace SwappedState::trace(const std::string& what, std::size_t unit, std::size_t group) const {
+  if (context_.trace == nullptr) return {};
+  return {context_.trace, context_.rank_in_world(),
+          what + " unit " + std::to_string(unit) + " sub-group " + std::to_string(group)};
+}
+
+void SwappedState::write_tensor(const SubGroup& group, std::size_t tensor, const void* host) {
+  store_.write(group.region, tensor * group.stride, host, group.stride);
+}
+
+void SwappedState::initialize(const FlatUnit& unit, const float* master) {
+  if (!store_.backed() || slots_.empty()) return;
+  synchronize();
+  char* buffer = slots_.front().data;
+  for (const SubGroup& group : groups_.at(static_cast<std::size_t>(unit.index))) {
+    const std::size_t bytes = (group.end - group.begin) * sizeof(float);
+    std::memset(buffer, 0, group.stride * tensors_);
+    std::memcpy(buffer, master + group.begin, bytes);
+    if (options_.offload_optimizer.fast_init) {
+      write_tensor(group, 0, buffer);  // the states' blocks read as zeros already
+    } else {
+      store_.write(group.region, 0, buffer, group.region.bytes);
+    }
+  }
+}
+
+void SwappedState::update(const FlatUnit& unit, const SubGroupWork& work) {
+  const auto index = static_cast<std::size_t>(unit.index);
+  const std::vector<SubGroup>& groups = groups_.at(index);
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const SubGroup& group = groups[g];
+    Slot& slot = slots_.at(next_slot_);
+    next_slot_ = (next_slot_ + 1) % slots_.size();
+    reads_->wait(*slot.written);  // the slot's previous sub-group is back on disk
+    enqueue_swap_read(*reads_, store_, group.region, 0, slot.data, group.region.bytes,
+                      trace("read", index, g));
+    reads_->record(*slot.read);
+    host_.wait(*slot.read);
+    std::vector<float*> states;
+    for (std::size_t t = 1; t < tensors_; ++t) {
+      states.push_back(reinterpret_cast<float*>(slot.data + t * group.stride));
+    }
+    work(group.begin, group.end, reinterpret_cast<float*>(slot.data), states);
+    host_.record(*slot.updated);
+    writes_->wait(*slot.updated);
+    enqueue_swap_write(*writes_, store_, group.region, 0, slot.data, group.region.bytes,
+                       trace("write", index, g));
+    writes_->record(*slot.written);
+  }
+}
+
+std::function<void(bool, std::size_t, std::size_t, void*)> SwappedState::access(
+    std::size_t unit, std::size_t tensor) {
+  return [this, unit, tensor](bool write, std::size_t first, std::size_t count, void* host) {
+    for (const SubGroup& group : groups_.at(unit)) {
+      const std::size_t begin = std::max(first, group.begin);
+      const std::size_t end = std::min(first + count, group.end);
+      if (begin >= end) continue;
+      const std::size_t offset = tensor * group.stride + (begin - group.begin) * sizeof(float);
+      char* piece = static_cast<char*>(host) + (begin - first) * sizeof(float);
+      const std::size_t bytes = (end - begin) * sizeof(float);
+      if (write) {
+        store_.write(group.region, offset, piece, bytes);
+      } else {
+        store_.read(group.region, offset, piece, bytes);
+      }
+    }
+  };
+}
+
+void SwappedState::master_from_parameters(const FlatUnit& unit, const float* params) {
+  if (!store_.backed() || slots_.empty()) return;
+  synchronize();
+  char* buffer = slots_.front().data;
+  for (const SubGroup& group : groups_.at(static_cast<std::size_t>(unit.index))) {
+    const std::size_t bytes = (group.end - group.begin) * sizeof(float);
+    std::memset(buffer, 0, group.stride);
+    read_to_host(context_.device, context_.comm, buffer, params + group.begin, bytes);
+    write_tensor(group, 0, buffer);
+  }
+}
+
+}  // namespace zest
