@@ -33,6 +33,7 @@ struct Job {
   int accumulation = 1;
   ActivationCheckpointing checkpointing;
   bool offload_optimizer = false;
+  bool offload_param = false;  // zero_optimization.offload_param "cpu" (stage 3)
   // A vocabulary whose embedding outgrows a block puts it in a gather-ring size class of its
   // own, where stage 3 keeps its gradient in its gather slot (Unit::gradients_replace_parameters).
   int vocab_size = kGpt.vocab_size;
@@ -74,6 +75,7 @@ inline Training run_gpt(const Job& job) {
     options.gradient_accumulation_steps = job.accumulation;
     options.activation_checkpointing = job.checkpointing;
     if (job.offload_optimizer) options.offload_optimizer.device = OffloadDevice::kCpu;
+    if (job.offload_param) options.offload_param.device = OffloadDevice::kCpu;
     Engine engine(context, options);
     OptimizerOptions optimizer;
     optimizer.lr = 3e-3f;
