@@ -126,7 +126,9 @@ std::uint64_t model_state_floor(const TrainConfig& config, int stage, int world_
   // AdamW's two moments, SGD's momentum, and the fp32 master of a 2-byte compute dtype.
   const std::uint64_t states =
       make_optimizer(config.optimizer)->state_count() + (element == sizeof(float) ? 0 : 1);
-  std::uint64_t bytes = multiply(stage == 3 ? shard : all, element);
+  // offload_param (stage 3): the parameter shards are in the host tier.
+  const bool params_offloaded = stage == 3 && config.engine.offload_param.enabled();
+  std::uint64_t bytes = params_offloaded ? 0 : multiply(stage == 3 ? shard : all, element);
   bytes = add(bytes, multiply(stage >= 2 ? shard : all, element));
   if (!offload_optimizer) {
     bytes = add(bytes, multiply(stage == 0 ? all : shard, multiply(states, sizeof(float))));
@@ -150,9 +152,12 @@ void check_model_fits_at_all(const TrainConfig& config, const CapacityLimit& cap
   if (capacity.bytes != kUnlimitedCapacity) {
     const std::uint64_t ranks =
         kMostRanksFactor * static_cast<std::uint64_t>(std::max(1, config.world.ranks));
-    const std::uint64_t needed = multiply(2 * element, size.parameters / ranks);
+    // With offload_param the parameter shards are the host's: the gradient shard is the floor.
+    const std::uint64_t per_parameter =
+        (config.engine.offload_param.enabled() ? 1 : 2) * element;
+    const std::uint64_t needed = multiply(per_parameter, size.parameters / ranks);
     if (needed > capacity.bytes) {
-      const std::uint64_t most = multiply(capacity.bytes / (2 * element), ranks);
+      const std::uint64_t most = multiply(capacity.bytes / per_parameter, ranks);
       throw Error(ErrorKind::kConfig,
                   fmt::format("{} cannot fit devices of {} ({}): even at "
                               "zero_optimization.stage 3 with the optimizer offloaded, on {} "
