@@ -1,7 +1,7 @@
 // Runs the built zest-train on configs/gpt_offload_param.json (stage 3, parameters and optimizer
 // offloaded to the host, full recomputation, bf16): it trains, says where the parameters are,
 // measures each rank's parameter shards in the host arena equal to the prediction, and its
-// losses are the bits of the same config with both offloads off.
+// losses are the bits of the same config with both offloads off (on a device large enough).
 #include <string>
 #include <vector>
 
@@ -52,7 +52,8 @@ TEST_F(ZestTrainOffloadParam, TrainsWithTheShardsInTheHostArenaAsWithoutOffload)
   }
   const ProcessResult plain =
       train("plain", {"--set", "zero_optimization.offload_param={\"device\": \"none\"}", "--set",
-                      "zero_optimization.offload_optimizer={\"device\": \"none\"}"});
+                      "zero_optimization.offload_optimizer={\"device\": \"none\"}", "--set",
+                      "world.device_memory=\"1GiB\""});
   ASSERT_EQ(plain.status, 0) << plain.err;
   const std::vector<json> with = zest::testing::step_records(path("offloaded.jsonl"));
   const std::vector<json> without = zest::testing::step_records(path("plain.jsonl"));
