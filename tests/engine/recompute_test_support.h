@@ -33,12 +33,14 @@ struct Job {
   int accumulation = 1;
   ActivationCheckpointing checkpointing;
   bool offload_optimizer = false;
-  bool offload_param = false;  // zero_optimization.offload_param "cpu" (stage 3)
   // A vocabulary whose embedding outgrows a block puts it in a gather-ring size class of its
   // own, where stage 3 keeps its gradient in its gather slot (Unit::gradients_replace_parameters).
   int vocab_size = kGpt.vocab_size;
   // The CUDA device runs the ranks with the nccl backend, one GPU each.
   DeviceKind device = DeviceKind::kCpu;
+  // zero_optimization.offload_param "cpu" (stage 3). Last: suites initialize the fields above
+  // in order.
+  bool offload_param = false;
 };
 
 inline ActivationCheckpointing policy(RecomputePolicy kind, bool cpu = false) {
