@@ -21,6 +21,10 @@ void parse_batch(Block& root, TrainConfig& out);
 void parse_optimizer(Block& root, TrainConfig& out);
 void parse_scheduler(Block& root, TrainConfig& out);
 void parse_zero(Block& root, TrainConfig& out);
+// offload_param_block.cc: zero_optimization.offload_param (read by parse_zero, after the stage,
+// qwZ and hpZ), and its refusal inside pipeline stages (after parse_pipeline).
+void parse_offload_param(Block& zero, TrainConfig& out);
+void refuse_offload_param_pipeline(const TrainConfig& out);
 void parse_precision(Block& root, TrainConfig& out);
 void parse_log(Block& root, TrainConfig& out);
 void parse_checkpoint(Block& root, TrainConfig& out);

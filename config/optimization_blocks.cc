@@ -284,7 +284,7 @@ void parse_zero(Block& root, TrainConfig& out) {
   Block block(root.object_or_empty("zero_optimization"), "zero_optimization",
               {"stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
                "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
-               "contiguous_gradients", "offload_optimizer", "hybrid_shard_size",
+               "contiguous_gradients", "offload_optimizer", "offload_param", "hybrid_shard_size",
                "zero_quantized_weights", "zero_quantized_gradients", "zero_quantized_block_size",
                "zero_quantized_gradients_bits", "zero_hpz_partition_size", "sub_group_size"});
   const json& stage = block.get_or("stage", 0);
@@ -332,6 +332,7 @@ void parse_zero(Block& root, TrainConfig& out) {
   }
   parse_sub_group_size(block, out);
   parse_offload_optimizer(block, out);
+  parse_offload_param(block, out);
 }
 
 // DeepSpeed's `bf16` and `fp16` blocks (and `communication_data_type`): the dtype parameters and

@@ -361,6 +361,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
               {"device_memory", "world.device_memory"},
               {"host_memory", "world.host_memory"},
               {"offload_optimizer", "zero_optimization.offload_optimizer"},
+              {"offload_param", "zero_optimization.offload_param"},
               {"sizes", "model.sizes"},
               {"lr", "optimizer.params.lr"},
               {"betas", "optimizer.params.betas"},
@@ -417,6 +418,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   check_hybrid_pipeline(out);
   refuse_quantized_gradients_pipeline(out);
   refuse_hpz_pipeline(out);
+  refuse_offload_param_pipeline(out);
   return out;
 }
 

@@ -55,6 +55,23 @@ struct OffloadOptions {
   bool on_nvme() const { return device == OffloadDevice::kNvme; }
 };
 
+// zero_optimization.offload_param (DeepSpeed's key; stage 3 only): where a rank's parameter
+// shards live between their uses. With kCpu each unit's shard lives in host memory (category
+// params of Device::host_allocator) instead of the device's; stage 3's gather copies it into its
+// place in the unit's ring slot on the prefetch stream before the all-gather (so the fetch runs
+// as far ahead as the ring's prefetch does), and the optimizer step writes the updated shard
+// back to the host. Results are bit-identical to parameters on the device.
+struct OffloadParamOptions {
+  OffloadDevice device = OffloadDevice::kNone;
+  // The NVMe tier's keys (DeepSpeed's meanings), read and checked; used only with "nvme".
+  std::string nvme_path;
+  std::size_t buffer_count = 5;            // host buffers parameters stream through
+  std::size_t buffer_size = 100000000;     // elements per buffer
+  std::size_t max_in_cpu = 1000000000;     // parameter elements kept in host memory
+  bool pin_memory = false;  // recorded only, as OffloadOptions::pin_memory
+  bool enabled() const { return device != OffloadDevice::kNone; }
+};
+
 struct TrainingMemory;  // engine/job_shape.h
 
 // Advice appended to an out-of-memory while training: given the job at the micro-batch that
@@ -100,6 +117,7 @@ struct EngineOptions {
   // DeepSpeed's aio block: how the NVMe tier reads and writes (path unused: each offload has its
   // own nvme_path).
   SwapOptions aio;
+  OffloadParamOptions offload_param;  // stage 3 only
   // Which units recompute their activations before backward, and whether their kept inputs
   // wait in host memory (engine/recompute.h). Results are bit-identical with or without.
   ActivationCheckpointing activation_checkpointing;
@@ -152,7 +170,10 @@ struct MemoryPrediction {
   std::size_t optimizer = 0;
   std::size_t offload = 0;  // host memory, not the device's: not in total()
   std::size_t nvme = 0;     // the NVMe tier's swap files (offload_optimizer "nvme"): no memory
+  // offload_param: the parameter shards, in host memory (then `params` is 0); not in total()
+  std::size_t host_params = 0;
   std::size_t total() const { return params + grads + optimizer; }
+  std::size_t host_total() const { return offload + host_params; }
 };
 
 class Trainer;

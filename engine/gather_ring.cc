@@ -92,8 +92,10 @@ GatherRingLayout gather_ring_layout(const GatherRingSizing& sizing) {
   return layout;
 }
 
-GatherRing::GatherRing(Device& device, const GatherRingLayout& layout, DType dtype)
-    : dtype_(dtype), class_of_(layout.class_of), cursor_(layout.classes.size(), 0) {
+GatherRing::GatherRing(Device& device, const GatherRingLayout& layout, DType dtype,
+                       bool shards_on_host)
+    : device_(device), dtype_(dtype), shards_on_host_(shards_on_host),
+      class_of_(layout.class_of), cursor_(layout.classes.size(), 0) {
   for (std::size_t c = 0; c < layout.classes.size(); ++c) {
     // Note: one slot is correct but serial (each gather waits for the previous unit's compute);
     // a class with more than one unit has fewer than two only under stage3_max_live_parameters.
@@ -143,7 +145,9 @@ void* GatherRing::pin(const FlatUnit& unit, Stream& comm, Stream& compute,
     slot = &take_free_slot(unit.index);
     // The slot's previous unit may still be read by work already enqueued.
     comm.wait(*slot->unpinned);
-    if (secondary) {
+    if (shards_on_host_) {
+      fetch_and_gather(unit, comm, communicator, slot->buffer.data());
+    } else if (secondary) {
       secondary->gather(unit, comm, slot->buffer.data(), quantized_);
     } else if (quantized_) {
       communicator.label_next(("gather " + unit.layout.unit_name()).c_str());
@@ -160,6 +164,19 @@ void* GatherRing::pin(const FlatUnit& unit, Stream& comm, Stream& compute,
   compute.wait(*slot->gathered);
   ++slot->pins;
   return slot->buffer.data();
+}
+
+void GatherRing::fetch_and_gather(const FlatUnit& unit, Stream& comm,
+                                  Communicator& communicator, void* slot) {
+  const std::size_t shard = unit.layout.shard_length();
+  const std::size_t shard_bytes = shard * dtype_size(dtype_);
+  char* place = static_cast<char*>(slot) + static_cast<std::size_t>(communicator.rank()) * shard_bytes;
+  // Note: the fetch is on the gathering stream, so it runs exactly as far ahead of compute as
+  // the ring's gathers do, and the slot's rank-th shard is where the all-gather would put it.
+  device_.copy(comm, place, unit.params.data(), shard_bytes);
+  if (communicator.world_size() == 1) return;  // one rank: the shard is the whole unit
+  communicator.label_next(("gather " + unit.layout.unit_name()).c_str());
+  communicator.all_gather(comm, place, slot, shard, dtype_);
 }
 
 void GatherRing::unpin(const FlatUnit& unit, Stream& compute) {

@@ -59,7 +59,10 @@ GatherRingLayout gather_ring_layout(const GatherRingSizing& sizing);
 
 class GatherRing {
  public:
-  GatherRing(Device& device, const GatherRingLayout& layout, DType dtype);
+  // With `shards_on_host` (offload_param) a unit's shard lives in the device's host tier: pin()
+  // copies it into its place in the slot on the gathering stream, then gathers in place.
+  GatherRing(Device& device, const GatherRingLayout& layout, DType dtype,
+             bool shards_on_host = false);
 
   // Makes `unit`'s full flat parameters present, pins its slot and returns them (valid for
   // `compute` work enqueued after this call until unpin()). With `secondary` (hpZ), it gathers
@@ -97,10 +100,15 @@ class GatherRing {
   };
 
   Slot* find(int unit);
+  // offload_param: the host's shard into its place in `slot`, then the all-gather in place.
+  void fetch_and_gather(const FlatUnit& unit, Stream& comm, Communicator& communicator,
+                        void* slot);
   Slot& held_slot(const FlatUnit& unit);
   Slot& take_free_slot(int unit_index);
 
+  Device& device_;
   DType dtype_;
+  bool shards_on_host_ = false;
   QuantizedGather* quantized_ = nullptr;
   std::vector<int> class_of_;
   std::vector<Slot> slots_;

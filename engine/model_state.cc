@@ -1,6 +1,7 @@
 #include "engine/model_state.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -26,7 +27,7 @@ ModelStateShape describe_model_state(Module& module, DType compute_dtype,
 }
 
 MemoryPrediction predict_model_state(const ModelStateShape& model, int stage, int world_size,
-                                     bool offload_optimizer) {
+                                     bool offload_optimizer, bool offload_param) {
   const StagePlan plan = StagePlan::of(stage);
   MemoryPrediction prediction;
   const std::size_t element = dtype_size(model.compute_dtype);
@@ -51,6 +52,7 @@ MemoryPrediction predict_model_state(const ModelStateShape& model, int stage, in
     // as the largest shard, since the host stream updates the units one after another.
     prediction.offload += largest_shard * sizeof(float);
   }
+  if (offload_param) prediction.host_params = std::exchange(prediction.params, 0);
   return prediction;
 }
 

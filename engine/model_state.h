@@ -39,9 +39,10 @@ ModelStateShape describe_model_state(Module& module, DType compute_dtype,
 // The bytes per rank of params, grads and optimizer state (with the fp32 master of 2-byte
 // compute counted as optimizer, as the table's K = 12 does). With the optimizer offloaded the
 // device holds no optimizer state and `offload` (host) the fp32 master shard (in fp32 compute
-// too: the host's copy to update), the states and the transfer shard in the compute dtype.
+// too: the host's copy to update), the states and the transfer shard in the compute dtype. With
+// the parameters offloaded (stage 3) their shards are `host_params` and `params` is 0.
 MemoryPrediction predict_model_state(const ModelStateShape& model, int stage, int world_size,
-                                     bool offload_optimizer = false);
+                                     bool offload_optimizer = false, bool offload_param = false);
 
 // For an out-of-memory while allocating the model state: what this configuration needs per rank
 // and the smallest change that fits `capacity` (a higher stage first, then offload_optimizer,

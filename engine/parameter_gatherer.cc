@@ -19,7 +19,9 @@ void ParameterGatherer::allocate_ring(const std::vector<FlatUnit>& units) {
   // Note: a shard group of one rank holds each unit whole in its shard, so the shard itself is
   // handed out (pin's path for stages 1-2) and a ring slot would only copy it: at one rank the
   // GPT's embedding slot alone was 49 MiB of a 500 MiB peak at vocabulary 50257.
-  if (!plan_.gathers_before_each_use() || !gathers_at(context_.world_size)) return;
+  // offload_param: the shards are in host memory, so even one rank fetches into a ring slot.
+  const bool offloaded = options_.offload_param.enabled();
+  if (!plan_.gathers_before_each_use() || !(gathers_at(context_.world_size) || offloaded)) return;
   GatherRingSizing sizing;
   sizing.minimum_slots = options_.gather_slots;
   sizing.prefetch_elements = options_.stage3_prefetch_bucket_size;
@@ -30,7 +32,8 @@ void ParameterGatherer::allocate_ring(const std::vector<FlatUnit>& units) {
     sizing.borrows_in_turn.push_back(unit.borrows_in_turn);
   }
   layout_ = gather_ring_layout(sizing);
-  ring_ = std::make_unique<GatherRing>(context_.device, layout_, options_.compute_dtype);
+  ring_ = std::make_unique<GatherRing>(context_.device, layout_, options_.compute_dtype,
+                                       offloaded);
   if (options_.quantized_weights) {
     std::vector<ShardLayout> layouts;
     for (const FlatUnit& unit : units) layouts.push_back(unit.layout);
@@ -42,7 +45,10 @@ void ParameterGatherer::allocate_ring(const std::vector<FlatUnit>& units) {
 }
 
 bool ParameterGatherer::gradient_in_slot(const FlatUnit& unit) const {
-  return ring_ && unit.gradients_replace_parameters && layout_.alone_in_class(unit.index);
+  // Note: one rank with offload_param has a ring only to hold what it fetched; its gradients
+  // accumulate into their shard as without one (GradientReducer's accumulates_into_shard).
+  return ring_ && gathers_at(context_.world_size) && unit.gradients_replace_parameters &&
+         layout_.alone_in_class(unit.index);
 }
 
 void* ParameterGatherer::gradient_slot(FlatUnit& unit) {

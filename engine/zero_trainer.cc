@@ -8,6 +8,7 @@
 #include "engine/device_batch.h"
 #include "engine/model_state.h"
 #include "engine/parameter_init.h"
+#include "engine/parameter_offload.h"
 #include "engine/quantized_collectives.h"
 #include "runtime/host_collectives.h"
 #include "runtime/host_copies.h"
@@ -136,6 +137,7 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
                                         "; raise the stage or set \"none\"");
   }
   check_quantized_collectives(options_);
+  check_parameter_offload(options_);
   // Note: 2-byte training multiplies in its own type where the device can (CUDA's tensor
   // cores take the units' fp32 views rounded to it, as autocast does); fp32 training exactly.
   set_fp32_matmul_rounding(context.compute, options_.compute_dtype);
@@ -219,8 +221,8 @@ void ZeroTrainer::allocate_state() {
     const std::size_t full = unit.layout.flat_length();
     const std::size_t shard = unit.layout.shard_length();
     const std::size_t optimizer_length = plan_.optimizer_length(full, shard) * sizeof(float);
-    unit.params =
-        allocator.allocate(plan_.params_length(full, shard) * element_size(), Category::kParams);
+    unit.params = parameter_allocator(context_, options_)
+                      .allocate(plan_.params_length(full, shard) * element_size(), Category::kParams);
     unit.grads =
         allocator.allocate(plan_.grads_length(full, shard) * element_size(), Category::kGrads);
     // Offloaded, the master and the states live in the host arena (HostOptimizer::allocate).
@@ -444,39 +446,6 @@ float ZeroTrainer::evaluate(const Batch& batch) {
   return loss;
 }
 
-std::vector<std::string> ZeroTrainer::parameter_names() const {
-  std::vector<std::string> names;
-  for (const FlatUnit& unit : units_) {
-    for (std::size_t p = 0; p < unit.specs.size(); ++p) names.push_back(unit.param_name(p));
-  }
-  return names;
-}
-
-std::vector<float> ZeroTrainer::full_parameter(const std::string& name) {
-  for (FlatUnit& unit : units_) {
-    for (std::size_t p = 0; p < unit.specs.size(); ++p) {
-      if (unit.param_name(p) != name) continue;
-      const ParamSlot& slot = unit.layout.params()[p];
-      context_.synchronize();
-      Buffer gathered;
-      const void* params = unit.params.data();
-      if (plan_.params_sharded) {
-        gathered = context_.allocator().allocate(unit.layout.flat_length() * element_size(),
-                                                 Category::kWorkspace);
-        context_.communicator.all_gather(context_.comm, unit.params.data(), gathered.data(),
-                                         unit.layout.shard_length(), options_.compute_dtype);
-        context_.comm.synchronize();
-        params = gathered.data();
-      }
-      std::vector<unsigned char> held(slot.numel * element_size());
-      read_to_host(context_.device, context_.comm, held.data(),
-                   static_cast<const char*>(params) + slot.offset * element_size(), held.size());
-      std::vector<float> value(slot.numel);
-      cpu::convert(held.data(), options_.compute_dtype, value.data(), DType::kFloat32, slot.numel);
-      return value;
-    }
-  }
-  throw Error(ErrorKind::kUsage, "no parameter named '" + name + "'");
 }
 
 ModelStateShape ZeroTrainer::model_state_shape() const {

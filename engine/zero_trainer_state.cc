@@ -3,8 +3,10 @@
 // same shape at every stage and can be resharded by flat-coordinate arithmetic alone. With the
 // optimizer offloaded the views of master and states are into host memory; the files are the same.
 #include "base/error.h"
+#include "engine/parameter_offload.h"
 #include "engine/swapped_state.h"
 #include "engine/zero_trainer.h"
+#include "kernels/convert.h"
 #include "runtime/host_copies.h"
 
 namespace zest {
@@ -63,7 +65,8 @@ void ZeroTrainer::initialize_master(FlatUnit& unit, const float* values) {
 
 MemoryPrediction ZeroTrainer::predicted_memory() const {
   MemoryPrediction prediction =
-      predict_model_state(model_state_shape(), plan_.stage, context_.world_size, offloaded());
+      predict_model_state(model_state_shape(), plan_.stage, context_.world_size, offloaded(),
+                          options_.offload_param.enabled());
   if (const SwappedState* swapped = host_ ? host_->swapped() : nullptr) {
     // On NVMe the master and the states are in the swap files; the host keeps the transfer
     // shards and the buffers the sub-groups stream through.
@@ -129,6 +132,42 @@ void ZeroTrainer::set_counters(const TrainerCounters& counters) {
   steps_taken_ = counters.steps_taken;
   optimizer_steps_ = counters.optimizer_steps;
   scaler_.restore(counters.loss_scaler);
+}
+
+std::vector<std::string> ZeroTrainer::parameter_names() const {
+  std::vector<std::string> names;
+  for (const FlatUnit& unit : units_) {
+    for (std::size_t p = 0; p < unit.specs.size(); ++p) names.push_back(unit.param_name(p));
+  }
+  return names;
+}
+
+std::vector<float> ZeroTrainer::full_parameter(const std::string& name) {
+  for (FlatUnit& unit : units_) {
+    for (std::size_t p = 0; p < unit.specs.size(); ++p) {
+      if (unit.param_name(p) != name) continue;
+      const ParamSlot& slot = unit.layout.params()[p];
+      context_.synchronize();
+      Buffer gathered;
+      const void* params = unit.params.data();
+      if (plan_.params_sharded) {
+        gathered = context_.allocator().allocate(unit.layout.flat_length() * element_size(),
+                                                 Category::kWorkspace);
+        StagedShard shard(context_, options_, unit, context_.comm);
+        context_.communicator.all_gather(context_.comm, shard.data(), gathered.data(),
+                                         unit.layout.shard_length(), options_.compute_dtype);
+        context_.comm.synchronize();
+        params = gathered.data();
+      }
+      std::vector<unsigned char> held(slot.numel * element_size());
+      read_to_host(context_.device, context_.comm, held.data(),
+                   static_cast<const char*>(params) + slot.offset * element_size(), held.size());
+      std::vector<float> value(slot.numel);
+      cpu::convert(held.data(), options_.compute_dtype, value.data(), DType::kFloat32, slot.numel);
+      return value;
+    }
+  }
+  throw Error(ErrorKind::kUsage, "no parameter named '" + name + "'");
 }
 
 }  // namespace zest

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "kernels/convert.h"
+#include "engine/parameter_offload.h"
 #include "engine/zero_trainer.h"
 #include "runtime/host_collectives.h"
 #include "runtime/host_copies.h"
@@ -119,6 +120,8 @@ void ZeroTrainer::update_unit(FlatUnit& unit, const UpdateArgs& shared_args) {
         plan_.optimizer_length(unit.layout.flat_length(), unit.layout.shard_length());
     widened = context_.allocator().allocate(length * sizeof(float), Category::kWorkspace);
   }
+  // offload_param: the optimizer updates a device copy of the host's shard, written back after.
+  StagedShard staged(context_, options_, unit, compute);
   for (const FlatUnit::UpdateRange& range : unit.update_ranges) {
     UpdateArgs args = shared_args;
     args.decay = range.decay;
@@ -127,7 +130,7 @@ void ZeroTrainer::update_unit(FlatUnit& unit, const UpdateArgs& shared_args) {
       state.push_back(buffer.as<float>() + (range.flat_offset - state_base));
     }
     const void* grads = byte_offset(unit.grads.data(), (range.flat_offset - grads_base) * dtype_size(held));
-    void* params = const_cast<char*>(byte_offset(unit.params.data(), (range.flat_offset - params_base) * dtype_size(held)));
+    void* params = const_cast<char*>(byte_offset(staged.data(), (range.flat_offset - params_base) * dtype_size(held)));
     if (!two_byte) {
       optimizer_->update(compute, static_cast<float*>(params), static_cast<const float*>(grads),
                          state, range.count, args);
@@ -141,6 +144,7 @@ void ZeroTrainer::update_unit(FlatUnit& unit, const UpdateArgs& shared_args) {
     optimizer_->update_and_round(compute, master, wide_grads, state, range.count, args, params,
                                  held);
   }
+  staged.write_back();
   release_on(compute, std::move(widened));
 }
 

@@ -74,13 +74,16 @@ std::size_t EngineReplay::largest_shard() const {
 }
 
 void EngineReplay::construct() {
-  const MemoryPrediction state = predict_model_state(
-      input_.model, options_.stage, input_.world_size, options_.offload_optimizer.enabled());
+  const MemoryPrediction state =
+      predict_model_state(input_.model, options_.stage, input_.world_size,
+                          options_.offload_optimizer.enabled(), options_.offload_param.enabled());
   ledger_.allocate(state.params, Category::kParams);
   ledger_.allocate(state.grads, Category::kGrads);
   ledger_.allocate(state.optimizer, Category::kOptimizer);
   if (input_.model_state_only) return;
-  if (plan_.gathers_before_each_use() && gathers_at(input_.world_size)) {
+  // ParameterGatherer::allocate_ring: offloaded parameters are fetched into a ring at one rank too.
+  if (plan_.gathers_before_each_use() &&
+      (gathers_at(input_.world_size) || options_.offload_param.enabled())) {
     GatherRingSizing sizing;
     sizing.minimum_slots = options_.gather_slots;
     sizing.prefetch_elements = options_.stage3_prefetch_bucket_size;
@@ -114,7 +117,7 @@ void EngineReplay::construct() {
       ledger_.allocate(unit.full / static_cast<std::size_t>(hpz) * element(), Category::kSecondary);
     }
     // ParameterGatherer::gradient_in_slot: such a unit's gradient costs no bucket.
-    for (std::size_t u = 0; u < units_.size(); ++u) {
+    for (std::size_t u = 0; u < units_.size() && gathers_at(input_.world_size); ++u) {
       units_[u].gradient_in_slot = units_[u].replaces_parameters &&
                                    layout.alone_in_class(static_cast<int>(u));
     }
@@ -382,12 +385,18 @@ void EngineReplay::micro_batch(bool last) {
 
 void EngineReplay::step() {
   ledger_.synchronize(LedgerStream::kComm);
-  if (!options_.offload_optimizer.enabled() && two_byte()) {
-    // ZeroTrainer::update_unit: each unit's 2-byte gradients widened to fp32 for the optimizer.
+  if (!options_.offload_optimizer.enabled()) {
+    // ZeroTrainer::update_unit: each unit's 2-byte gradients widened to fp32 for the optimizer,
+    // then (offload_param) the device copy of its shard that the optimizer updates.
     for (const PlannedUnit& unit : units_) {
       const std::size_t length = plan_.optimizer_length(unit.full, unit.shard);
-      ledger_.release_on(LedgerStream::kCompute,
-                         ledger_.allocate(length * sizeof(float), Category::kWorkspace));
+      const Handle widened =
+          two_byte() ? ledger_.allocate(length * sizeof(float), Category::kWorkspace) : kNone;
+      if (options_.offload_param.enabled()) {
+        ledger_.release_on(LedgerStream::kCompute,
+                           ledger_.allocate(unit.shard * element(), Category::kWorkspace));
+      }
+      if (widened != kNone) ledger_.release_on(LedgerStream::kCompute, widened);
     }
   }
   // ParameterGatherer::step_done: comm waits for the optimizer.
@@ -401,10 +410,14 @@ PeakPrediction EngineReplay::result() const {
     prediction.peak[static_cast<std::size_t>(category)] = ledger_.peak_of(category);
   }
   prediction.device_total = ledger_.total_peak();
-  prediction.model_state = predict_model_state(input_.model, options_.stage, input_.world_size,
-                                               options_.offload_optimizer.enabled());
+  prediction.model_state =
+      predict_model_state(input_.model, options_.stage, input_.world_size,
+                          options_.offload_optimizer.enabled(), options_.offload_param.enabled());
   prediction.peak[static_cast<std::size_t>(Category::kOffload)] =
       prediction.model_state.offload + checkpoint_host_bytes_;
+  // The host tier holds only what lives there for the whole run, so its peak is its sum.
+  prediction.set_host(Category::kOffload, prediction.of(Category::kOffload));
+  prediction.set_host(Category::kParams, prediction.model_state.host_params);
   return prediction;
 }
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "engine/parameter_offload.h"
 #include "engine/secondary_partition.h"
 #include "engine/stage_plan.h"
 #include "optim/optimizer.h"
@@ -21,13 +22,16 @@ PeakPrediction model_state_peaks(const PeakPlanInput& input) {
   PeakPrediction prediction;
   prediction.model_state =
       predict_model_state(input.model, input.engine.stage, input.world_size,
-                          input.engine.offload_optimizer.enabled());
+                          input.engine.offload_optimizer.enabled(),
+                          input.engine.offload_param.enabled());
   const MemoryPrediction& state = prediction.model_state;
   prediction.peak[static_cast<std::size_t>(Category::kParams)] = state.params;
   prediction.peak[static_cast<std::size_t>(Category::kGrads)] = state.grads;
   prediction.peak[static_cast<std::size_t>(Category::kOptimizer)] = state.optimizer;
   prediction.peak[static_cast<std::size_t>(Category::kOffload)] = state.offload;
   prediction.device_total = state.total();
+  prediction.set_host(Category::kOffload, state.offload);
+  prediction.set_host(Category::kParams, state.host_params);
   return prediction;
 }
 
@@ -90,8 +94,12 @@ PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
     prediction.peak[static_cast<std::size_t>(category)] = usage.peak_of(category);
   }
   prediction.device_total = usage.total_peak;
-  prediction.peak[static_cast<std::size_t>(Category::kOffload)] =
-      device.host_allocator().usage().peak_of(Category::kOffload);
+  const MemoryUsage host = device.host_allocator().usage();
+  prediction.peak[static_cast<std::size_t>(Category::kOffload)] = host.peak_of(Category::kOffload);
+  for (Category category : all_categories()) {
+    prediction.host_peak[static_cast<std::size_t>(category)] = host.peak_of(category);
+  }
+  prediction.host_peak_total = host.total_peak;
   return prediction;
 }
 
@@ -112,6 +120,17 @@ PeakPrediction replay_engine(const PeakPlanInput& input) {
 
 }  // namespace
 
+std::size_t PeakPrediction::nvme_total() const {
+  std::size_t total = 0;
+  for (std::size_t bytes : nvme) total += bytes;
+  return total;
+}
+
+void PeakPrediction::set_host(Category category, std::size_t bytes) {
+  host_peak[static_cast<std::size_t>(category)] = bytes;
+  host_peak_total += bytes;
+}
+
 PeakPrediction predict_peak(const PeakPlanInput& input) {
   const EngineOptions& options = input.engine;
   const StagePlan plan = StagePlan::of(options.stage);
@@ -119,6 +138,7 @@ PeakPrediction predict_peak(const PeakPlanInput& input) {
     throw Error(ErrorKind::kConfig, "zero_optimization.offload_optimizer.device: \"cpu\" " +
                                         plan.refusal(StageFeature::kOffloadOptimizer));
   }
+  check_parameter_offload(options);
   if (input.world_size < 1) {
     throw Error(ErrorKind::kConfig, "world.ranks: must be >= 1, got " +
                                         std::to_string(input.world_size));

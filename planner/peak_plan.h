@@ -8,6 +8,7 @@
 // case; a host that falls behind only lowers the peaks).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <vector>
@@ -30,8 +31,24 @@ struct PeakPrediction {
   // the engine reserved it on the shape-only device. Neither device nor host memory.
   std::size_t nvme = 0;
 
+  // The host tier (the device's host arena) by category: an offloaded optimizer's state under
+  // `offload`, offloaded parameter shards (offload_param) under `params`; and the peak of its sum.
+  std::array<std::size_t, kCategoryCount> host_peak{};
+  std::size_t host_peak_total = 0;
+  // The NVMe tier (the storage tier's swap files) by category; all 0 while nothing lives there.
+  std::array<std::size_t, kCategoryCount> nvme{};
+
   std::size_t of(Category category) const { return peak[static_cast<std::size_t>(category)]; }
-  std::size_t host_total() const { return of(Category::kOffload); }
+  std::size_t host_of(Category category) const {
+    return host_peak[static_cast<std::size_t>(category)];
+  }
+  std::size_t nvme_of(Category category) const { return nvme[static_cast<std::size_t>(category)]; }
+  // Note: a plan that filled no host tier (a pipeline's) knows its host bytes as `offload` only.
+  std::size_t host_total() const { return std::max(of(Category::kOffload), host_peak_total); }
+  std::size_t nvme_total() const;
+  // Sets the host tier's bytes of `category`, whose peak is held for the whole run (model state
+  // allocated once), and adds them to the total.
+  void set_host(Category category, std::size_t bytes);
 };
 
 // Throws a kConfig Error for options the engine refuses (offload at stage 0, a

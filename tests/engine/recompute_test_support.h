@@ -38,6 +38,9 @@ struct Job {
   int vocab_size = kGpt.vocab_size;
   // The CUDA device runs the ranks with the nccl backend, one GPU each.
   DeviceKind device = DeviceKind::kCpu;
+  // zero_optimization.offload_param "cpu" (stage 3). Last: suites initialize the fields above
+  // in order.
+  bool offload_param = false;
 };
 
 inline ActivationCheckpointing policy(RecomputePolicy kind, bool cpu = false) {
@@ -74,6 +77,7 @@ inline Training run_gpt(const Job& job) {
     options.gradient_accumulation_steps = job.accumulation;
     options.activation_checkpointing = job.checkpointing;
     if (job.offload_optimizer) options.offload_optimizer.device = OffloadDevice::kCpu;
+    if (job.offload_param) options.offload_param.device = OffloadDevice::kCpu;
     Engine engine(context, options);
     OptimizerOptions optimizer;
     optimizer.lr = 3e-3f;

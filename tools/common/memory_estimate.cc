@@ -17,9 +17,10 @@ namespace zest {
 namespace {
 
 std::string setup(int ranks, const EngineOptions& engine) {
-  return fmt::format("{} rank{}, stage {}, {}{}", ranks, ranks == 1 ? "" : "s", engine.stage,
+  return fmt::format("{} rank{}, stage {}, {}{}{}", ranks, ranks == 1 ? "" : "s", engine.stage,
                      dtype_name(engine.compute_dtype),
-                     engine.offload_optimizer.enabled() ? ", optimizer offloaded" : "");
+                     engine.offload_optimizer.enabled() ? ", optimizer offloaded" : "",
+                     engine.offload_param.enabled() ? ", parameters offloaded" : "");
 }
 
 std::string describe_model(const ModelConfig& model) {
@@ -222,6 +223,7 @@ EstimateJob job_from_parameters(const BareModel& model) {
   job.input.engine.compute_dtype = model.dtype;
   job.input.engine.communication_dtype = model.dtype;
   if (model.offload) job.input.engine.offload_optimizer.device = OffloadDevice::kCpu;
+  if (model.offload_param) job.input.engine.offload_param.device = OffloadDevice::kCpu;
   job.input.world_size = model.world;
   job.input.model_state_only = true;
   job.description = fmt::format("{} parameters (model state only), {}", model.parameters,

@@ -68,6 +68,7 @@ struct BareModel {
   int stage = 0;
   DType dtype = DType::kFloat32;
   bool offload = false;
+  bool offload_param = false;  // zero_optimization.offload_param "cpu" (stage 3)
 };
 // Model state only: the parameters as one unit, AdamW (two moments).
 EstimateJob job_from_parameters(const BareModel& model);

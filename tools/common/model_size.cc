@@ -128,7 +128,9 @@ std::uint64_t model_state_floor(const TrainConfig& config, int stage, int world_
   const std::uint64_t states =
       make_optimizer(config.optimizer)->state_count() + (element == sizeof(float) ? 0 : 1);
   const StagePlan plan = StagePlan::of(stage);
-  std::uint64_t bytes = multiply(plan.params_length(all, shard), element);
+  // offload_param (stage 3): the parameter shards are in the host tier.
+  const bool params_offloaded = plan.params_sharded && config.engine.offload_param.enabled();
+  std::uint64_t bytes = params_offloaded ? 0 : multiply(plan.params_length(all, shard), element);
   bytes = add(bytes, multiply(plan.grads_length(all, shard), element));
   if (!offload_optimizer) {
     bytes = add(bytes, multiply(plan.optimizer_length(all, shard), multiply(states, sizeof(float))));
@@ -152,9 +154,12 @@ void check_model_fits_at_all(const TrainConfig& config, const CapacityLimit& cap
   if (capacity.bytes != kUnlimitedCapacity) {
     const std::uint64_t ranks =
         kMostRanksFactor * static_cast<std::uint64_t>(std::max(1, config.world.ranks));
-    const std::uint64_t needed = multiply(2 * element, size.parameters / ranks);
+    // With offload_param the parameter shards are the host's: the gradient shard is the floor.
+    const std::uint64_t per_parameter =
+        (config.engine.offload_param.enabled() ? 1 : 2) * element;
+    const std::uint64_t needed = multiply(per_parameter, size.parameters / ranks);
     if (needed > capacity.bytes) {
-      const std::uint64_t most = multiply(capacity.bytes / (2 * element), ranks);
+      const std::uint64_t most = multiply(capacity.bytes / per_parameter, ranks);
       throw Error(ErrorKind::kConfig,
                   fmt::format("{} cannot fit devices of {} ({}): even at "
                               "zero_optimization.stage 3 with the optimizer offloaded, on {} "

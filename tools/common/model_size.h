@@ -31,7 +31,8 @@ struct ModelSize {
 ModelSize model_size(const ModelSpec& model);
 
 // The device bytes one rank holds at least for the model state at `stage` on `world_size` ranks:
-// parameters, gradients and (not offloaded) optimizer state, each shard rounded down.
+// parameters (not offloaded: zero_optimization.offload_param), gradients and (not offloaded)
+// optimizer state, each shard rounded down.
 std::uint64_t model_state_floor(const TrainConfig& config, int stage, int world_size,
                                 bool offload_optimizer);
 

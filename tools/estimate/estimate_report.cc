@@ -1,5 +1,6 @@
 #include "tools/estimate/estimate_report.h"
 
+#include <array>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -26,6 +27,30 @@ std::string verdict(const EstimateJob& job, const PeakPrediction& prediction,
          memory_advice(job.input, capacity, job.micro_batch, job.resize, job.variants);
 }
 
+// The host and NVMe tiers: their categories that hold bytes, then the tier's total.
+void print_tier(const char* tier, const std::array<std::size_t, kCategoryCount>& bytes,
+                std::size_t total) {
+  for (Category category : all_categories()) {
+    const std::size_t held = bytes[static_cast<std::size_t>(category)];
+    if (held == 0) continue;
+    std::cout << fmt::format("  {:<14}{:>16}  {:>11}\n",
+                             fmt::format("{} {}", tier, category_name(category)), held,
+                             format_bytes(held));
+  }
+  std::cout << fmt::format("  {:<14}{:>16}  {:>11}\n", fmt::format("{} total", tier), total,
+                           format_bytes(total));
+}
+
+nlohmann::ordered_json tier_json(const std::array<std::size_t, kCategoryCount>& bytes,
+                                 std::size_t total) {
+  nlohmann::ordered_json out;
+  for (Category category : all_categories()) {
+    out[category_name(category)] = bytes[static_cast<std::size_t>(category)];
+  }
+  out["total"] = total;
+  return out;
+}
+
 }  // namespace
 
 void print_estimate(const EstimateJob& job, const PeakPrediction& prediction,
@@ -40,8 +65,8 @@ void print_estimate(const EstimateJob& job, const PeakPrediction& prediction,
   }
   std::cout << fmt::format("  {:<14}{:>16}  {:>11}\n", "device total", prediction.device_total,
                            format_bytes(prediction.device_total));
-  std::cout << fmt::format("  {:<14}{:>16}  {:>11}\n", "host (offload)", prediction.host_total(),
-                           format_bytes(prediction.host_total()));
+  print_tier("host", prediction.host_peak, prediction.host_total());
+  print_tier("nvme", prediction.nvme, prediction.nvme_total());
   std::cout << "verdict: " << verdict(job, prediction, capacity) << "\n";
 }
 
@@ -85,6 +110,8 @@ nlohmann::ordered_json estimate_json(const EstimateJob& job, const PeakPredictio
   for (Category category : all_categories()) per_rank[category_name(category)] = prediction.of(category);
   per_rank["device_total"] = prediction.device_total;
   per_rank["host_total"] = prediction.host_total();
+  per_rank["host"] = tier_json(prediction.host_peak, prediction.host_total());
+  per_rank["nvme"] = tier_json(prediction.nvme, prediction.nvme_total());
   nlohmann::ordered_json out;
   out["description"] = job.description;
   out["parameters"] = job.parameters;
@@ -101,6 +128,32 @@ nlohmann::ordered_json estimate_json(const EstimateJob& job, const PeakPredictio
         memory_advice(job.input, capacity, job.micro_batch, job.resize, job.variants);
   }
   return out;
+}
+
+void print_offload_fit(const std::vector<OffloadRung>& ladder, const TierCapacities& capacities) {
+  if (!capacities.nvme_path.empty()) {
+    std::cout << fmt::format("nvme: {} free at {}\n", format_bytes(capacities.nvme),
+                             capacities.nvme_path);
+  }
+  std::cout << offload_proposal(ladder, capacities) << "\n";
+}
+
+nlohmann::ordered_json offload_fit_json(const std::vector<OffloadRung>& ladder,
+                                        const TierCapacities& capacities) {
+  nlohmann::ordered_json rungs = nlohmann::ordered_json::array();
+  for (const OffloadRung& rung : ladder) {
+    nlohmann::ordered_json row = {{"rung", rung.name}, {"keys", rung.keys}};
+    if (!rung.unavailable.empty()) {
+      row["unavailable"] = rung.unavailable;
+    } else {
+      row["device_total"] = rung.prediction.device_total;
+      row["host_total"] = rung.prediction.host_total();
+      row["nvme_total"] = rung.prediction.nvme_total();
+      row["fits"] = rung.fits;
+    }
+    rungs.push_back(std::move(row));
+  }
+  return {{"proposal", offload_proposal(ladder, capacities)}, {"rungs", std::move(rungs)}};
 }
 
 nlohmann::ordered_json fit_json(const std::vector<StageFit>& fits) {

@@ -1,13 +1,15 @@
 // zest-estimate: the memory planner (planner/peak_plan.h) from the command line. Prints, per rank,
 // the peak bytes of every category a training config will reach, the verdict against a device
-// capacity with the smallest change that fits, and with --fit the largest GPT (or parameter
+// capacity with the smallest change that fits, and with --fit the first offload that fits the
+// device, host and NVMe tiers (tools/common/offload_fit.h) and the largest GPT (or parameter
 // count) that fits each stage on the world size; with --html the same as a picture
 // (tools/estimate/estimate_page.h).
 //
-//   zest-estimate --config FILE [--set dotted.key=value ...] [--device-memory SIZE] [--fit] [--json]
-//                 [--html FILE]
+//   zest-estimate --config FILE [--set dotted.key=value ...] [--device-memory SIZE]
+//                 [--host-memory SIZE] [--fit [--nvme PATH]] [--json] [--html FILE]
 //   zest-estimate --params N --world N --stage S [--dtype fp32|bf16|fp16] [--offload]
-//                 [--device-memory SIZE] [--fit] [--json] [--html FILE]
+//                 [--offload-param] [--device-memory SIZE] [--host-memory SIZE]
+//                 [--fit [--nvme PATH]] [--json] [--html FILE]
 //
 // The config is read and validated as zest-train reads it, and the model is built through the
 // same factory (units declare shapes; no weights are allocated). --params plans the model state
@@ -42,12 +44,13 @@ zest::DType parse_dtype(const std::string& name) {
   throw zest::Error(zest::ErrorKind::kUsage, "--dtype: must be fp32, bf16 or fp16, got \"" + name + "\"");
 }
 
-std::size_t parse_capacity(const std::string& text, std::size_t fallback) {
+std::size_t parse_capacity(const std::string& text, std::size_t fallback,
+                           const std::string& option = "--device-memory") {
   if (text.empty()) return fallback;
   const auto bytes = zest::parse_byte_size(text);
   if (!bytes || *bytes == 0) {
-    throw zest::Error(zest::ErrorKind::kUsage, std::string("--device-memory: must be ") +
-                                                   zest::kByteSizeForms + ", got \"" + text + "\"");
+    throw zest::Error(zest::ErrorKind::kUsage, option + ": must be " + zest::kByteSizeForms +
+                                                   ", got \"" + text + "\"");
   }
   return *bytes;
 }
@@ -58,6 +61,8 @@ struct Options {
   zest::BareModel bare;
   std::string dtype = "fp32";
   std::string device_memory;
+  std::string host_memory;
+  std::string nvme_path;
   bool fit = false;
   bool json = false;
   std::string html_path;
@@ -114,10 +119,12 @@ int estimate(const Options& options, bool parameter_mode) {
     bare.dtype = parse_dtype(options.dtype);
     job = zest::job_from_parameters(bare);
     capacity = parse_capacity(options.device_memory, capacity);
+    host_capacity = parse_capacity(options.host_memory, host_capacity, "--host-memory");
   } else {
     config = zest::load_resolved_config(options.config_path, options.overrides);
     capacity = parse_capacity(options.device_memory, config->world.device_memory);
-    host_capacity = config->world.host_memory;
+    host_capacity =
+        parse_capacity(options.host_memory, config->world.host_memory, "--host-memory");
     // Before the model's units are built: planning them costs time and memory per unit.
     const char* source = options.device_memory.empty() ? "world.device_memory" : "--device-memory";
     zest::check_model_fits_at_all(*config, {capacity, source});
@@ -127,6 +134,8 @@ int estimate(const Options& options, bool parameter_mode) {
   if (config && config->pipeline.enabled()) return estimate_pipeline(options, *config, job, capacity);
   const zest::PeakPrediction prediction = zest::predict_peak(job.input);
   std::vector<zest::StageFit> fits;
+  zest::TierCapacities tiers;
+  std::vector<zest::OffloadRung> ladder;
   if (options.fit) {
     if (capacity == zest::kUnlimitedCapacity) {
       throw zest::Error(zest::ErrorKind::kUsage,
@@ -134,6 +143,9 @@ int estimate(const Options& options, bool parameter_mode) {
     }
     fits = parameter_mode ? zest::fit_parameters(options.bare, capacity, host_capacity)
                           : zest::fit_config(*config, capacity, host_capacity);
+    tiers = {capacity, host_capacity, 0, options.nvme_path};
+    if (!options.nvme_path.empty()) tiers.nvme = zest::free_bytes(options.nvme_path, "--nvme");
+    ladder = zest::offload_ladder(job.input, tiers);
   }
   if (!options.html_path.empty()) {
     const std::vector<zest::StageEstimate> stages =
@@ -143,12 +155,18 @@ int estimate(const Options& options, bool parameter_mode) {
   }
   if (options.json) {
     nlohmann::ordered_json out = zest::estimate_json(job, prediction, capacity);
-    if (options.fit) out["fit"] = zest::fit_json(fits);
+    if (options.fit) {
+      out["fit"] = zest::fit_json(fits);
+      out["offload_fit"] = zest::offload_fit_json(ladder, tiers);
+    }
     std::cout << out.dump(2) << std::endl;
     return 0;
   }
   zest::print_estimate(job, prediction, capacity);
-  if (options.fit) zest::print_fit(fits, capacity, job.input.world_size, parameter_mode);
+  if (options.fit) {
+    zest::print_offload_fit(ladder, tiers);
+    zest::print_fit(fits, capacity, job.input.world_size, parameter_mode);
+  }
   if (!options.html_path.empty()) std::cout << "html: wrote " << options.html_path << "\n";
   return 0;
 }
@@ -167,9 +185,18 @@ int run(int argc, char** argv) {
   app.add_option("--dtype", options.dtype, "fp32, bf16 or fp16 (with --params)")->needs(params);
   app.add_flag("--offload", options.bare.offload, "offload the optimizer (with --params)")
       ->needs(params);
+  app.add_flag("--offload-param", options.bare.offload_param,
+               "offload the parameters (with --params --stage 3)")
+      ->needs(params);
   app.add_option("--device-memory", options.device_memory,
                  "device capacity per rank (\"80GiB\"); default: world.device_memory");
-  app.add_flag("--fit", options.fit, "the largest GPT / parameter count that fits, per stage");
+  app.add_option("--host-memory", options.host_memory,
+                 "host memory per rank for offloaded state (\"24GiB\"); default: world.host_memory");
+  app.add_option("--nvme", options.nvme_path,
+                 "with --fit: a directory on the NVMe file system, whose free space is the NVMe tier");
+  app.add_flag("--fit", options.fit,
+               "the first offload that fits (none, optimizer cpu, parameters cpu, optimizer "
+               "nvme, parameters nvme), and the largest GPT / parameter count that fits, per stage");
   app.add_flag("--json", options.json, "machine-readable output");
   app.add_option("--html", options.html_path,
                  "also draw the plan (with --fit, every stage) as a self-contained HTML page");

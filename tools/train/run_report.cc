@@ -59,12 +59,14 @@ std::string describe_run(const TrainConfig& config, std::size_t parameter_count)
     line += fmt::format(", clip {}", config.engine.gradient_clipping);
   }
   if (config.engine.offload_optimizer.enabled()) line += ", optimizer offloaded to cpu";
+  if (config.engine.offload_param.enabled()) line += ", parameters offloaded to cpu";
   if (config.data.type != "synthetic") line += ", data " + config.data.path;
   return line;
 }
 
 std::array<std::uint64_t, kMemoryWords> pack_memory(const MemoryUsage& usage,
-                                                    const MemoryPrediction& predicted) {
+                                                    const MemoryPrediction& predicted,
+                                                    std::size_t host_params) {
   std::array<std::uint64_t, kMemoryWords> words{};
   for (std::size_t c = 0; c < kCategoryCount; ++c) words[c] = usage.peak[c];
   words[kCategoryCount] = usage.total_peak;
@@ -72,16 +74,37 @@ std::array<std::uint64_t, kMemoryWords> pack_memory(const MemoryUsage& usage,
   words[kCategoryCount + 2] = predicted.grads;
   words[kCategoryCount + 3] = predicted.optimizer;
   words[kCategoryCount + 4] = predicted.offload;
+  words[kCategoryCount + 5] = predicted.host_params;
+  words[kCategoryCount + 6] = host_params;
   return words;
 }
 
-void unpack_memory(const std::uint64_t* words, MemoryUsage& usage, MemoryPrediction& predicted) {
+void unpack_memory(const std::uint64_t* words, MemoryUsage& usage, MemoryPrediction& predicted,
+                   std::size_t& host_params) {
   for (std::size_t c = 0; c < kCategoryCount; ++c) usage.peak[c] = words[c];
   usage.total_peak = words[kCategoryCount];
   predicted.params = words[kCategoryCount + 1];
   predicted.grads = words[kCategoryCount + 2];
   predicted.optimizer = words[kCategoryCount + 3];
   predicted.offload = words[kCategoryCount + 4];
+  predicted.host_params = words[kCategoryCount + 5];
+  host_params = words[kCategoryCount + 6];
+}
+
+std::size_t rank_host_params(Device& device) {
+  return device.host_allocator().usage().peak_of(Category::kParams);
+}
+
+void print_host_params(const std::vector<std::size_t>& measured,
+                       const std::vector<MemoryPrediction>& predicted) {
+  std::string line;
+  bool any = false;
+  for (std::size_t rank = 0; rank < measured.size(); ++rank) {
+    any = any || measured[rank] > 0 || predicted[rank].host_params > 0;
+    line += fmt::format("{}rank {} {} (predicted {})", rank == 0 ? "" : ", ", rank,
+                        format_bytes(measured[rank]), format_bytes(predicted[rank].host_params));
+  }
+  if (any) Console::say("host params (offload_param's shards in the host arena): " + line);
 }
 
 MemoryUsage rank_memory_usage(Device& device) {

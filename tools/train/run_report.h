@@ -28,11 +28,16 @@ std::string describe_run(const TrainConfig& config, std::size_t parameter_count)
 // processes the other ranks' numbers live in other address spaces). The `offload` category is
 // measured in the device's host arena (Device::host_allocator), the others on the device;
 // `total_peak` is the device's.
-inline constexpr std::size_t kMemoryWords = kCategoryCount + 5;
+// `host_params`: the peak of the offloaded parameter shards in the host arena
+// (zero_optimization.offload_param), 0 without it.
+inline constexpr std::size_t kMemoryWords = kCategoryCount + 7;
 MemoryUsage rank_memory_usage(Device& device);
+std::size_t rank_host_params(Device& device);
 std::array<std::uint64_t, kMemoryWords> pack_memory(const MemoryUsage& usage,
-                                                    const MemoryPrediction& predicted);
-void unpack_memory(const std::uint64_t* words, MemoryUsage& usage, MemoryPrediction& predicted);
+                                                    const MemoryPrediction& predicted,
+                                                    std::size_t host_params);
+void unpack_memory(const std::uint64_t* words, MemoryUsage& usage, MemoryPrediction& predicted,
+                   std::size_t& host_params);
 
 // The measured peaks per rank beside the model state the memory table (docs/architecture.md)
 // predicts, and, when the planner could plan this run (planner/peak_plan.h, as zest-estimate does),
@@ -41,6 +46,9 @@ void unpack_memory(const std::uint64_t* words, MemoryUsage& usage, MemoryPredict
 void print_memory_table(const std::vector<MemoryUsage>& usage,
                         const std::vector<MemoryPrediction>& predicted,
                         const std::optional<PeakPrediction>& planned);
+// With offload_param: each rank's parameter shards in the host arena, measured and predicted.
+void print_host_params(const std::vector<std::size_t>& measured,
+                       const std::vector<MemoryPrediction>& predicted);
 
 struct RunSummary {
   std::int64_t steps = 0;  // run in this invocation

@@ -72,6 +72,7 @@ struct RunState {
   RunSummary summary;
   std::vector<MemoryUsage> usage;
   std::vector<MemoryPrediction> predicted;
+  std::vector<std::size_t> host_params;  // per rank: offload_param's shards in the host arena
   std::atomic<bool> stopped{false};
   // What the metrics log gets, kept for --report when the log cannot be read back (no --metrics,
   // or a pipe); rank 0 only.
@@ -339,15 +340,18 @@ void train_rank(RankContext& context, RunState& run) {
   context.synchronize();
   // Every rank's peaks reach rank 0 through the communicator. all_gather moves bits, whatever
   // the dtype says.
-  const auto mine = pack_memory(rank_memory_usage(context.device), trainer->predicted_memory());
+  const auto mine = pack_memory(rank_memory_usage(context.device), trainer->predicted_memory(),
+                                rank_host_params(context.device));
   const auto ranks = static_cast<std::size_t>(context.world_size);
   std::vector<std::uint64_t> all(kMemoryWords * ranks);
   all_gather_host(context, mine.data(), all.data(), 2 * kMemoryWords, DType::kInt32);
   if (!leader) return;
   run.usage.resize(ranks);
   run.predicted.resize(ranks);
+  run.host_params.resize(ranks);
   for (std::size_t rank = 0; rank < ranks; ++rank) {
-    unpack_memory(all.data() + rank * kMemoryWords, run.usage[rank], run.predicted[rank]);
+    unpack_memory(all.data() + rank * kMemoryWords, run.usage[rank], run.predicted[rank],
+                  run.host_params[rank]);
   }
 }
 
@@ -451,7 +455,7 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
   // Every rank stops after the same step when SIGINT or SIGTERM arrives (and saves first when
   // a checkpoint directory is set); a second signal ends the process at once (StopSignals, set
   // up before main).
-  RunState run{config, *batches, metrics, csv, options, {}, {}, {}, {}, {}};
+  RunState run{config, *batches, metrics, csv, options, {}, {}, {}, {}, {}, {}};
   world.run([&](RankContext& context) { train_rank(context, run); });
   // A stop by SIGINT / SIGTERM ends with 128 + the signal, as the signal itself would have.
   const int stop_status = run.stopped ? 128 + StopSignals::caught() : 0;
@@ -467,6 +471,7 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
   const std::optional<PeakPrediction> planned =
       config.pipeline.enabled() ? std::nullopt : plan_peaks(config, std::move(declared));
   print_memory_table(run.usage, run.predicted, planned);
+  print_host_params(run.host_params, run.predicted);
   if (run.last_step == 0 && !run.stopped) {
     // Resumed at or past `steps`: "0 steps, loss 0 -> 0" would read as a run that trained.
     Console::say(fmt::format("zest-train: nothing trained: the checkpoint resumed is at step {} "

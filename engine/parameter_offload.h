@@ -1,0 +1,39 @@
+// zero_optimization.offload_param (stage 3): a rank's parameter shards live in the host tier
+// (Device::host_allocator, category params) instead of the device's memory. The gather ring
+// copies a shard into its place in the unit's slot before the all-gather (gather_ring.h), the
+// optimizer updates a device copy of the shard and writes it back (staged_shard below), and
+// everything else that reads a shard (full_parameter, checkpoints) goes through Device::copy.
+// Invariant: with offload_param no device kernel reads a FlatUnit's `params` in place.
+#pragma once
+
+#include "engine/engine.h"
+#include "engine/flat_unit.h"
+#include "runtime/world.h"
+
+namespace zest {
+
+// Throws a kConfig Error for options offload_param cannot run with: a stage other than 3 (only
+// stage 3 shards the parameters), hpZ's and qwZ's gathers (they read the shard in place on the
+// device), "nvme" before the storage tier.
+void check_parameter_offload(const EngineOptions& options);
+
+// The allocator a unit's parameter shard comes from: the host tier's with offload_param.
+Allocator& parameter_allocator(RankContext& context, const EngineOptions& options);
+
+// A device copy of `unit`'s parameter shard for the optimizer's update on `stream` (category
+// workspace), filled from the host tier in stream order; write_back() copies it home and
+// releases it after the update. Empty (data() is the shard itself) without offload_param.
+class StagedShard {
+ public:
+  StagedShard(RankContext& context, const EngineOptions& options, FlatUnit& unit, Stream& stream);
+  void* data() { return staged_.empty() ? unit_.params.data() : staged_.data(); }
+  void write_back();
+
+ private:
+  RankContext& context_;
+  FlatUnit& unit_;
+  Stream& stream_;
+  Buffer staged_;
+};
+
+}  // namespace zest
