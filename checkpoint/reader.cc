@@ -1,5 +1,6 @@
 #include "checkpoint/reader.h"
 
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -17,6 +18,10 @@
 
 namespace zest {
 namespace {
+
+// The outer loop's state (engine/outer_loop.h) starts at zero from a checkpoint saved without
+// it: a run may turn the outer loop on at a resume, as it may at its start.
+bool starts_afresh(const std::string& name) { return name.rfind("outer.", 0) == 0; }
 
 namespace fs = std::filesystem;
 
@@ -62,7 +67,7 @@ void check_fits(const CheckpointSource& source, Trainer& trainer,
   }
   for (const StateShard& shard : trainer.state_shards(0)) {
     if (shard.name.rfind("optimizer.", 0) == 0) wanted_states.push_back(shard.name);
-    if (source.source_for(shard.name, shard.dtype) < 0) {
+    if (source.source_for(shard.name, shard.dtype) < 0 && !starts_afresh(shard.name)) {
       throw Error(ErrorKind::kCheckpoint,
                   "checkpoint " + source.dir() + " has no state tensor for '" + shard.name + "'");
     }
@@ -178,6 +183,10 @@ LoadedCheckpoint load_checkpoint(RankContext& context, Trainer& trainer, const s
         const int tensor = source.source_for(shard.name, shard.dtype);
         write_state_elements(context, shard.data, shard.dtype, shard.end - shard.begin,
                              [&](void* host, std::size_t first, std::size_t count) {
+                               if (tensor < 0) {  // starts afresh: zero in every float type
+                                 std::memset(host, 0, count * dtype_size(shard.dtype));
+                                 return;
+                               }
                                source.read(placement.local_units[u],
                                            static_cast<std::size_t>(tensor),
                                            shard.begin + first, shard.begin + first + count, host,

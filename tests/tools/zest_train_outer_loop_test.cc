@@ -1,0 +1,114 @@
+// zest-train with the outer loop (outer_loop, DiLoCo): the default GPT on 2 nodes x 2 ranks, a
+// group a node, learns while the bytes across nodes fall to the meetings' share; a checkpoint at
+// a meeting resumes to the bit (one group) and loads into a plain run; bad outer_loop keys and
+// combinations are one line, exit 2.
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/subprocess.h"
+#include "tests/tools/zest_train_support.h"
+
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using zest::testing::lines_of;
+using zest::testing::ProcessResult;
+using zest::testing::StepLoss;
+
+constexpr int kSteps = 12;
+const std::vector<std::string> kDiloco = {
+    "--set", R"(outer_loop={"type": "diloco", "inner_steps": 6, "groups": "node"})"};
+
+class ZestTrainOuterLoop : public zest::testing::DefaultGptOnTwoNodesTest {
+ protected:
+  std::vector<json> steps(const std::string& name, std::vector<std::string> extra) const {
+    extra.insert(extra.begin(), {"--set", "world.link.model=\"off\""});
+    return default_gpt_steps(name, kSteps, extra);
+  }
+};
+
+TEST_F(ZestTrainOuterLoop, LearnsWithAFractionOfTheBytesAcrossNodes) {
+  const std::vector<json> plain = steps("plain", {});
+  const std::vector<json> diloco = steps("diloco", kDiloco);
+  ASSERT_EQ(diloco.size(), static_cast<std::size_t>(kSteps));
+  EXPECT_LT(diloco.back()["loss"].get<double>(), 0.8 * diloco.front()["loss"].get<double>());
+  // Across nodes: two meetings of one fp32 shard each, and each step's loss (4 bytes), against
+  // every step's gathers and reduce-scatters of ZeRO-3 over both nodes.
+  const double ratio = diloco.back()["inter_node_bytes"].get<double>() /
+                       plain.back()["inter_node_bytes"].get<double>();
+  EXPECT_LT(ratio, 0.1) << ratio;
+  EXPECT_GT(ratio, 0.0);
+}
+
+class ZestTrainOuterLoopCheckpoint : public zest::testing::ScratchDirectoryTest {
+ protected:
+  std::vector<StepLoss> steps_of(const std::vector<std::string>& extra) const {
+    const std::string metrics = path("metrics.jsonl");
+    std::remove(metrics.c_str());  // a resumed run appends
+    std::vector<std::string> assignments = {
+        "data.path=" ZEST_SOURCE_DIR "/configs/corpus/stories.txt", "model.n_layer=2",
+        "model.n_head=2", "model.n_embd=64", "steps=4", "scheduler={}", "eval_every=0",
+        "train_micro_batch_size_per_gpu=4"};
+    assignments.insert(assignments.end(), extra.begin(), extra.end());
+    const ProcessResult result = zest::testing::train_default_config(
+        assignments, {"--metrics", metrics}, {path("stdout.txt"), path("stderr.txt")});
+    EXPECT_EQ(result.status, 0) << result.err;
+    return zest::testing::step_losses(metrics);
+  }
+};
+
+TEST_F(ZestTrainOuterLoopCheckpoint, AMeetingsCheckpointResumesToTheBitAndLoadsIntoAPlainRun) {
+  const std::string outer = R"(outer_loop={"type": "diloco", "inner_steps": 2, "groups": 1})";
+  const std::vector<StepLoss> uninterrupted = steps_of({outer});
+  ASSERT_EQ(uninterrupted.size(), 4u);
+  steps_of({outer, "steps=2", "checkpoint.dir=" + path("ckpt"), "checkpoint.every_steps=2"});
+  const std::vector<StepLoss> resumed =
+      steps_of({outer, "checkpoint.dir=" + path("ckpt"), R"(checkpoint.resume="auto")"});
+  ASSERT_EQ(resumed.size(), 2u);
+  for (std::size_t i = 0; i < resumed.size(); ++i) {
+    EXPECT_EQ(resumed[i].loss, uninterrupted[i + 2].loss) << "step " << i + 3;
+    EXPECT_EQ(resumed[i].grad_norm, uninterrupted[i + 2].grad_norm) << "step " << i + 3;
+  }
+  // Without the outer loop, and in 2 groups of 2: the parameters load, the outer momentum is
+  // left (plain) or starts again from the saved one.
+  const std::string from = "checkpoint.resume=\"" + path("ckpt") + "/step-2\"";
+  EXPECT_EQ(steps_of({from}).size(), 2u);
+  EXPECT_EQ(
+      steps_of({from, R"(outer_loop={"type": "diloco", "inner_steps": 2, "groups": 2})"}).size(),
+      2u);
+}
+
+TEST_F(ZestTrainOuterLoopCheckpoint, BadKeysAndCombinationsAreOneLine) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"(outer_loop={"type": "diloco", "groups": 3})", "outer_loop.groups: 3 groups do not divide"},
+      {R"(outer_loop={"type": "local_sgd"})", "outer_loop.type: must be \"none\" or \"diloco\""},
+      {R"(outer_loop={"type": "diloco", "fragments": 2})", "outer_loop.fragments: must be 1"},
+      {R"(outer_loop={"type": "diloco", "inner_steps": 0})", "outer_loop.inner_steps"},
+      {R"(outer_loop={"type": "diloco", "outer_optimizer": {"momentum": 1.0}})",
+       "outer_loop.outer_optimizer.momentum: must be a number in [0, 1)"},
+      {R"(outer_loop={"type": "diloco", "steps": 3})", "outer_loop.steps"},
+  };
+  for (const auto& [assignment, expected] : cases) {
+    SCOPED_TRACE(assignment);
+    const ProcessResult result = zest::testing::train_default_config(
+        {assignment}, {}, {path("stdout.txt"), path("stderr.txt")});
+    EXPECT_EQ(result.status, 2) << result.err;
+    const std::vector<std::string> lines = lines_of(result.err);
+    ASSERT_EQ(lines.size(), 1u) << result.err;
+    EXPECT_THAT(lines[0], StartsWith("zest-train: error: "));
+    EXPECT_THAT(lines[0], HasSubstr(expected));
+  }
+  const ProcessResult pipeline = zest::testing::train_default_config(
+      {R"(outer_loop={"type": "diloco", "groups": 2})", "pipeline={\"stages\": 2}"}, {},
+      {path("stdout.txt"), path("stderr.txt")});
+  EXPECT_EQ(pipeline.status, 2) << pipeline.err;
+  EXPECT_THAT(pipeline.err, HasSubstr("pipeline.stages > 1 is not supported"));
+}
+
+}  // namespace
