@@ -2,6 +2,7 @@
 // group a node, learns while the bytes across nodes fall to the meetings' share; a checkpoint at
 // a meeting resumes to the bit (one group) and loads into a plain run; bad outer_loop keys and
 // combinations are one line, exit 2.
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -28,21 +29,38 @@ const std::vector<std::string> kDiloco = {
 class ZestTrainOuterLoop : public zest::testing::DefaultGptOnTwoNodesTest {
  protected:
   std::vector<json> steps(const std::string& name, std::vector<std::string> extra) const {
-    extra.insert(extra.begin(), {"--set", "world.link.model=\"off\""});
+    extra.insert(extra.begin(), {"--set", "world.link.model=\"off\"", "--set", "scheduler={}",
+                                 "--set", "model.n_layer=2", "--set", "model.n_embd=96"});
     return default_gpt_steps(name, kSteps, extra);
   }
 };
+
+double bytes_across(const std::vector<json>& records) {
+  double sum = 0.0;
+  for (const json& record : records) sum += record["inter_node_bytes"].get<double>();
+  return sum;
+}
 
 TEST_F(ZestTrainOuterLoop, LearnsWithAFractionOfTheBytesAcrossNodes) {
   const std::vector<json> plain = steps("plain", {});
   const std::vector<json> diloco = steps("diloco", kDiloco);
   ASSERT_EQ(diloco.size(), static_cast<std::size_t>(kSteps));
   EXPECT_LT(diloco.back()["loss"].get<double>(), 0.8 * diloco.front()["loss"].get<double>());
-  // Across nodes: two meetings of one fp32 shard each, and each step's loss (4 bytes), against
-  // every step's gathers and reduce-scatters of ZeRO-3 over both nodes.
-  const double ratio = diloco.back()["inter_node_bytes"].get<double>() /
-                       plain.back()["inter_node_bytes"].get<double>();
-  EXPECT_LT(ratio, 0.1) << ratio;
+  // Across nodes, in the 12 steps: two meetings of one fp32 shard each (the last step is one),
+  // and each step's loss, against every step's gathers and reduce-scatters of ZeRO-3 over both
+  // nodes. A meeting step alone is about half a ZeRO-3 step.
+  const double ratio = bytes_across(diloco) / bytes_across(plain);
+  std::cout << "bytes across nodes in " << kSteps << " steps, outer loop over plain: " << ratio
+            << "; at a meeting: "
+            << diloco.back()["inter_node_bytes"].get<double>() /
+                   plain.back()["inter_node_bytes"].get<double>()
+            << "\n";
+  EXPECT_LT(ratio, 0.15) << ratio;
+  // Between meetings only the loss crosses: 4 bytes out and in per rank and step.
+  for (int step = 1; step <= kSteps; ++step) {
+    if (step % 6 == 0) continue;
+    EXPECT_LE(diloco[step - 1]["inter_node_bytes"].get<double>(), 8.0) << "step " << step;
+  }
   EXPECT_GT(ratio, 0.0);
 }
 
