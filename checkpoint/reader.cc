@@ -19,9 +19,17 @@
 namespace zest {
 namespace {
 
-// The outer loop's state (engine/outer_loop.h) starts at zero from a checkpoint saved without
-// it: a run may turn the outer loop on at a resume, as it may at its start.
+// The outer loop's state (engine/outer_loop.h) starts afresh from a checkpoint saved without
+// it, as at a run's start: the anchor from the parameters, the momentum at zero. A run may turn
+// the outer loop on at a resume.
 bool starts_afresh(const std::string& name) { return name.rfind("outer.", 0) == 0; }
+
+// The saved tensor that fills `shard`; -1: zeros.
+int tensor_for(const CheckpointSource& source, const StateShard& shard) {
+  const int tensor = source.source_for(shard.name, shard.dtype);
+  if (tensor >= 0 || shard.name != "outer.anchor") return tensor;
+  return source.source_for("master", DType::kFloat32);
+}
 
 namespace fs = std::filesystem;
 
@@ -180,7 +188,7 @@ LoadedCheckpoint load_checkpoint(RankContext& context, Trainer& trainer, const s
     for (int rank : needed) source.verify(rank);
     for (std::size_t u = 0; u < shards.size(); ++u) {
       for (const StateShard& shard : shards[u]) {
-        const int tensor = source.source_for(shard.name, shard.dtype);
+        const int tensor = tensor_for(source, shard);
         write_state_elements(context, shard.data, shard.dtype, shard.end - shard.begin,
                              [&](void* host, std::size_t first, std::size_t count) {
                                if (tensor < 0) {  // starts afresh: zero in every float type

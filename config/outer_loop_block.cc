@@ -70,11 +70,13 @@ void parse_outer_loop(Block& root, TrainConfig& out) {
   parse_groups(block, out, options);
   const std::int64_t fragments =
       read_integer_at_least(block.get_or("fragments", 1), block.path("fragments"), 1);
-  if (fragments != 1) {
+  if (fragments > options.inner_steps) {
     config_error(block.path("fragments"),
-                 "must be 1: Streaming DiLoCo's fragments (meeting a part of the model at a time) "
-                 "are not built yet; every meeting is the whole model");
+                 "must be at most outer_loop.inner_steps (" + std::to_string(options.inner_steps) +
+                     "): each fragment meets at its own step of the period, got " +
+                     std::to_string(fragments));
   }
+  options.fragments = static_cast<int>(fragments);
   if (out.pipeline.stages > 1) {
     config_error(block.path("type"),
                  "\"diloco\" with pipeline.stages > 1 is not supported: the outer loop groups "

@@ -63,6 +63,9 @@ struct OuterLoopOptions {
   int inner_steps = 500;   // H: optimizer steps between two meetings of the groups
   float lr = 0.7f;         // the outer optimizer's learning rate (DiLoCo's)
   float momentum = 0.9f;   // its Nesterov momentum (DiLoCo's)
+  // Streaming DiLoCo's fragments: the units in this many runs, each meeting every inner_steps
+  // steps at its own offset, so one fragment crosses at a time. 1: the whole model meets.
+  int fragments = 1;
   bool enabled() const { return groups != 0; }
 };
 

@@ -65,6 +65,13 @@ OuterGroups::OuterGroups(RankContext& world, int groups)
 OuterLoop::OuterLoop(OuterGroups& groups, const OuterLoopOptions& options,
                      std::unique_ptr<Trainer> inner)
     : groups_(groups), options_(options), inner_(std::move(inner)) {
+  const std::size_t units = inner_->layouts().size();
+  if (static_cast<std::size_t>(options_.fragments) > units) {
+    throw Error(ErrorKind::kConfig,
+                fmt::format("outer_loop.fragments: {} fragments of a model of {} units; at most "
+                            "one fragment a unit",
+                            options_.fragments, units));
+  }
   Allocator& host = groups_.world().device.host_allocator();
   std::size_t largest = 0;
   for (std::size_t u = 0; u < inner_->layouts().size(); ++u) {
@@ -103,9 +110,22 @@ void OuterLoop::read_anchors() {
   }
 }
 
+int OuterLoop::fragment_of(std::size_t unit) const {
+  return static_cast<int>(unit * static_cast<std::size_t>(options_.fragments) / shards_.size());
+}
+
+bool OuterLoop::meets(int fragment, std::int64_t step) const {
+  // Fragment f meets H (f + 1) / F steps into each period: evenly spread, the last at H.
+  const std::int64_t offset =
+      static_cast<std::int64_t>(options_.inner_steps) * (fragment + 1) / options_.fragments;
+  return step >= offset && (step - offset) % options_.inner_steps == 0;
+}
+
 StepStats OuterLoop::step(float lr) {
   StepStats stats = inner_->step(lr);
-  if (inner_->steps_taken() % options_.inner_steps == 0) meet();
+  for (int fragment = 0; fragment < options_.fragments; ++fragment) {
+    if (meets(fragment, inner_->steps_taken())) meet(fragment);
+  }
   stats.loss = mean_across(stats.loss);
   return stats;
 }
@@ -123,14 +143,16 @@ float OuterLoop::mean_across(float value) {
   return runs_work(world.device) ? mean : value;
 }
 
-void OuterLoop::meet() {
+void OuterLoop::meet(int fragment) {
   RankContext& world = groups_.world();
   world.synchronize();
   std::size_t largest = 0;
   for (const ShardState& state : shards_) largest = std::max(largest, state.length);
   // The outer gradient crosses between groups from device memory (NCCL reads nothing else).
   Buffer scratch = world.allocator().allocate(largest * sizeof(float), Category::kWorkspace);
-  for (std::size_t u = 0; u < shards_.size(); ++u) meet_unit(u, scratch);
+  for (std::size_t u = 0; u < shards_.size(); ++u) {
+    if (fragment_of(u) == fragment) meet_unit(u, scratch);
+  }
   inner_->state_loaded();
   ++meetings_;
 }
@@ -176,15 +198,15 @@ void OuterLoop::meet_unit(std::size_t unit, Buffer& scratch) {
 std::vector<StateShard> OuterLoop::state_shards(std::size_t unit) {
   std::vector<StateShard> shards = inner_->state_shards(unit);
   const StateShard& first = shards.front();
+  shards.push_back({"outer.anchor", DType::kFloat32, shards_.at(unit).anchor.data(),
+                    first.begin, first.end});
   shards.push_back({"outer.momentum", DType::kFloat32, shards_.at(unit).momentum.data(),
                     first.begin, first.end});
   return shards;
 }
 
 void OuterLoop::state_loaded() {
-  inner_->state_loaded();
-  groups_.world().synchronize();
-  read_anchors();
+  inner_->state_loaded();  // the anchor and the momentum were loaded into host memory
 }
 
 std::optional<CheckpointPlacement> OuterLoop::checkpoint_placement() const {

@@ -4,9 +4,10 @@
 // groups meet every `inner_steps` steps: each rank averages, with the ranks that hold the same
 // shard in the other groups, how far its shard moved since the last meeting (the outer
 // gradient), and every group takes the same outer step (SGD with Nesterov momentum) from the
-// same anchor. So across groups only one shard-sized all-reduce crosses every H steps.
-// Invariant: after a meeting every group holds the same parameters, to the bit; between meetings
-// they differ. The outer state (this rank's shard of the anchor and of the momentum, fp32) lives
+// same anchor. So across groups only one shard-sized all-reduce crosses every H steps; with
+// Streaming DiLoCo's fragments the units meet in runs, one run at a time, at staggered steps.
+// Invariant: after a meeting every group holds the same parameters of the units that met, to
+// the bit; between meetings they differ. The outer state (this rank's shard of the anchor and of the momentum, fp32) lives
 // in host memory, as DiLoCo's reference implementations keep it.
 #pragma once
 
@@ -66,9 +67,9 @@ class OuterLoop final : public Trainer {
   int stage() const override { return inner_->stage(); }
   std::int64_t steps_taken() const override { return inner_->steps_taken(); }
   const EngineOptions& options() const override { return inner_->options(); }
-  // The inner state and "outer.momentum". Note: the anchor is not saved: after a meeting it
-  // equals the parameters, and a checkpoint taken between meetings resumes as if one had just
-  // ended, from group 0's parameters (the only group that writes).
+  // The inner state, "outer.anchor" and "outer.momentum". Note: only group 0 writes, so with
+  // several groups a checkpoint taken between meetings resumes every group from group 0's
+  // parameters and inner optimizer state.
   std::vector<StateShard> state_shards(std::size_t unit) override;
   void state_loaded() override;
   TrainerCounters counters() const override { return inner_->counters(); }
@@ -88,7 +89,10 @@ class OuterLoop final : public Trainer {
   // training, the parameters in fp32.
   StateShard master_of(std::size_t unit);
   void read_anchors();
-  void meet();
+  // Which fragment unit `unit` is in, and whether fragment `fragment` meets after step `step`.
+  int fragment_of(std::size_t unit) const;
+  bool meets(int fragment, std::int64_t step) const;
+  void meet(int fragment);
   void meet_unit(std::size_t unit, Buffer& scratch);
   float mean_across(float value);
 

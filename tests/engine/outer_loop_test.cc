@@ -41,6 +41,7 @@ struct Trained {
   std::vector<std::vector<Parameters>> by_step;  // [step][rank], when asked
   std::vector<MemoryUsage> host;
   std::vector<MemoryPrediction> predicted;
+  std::vector<std::string> units;    // in model order
   std::size_t shard_elements = 0;    // rank 0's shards of every unit
   std::size_t largest_shard = 0;
 };
@@ -83,6 +84,7 @@ Trained train(int ranks, int steps, int first_block, const EngineOptions& base,
     result.predicted[context.rank] = trainer->predicted_memory();
     if (context.rank != 0) return;
     for (const ShardLayout& layout : trainer->layouts()) {
+      result.units.push_back(layout.unit_name());
       result.shard_elements += layout.shard_length();
       result.largest_shard = std::max(result.largest_shard, layout.shard_length());
     }
@@ -142,6 +144,29 @@ TEST(OuterLoop, GroupsDifferBetweenMeetingsAndAgreeAfterToTheBit) {
       }
     }
   }
+}
+
+// The MLP's 3 units in 2 fragments: the first two units meet at steps 2, 6, ..., the last at 4,
+// 8, ... (H = 4): after each meeting the fragment that met agrees across groups, the other not.
+TEST(OuterLoop, FragmentsMeetOneAtATimeAtStaggeredSteps) {
+  EngineOptions options = with_outer_loop(3, 4);
+  options.outer_loop.fragments = 2;
+  const Trained run = train(4, 4, 0, options, true);
+  ASSERT_EQ(run.units.size(), 3u);
+  auto agree = [&](int step, const std::string& unit) {
+    for (const auto& [name, values] : run.by_step[step - 1][0]) {
+      if (name.rfind(unit + ".", 0) != 0) continue;
+      if (values != run.by_step[step - 1][2].at(name)) return false;
+    }
+    return true;
+  };
+  const std::vector<std::string>& units = run.units;
+  EXPECT_FALSE(agree(1, units[0]));
+  EXPECT_TRUE(agree(2, units[0]) && agree(2, units[1]));
+  EXPECT_FALSE(agree(2, units[2]));
+  EXPECT_FALSE(agree(3, units[0]));
+  EXPECT_TRUE(agree(4, units[2]));
+  EXPECT_FALSE(agree(4, units[0]) || agree(4, units[1]));
 }
 
 TEST(OuterLoop, TheOuterStateIsHostMemoryInThePredictionAndTheMeasurement) {

@@ -106,7 +106,8 @@ TEST_F(ZestTrainOuterLoopCheckpoint, BadKeysAndCombinationsAreOneLine) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"(outer_loop={"type": "diloco", "groups": 3})", "outer_loop.groups: 3 groups do not divide"},
       {R"(outer_loop={"type": "local_sgd"})", "outer_loop.type: must be \"none\" or \"diloco\""},
-      {R"(outer_loop={"type": "diloco", "fragments": 2})", "outer_loop.fragments: must be 1"},
+      {R"(outer_loop={"type": "diloco", "inner_steps": 2, "fragments": 3})",
+       "outer_loop.fragments: must be at most outer_loop.inner_steps (2)"},
       {R"(outer_loop={"type": "diloco", "inner_steps": 0})", "outer_loop.inner_steps"},
       {R"(outer_loop={"type": "diloco", "outer_optimizer": {"momentum": 1.0}})",
        "outer_loop.outer_optimizer.momentum: must be a number in [0, 1)"},
