@@ -1,5 +1,6 @@
 #include "checkpoint/reader.h"
 
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -17,6 +18,18 @@
 
 namespace zest {
 namespace {
+
+// The outer loop's state (engine/outer_loop.h) starts afresh from a checkpoint saved without
+// it, as at a run's start: the anchor from the parameters, the momentum at zero. A run may turn
+// the outer loop on at a resume.
+bool starts_afresh(const std::string& name) { return name.rfind("outer.", 0) == 0; }
+
+// The saved tensor that fills `shard`; -1: zeros.
+int tensor_for(const CheckpointSource& source, const StateShard& shard) {
+  const int tensor = source.source_for(shard.name, shard.dtype);
+  if (tensor >= 0 || shard.name != "outer.anchor") return tensor;
+  return source.source_for("master", DType::kFloat32);
+}
 
 namespace fs = std::filesystem;
 
@@ -62,7 +75,7 @@ void check_fits(const CheckpointSource& source, Trainer& trainer,
   }
   for (const StateShard& shard : trainer.state_shards(0)) {
     if (shard.name.rfind("optimizer.", 0) == 0) wanted_states.push_back(shard.name);
-    if (source.source_for(shard.name, shard.dtype) < 0) {
+    if (source.source_for(shard.name, shard.dtype) < 0 && !starts_afresh(shard.name)) {
       throw Error(ErrorKind::kCheckpoint,
                   "checkpoint " + source.dir() + " has no state tensor for '" + shard.name + "'");
     }
@@ -175,9 +188,13 @@ LoadedCheckpoint load_checkpoint(RankContext& context, Trainer& trainer, const s
     for (int rank : needed) source.verify(rank);
     for (std::size_t u = 0; u < shards.size(); ++u) {
       for (const StateShard& shard : shards[u]) {
-        const int tensor = source.source_for(shard.name, shard.dtype);
+        const int tensor = tensor_for(source, shard);
         write_state_elements(context, shard, 0, shard.end - shard.begin,
                              [&](void* host, std::size_t first, std::size_t count) {
+                               if (tensor < 0) {  // starts afresh: zero in every float type
+                                 std::memset(host, 0, count * dtype_size(shard.dtype));
+                                 return;
+                               }
                                source.read(placement.local_units[u],
                                            static_cast<std::size_t>(tensor),
                                            shard.begin + first, shard.begin + first + count, host,

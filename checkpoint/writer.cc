@@ -138,7 +138,7 @@ std::vector<CheckpointFile> saved_files(const CheckpointPlacement& p,
       const auto first = static_cast<std::size_t>(world_rank_of(p, part, 0, shard));
       const PhaseRecord& saved = written.at(first);
       files.push_back({rank_file_name(part * p.shards + shard), saved.bytes, saved.xxh3});
-      for (int replica = 1; replica < p.replicas; ++replica) {
+      for (int replica = 1; p.replicas_agree && replica < p.replicas; ++replica) {
         const int rank = world_rank_of(p, part, replica, shard);
         const PhaseRecord& twin = written.at(static_cast<std::size_t>(rank));
         if (twin.bytes == saved.bytes && twin.xxh3 == saved.xxh3) continue;
@@ -273,7 +273,8 @@ SavedCheckpoint save_checkpoint(RankContext& context, Trainer& trainer,
         placement.replica == 0
             ? write_rank_file(context, trainer, placement, tensors,
                               join(temporary, rank_file_name(file)), &budget)
-            : hash_rank_state(context, trainer, placement, tensors);
+        : placement.replicas_agree ? hash_rank_state(context, trainer, placement, tensors)
+                                   : FileDigest{};
     record.bytes = digest.bytes;
     record.xxh3 = digest.xxh3;
   });

@@ -40,5 +40,6 @@ void parse_aio(Block& root, TrainConfig& out);
 // engine options it plans with are known.
 void parse_pipeline_shape(Block& root, TrainConfig& out);
 void parse_pipeline(Block& root, TrainConfig& out);
+void parse_outer_loop(Block& root, TrainConfig& out);  // outer_loop_block.cc; after zero, pipeline
 
 }  // namespace zest::config_blocks

@@ -353,7 +353,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
               "optimizer", "zero_optimization", "data", "steps_per_print", "bf16", "fp16",
               "communication_data_type", "log", "wall_clock_breakdown", "scheduler",
               "checkpoint", "eval_every", "debug", "csv_monitor", "tensorboard", "wandb",
-              "comet", "activation_checkpointing", "pipeline", "aio"},
+              "comet", "activation_checkpointing", "pipeline", "aio", "outer_loop"},
              {{"stage", "zero_optimization.stage"},
               {"ranks", "world.ranks"},
               {"backend", "world.backend"},
@@ -415,6 +415,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   parse_debug(root, out);
   parse_monitor(root, out);
   parse_pipeline(root, out);
+  parse_outer_loop(root, out);
   check_hybrid_pipeline(out);
   refuse_quantized_gradients_pipeline(out);
   refuse_hpz_pipeline(out);

@@ -82,6 +82,21 @@ struct TrainingMemory;  // engine/job_shape.h
 using OutOfMemoryAdvice = std::function<std::string(const TrainingMemory&)>;
 
 inline constexpr int kHybridShardNode = -1;  // EngineOptions::hybrid_shard_size: one node
+inline constexpr int kOuterGroupsNode = -1;  // OuterLoopOptions::groups: one group per node
+
+// The outer loop across groups of ranks (engine/outer_loop.h; DiLoCo, Douillard et al. 2023):
+// each group trains on its own for `inner_steps` steps, then the groups average how far their
+// parameters moved and take one outer step with Nesterov momentum. groups 0: off.
+struct OuterLoopOptions {
+  int groups = 0;          // groups of consecutive ranks; kOuterGroupsNode: one per node
+  int inner_steps = 500;   // H: optimizer steps between two meetings of the groups
+  float lr = 0.7f;         // the outer optimizer's learning rate (DiLoCo's)
+  float momentum = 0.9f;   // its Nesterov momentum (DiLoCo's)
+  // Streaming DiLoCo's fragments: the units in this many runs, each meeting every inner_steps
+  // steps at its own offset, so one fragment crosses at a time. 1: the whole model meets.
+  int fragments = 1;
+  bool enabled() const { return groups != 0; }
+};
 
 struct EngineOptions {
   int stage = 0;                    // zero_optimization.stage
@@ -131,6 +146,7 @@ struct EngineOptions {
   // consecutive ranks and replicate across the groups. 0 or the world size: plain ZeRO;
   // kHybridShardNode: a node's ranks (RankContext::topology).
   int hybrid_shard_size = 0;
+  OuterLoopOptions outer_loop;  // off unless outer_loop.type is "diloco"
   // ZeRO++'s quantized collectives (engine/quantized_collectives.h), in int8 blocks of
   // quantization_block elements with an fp32 scale each: stage 3's parameter gathers (qwZ,
   // zero_optimization.zero_quantized_weights) and the gradient reduce-scatter of stages 1-3
@@ -178,6 +194,7 @@ struct MemoryPrediction {
 
 class Trainer;
 class HybridShards;  // engine/hybrid_shards.h
+class OuterGroups;   // engine/outer_loop.h
 
 // One of a rank's state tensors for one unit, as a view into the engine's buffers: the rank's
 // shard, elements [begin, end) of the unit's flat buffer (padding included).
@@ -212,6 +229,9 @@ struct CheckpointPlacement {
   std::vector<ShardLayout> units;  // the whole model's units, at `shards` ranks, in model order
   std::vector<int> unit_parts;     // the part that saves each of `units`
   std::vector<std::size_t> local_units;  // per layouts() entry: its index in `units`
+  // Whether the other replicas hold group 0's state to the bit (hybrid sharding: the writer
+  // checks that they do), or their own (the outer loop's groups: only group 0's is saved).
+  bool replicas_agree = true;
 };
 
 // The counters a resumed run needs to continue exactly.
@@ -236,10 +256,13 @@ class Engine {
   // The context the trainer runs in: this rank's, or its shard group's view of it when the
   // options ask for hybrid sharding (engine/hybrid_shards.cc).
   RankContext& trainer_context();
+  // The outer loop's: a ZeRO trainer in this rank's group, wrapped (engine/outer_loop.cc).
+  std::unique_ptr<Trainer> shard_in_groups(Module& module, std::unique_ptr<Optimizer> optimizer);
 
   RankContext& context_;
   EngineOptions options_;
   std::shared_ptr<HybridShards> hybrid_;  // made by the first shard() that needs it
+  std::shared_ptr<OuterGroups> outer_;    // the same, for the outer loop's groups
 };
 
 class Trainer {

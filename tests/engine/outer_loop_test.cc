@@ -1,0 +1,205 @@
+// The outer loop (engine/outer_loop.h, DiLoCo): two groups of two ranks train the MLP on their
+// own rows; at the meeting every rank holds the Nesterov step of the groups' mean outer gradient
+// from the first parameters, computed here in float64 from two plain runs of one group each;
+// between meetings the groups differ and after one they agree to the bit, at every stage and in
+// bf16; the outer state is host memory in the prediction and the measurement; groups that do
+// not divide the world are one line.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/outer_loop.h"
+#include "tests/engine/engine_test_support.h"
+#include "tests/support/capture_error.h"
+
+namespace zest {
+namespace {
+
+using testing::make_global_batch;
+using testing::rank_rows;
+using Parameters = std::map<std::string, std::vector<float>>;
+
+constexpr int kGlobalRows = 60;  // 15 rows a rank in a world of 4
+constexpr int kRankRows = 15;
+const std::vector<std::int64_t> kSizes = {13, 31, 17, 7};
+
+OptimizerOptions adamw() {
+  OptimizerOptions optimizer;
+  optimizer.type = "AdamW";
+  optimizer.lr = 3e-3f;
+  optimizer.weight_decay = 0.01f;
+  return optimizer;
+}
+
+struct Trained {
+  std::vector<Parameters> by_rank;  // after the last step, each world rank's full parameters
+  std::vector<std::vector<Parameters>> by_step;  // [step][rank], when asked
+  std::vector<MemoryUsage> host;
+  std::vector<MemoryPrediction> predicted;
+  std::vector<std::string> units;    // in model order
+  std::size_t shard_elements = 0;    // rank 0's shards of every unit
+  std::size_t largest_shard = 0;
+};
+
+// Trains `ranks` ranks for `steps` steps; world rank r reads block `first_block + r` of each
+// step's global batch (so two groups of a world of 4 read what two worlds of 2 read from blocks
+// 0 and 2).
+Trained train(int ranks, int steps, int first_block, const EngineOptions& base,
+              bool every_step = false) {
+  Trained result;
+  result.by_rank.resize(ranks);
+  result.by_step.assign(steps, std::vector<Parameters>(ranks));
+  result.host.resize(ranks);
+  result.predicted.resize(ranks);
+  WorldOptions world_options;
+  world_options.ranks = ranks;
+  world_options.timeout = std::chrono::seconds(60);
+  World(world_options).run([&](RankContext& context) {
+    Mlp model(MlpConfig{kSizes});
+    Engine engine(context, base);
+    auto trainer = engine.shard(model, make_optimizer(adamw()));
+    std::vector<float> inputs;
+    std::vector<std::int32_t> targets;
+    auto parameters = [&] {
+      Parameters values;
+      for (const std::string& name : trainer->parameter_names()) {
+        values[name] = trainer->full_parameter(name);
+      }
+      return values;
+    };
+    for (int step = 0; step < steps; ++step) {
+      make_global_batch(step, kGlobalRows, 13, 7, inputs, targets);
+      trainer->forward_backward(
+          rank_rows(inputs, targets, 13, first_block + context.rank, kRankRows));
+      trainer->step();
+      if (every_step) result.by_step[step][context.rank] = parameters();
+    }
+    result.by_rank[context.rank] = parameters();
+    result.host[context.rank] = context.device.host_allocator().usage();
+    result.predicted[context.rank] = trainer->predicted_memory();
+    if (context.rank != 0) return;
+    for (const ShardLayout& layout : trainer->layouts()) {
+      result.units.push_back(layout.unit_name());
+      result.shard_elements += layout.shard_length();
+      result.largest_shard = std::max(result.largest_shard, layout.shard_length());
+    }
+  });
+  return result;
+}
+
+EngineOptions with_outer_loop(int stage, int inner_steps) {
+  EngineOptions options;
+  options.stage = stage;
+  options.outer_loop.groups = 2;
+  options.outer_loop.inner_steps = inner_steps;
+  return options;
+}
+
+// Note: the outer step is computed in fp32 by every rank and in float64 here from the two
+// groups' fp32 parameters; the difference is a few fp32 roundings of values near 1 (1e-7
+// relative each), amplified by nothing. 1e-6 of the value's magnitude plus 1e-7 states that.
+TEST(OuterLoop, AMeetingIsTheNesterovStepOfTheGroupsMeanOuterGradient) {
+  constexpr int kInner = 3;
+  for (int stage : {0, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    EngineOptions plain;
+    plain.stage = stage;
+    const Parameters first = train(2, 0, 0, plain).by_rank[0];
+    const Parameters group0 = train(2, kInner, 0, plain).by_rank[0];
+    const Parameters group1 = train(2, kInner, 2, plain).by_rank[0];
+    const EngineOptions options = with_outer_loop(stage, kInner);
+    const Trained met = train(4, kInner, 0, options);
+    const double lr = options.outer_loop.lr;
+    const double mu = options.outer_loop.momentum;
+    for (const auto& [name, values] : first) {
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        const double anchor = values[i];
+        const double mean = ((anchor - group0.at(name)[i]) + (anchor - group1.at(name)[i])) / 2;
+        const double expected = anchor - lr * (mean + mu * mean);  // the momentum starts at 0
+        const float measured = met.by_rank[0].at(name)[i];
+        ASSERT_NEAR(measured, expected, 1e-6 * std::abs(expected) + 1e-7) << name << "[" << i
+                                                                          << "]";
+      }
+    }
+    EXPECT_EQ(met.by_rank[0], met.by_rank[2]);  // the groups agree to the bit
+  }
+}
+
+TEST(OuterLoop, GroupsDifferBetweenMeetingsAndAgreeAfterToTheBit) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      SCOPED_TRACE("stage " + std::to_string(stage) + ", " + dtype_name(dtype));
+      EngineOptions options = with_outer_loop(stage, 2);
+      options.compute_dtype = dtype;
+      const Trained run = train(4, 4, 0, options, true);
+      for (int step = 0; step < 4; ++step) {
+        const bool met = (step + 1) % 2 == 0;
+        EXPECT_EQ(run.by_step[step][0] == run.by_step[step][2], met) << "step " << step + 1;
+        EXPECT_EQ(run.by_step[step][0], run.by_step[step][1]);  // one group, one model
+      }
+    }
+  }
+}
+
+// The MLP's 3 units in 2 fragments: the first two units meet at steps 2, 6, ..., the last at 4,
+// 8, ... (H = 4): after each meeting the fragment that met agrees across groups, the other not.
+TEST(OuterLoop, FragmentsMeetOneAtATimeAtStaggeredSteps) {
+  EngineOptions options = with_outer_loop(3, 4);
+  options.outer_loop.fragments = 2;
+  const Trained run = train(4, 4, 0, options, true);
+  ASSERT_EQ(run.units.size(), 3u);
+  auto agree = [&](int step, const std::string& unit) {
+    for (const auto& [name, values] : run.by_step[step - 1][0]) {
+      if (name.rfind(unit + ".", 0) != 0) continue;
+      if (values != run.by_step[step - 1][2].at(name)) return false;
+    }
+    return true;
+  };
+  const std::vector<std::string>& units = run.units;
+  EXPECT_FALSE(agree(1, units[0]));
+  EXPECT_TRUE(agree(2, units[0]) && agree(2, units[1]));
+  EXPECT_FALSE(agree(2, units[2]));
+  EXPECT_FALSE(agree(3, units[0]));
+  EXPECT_TRUE(agree(4, units[2]));
+  EXPECT_FALSE(agree(4, units[0]) || agree(4, units[1]));
+}
+
+TEST(OuterLoop, TheOuterStateIsHostMemoryInThePredictionAndTheMeasurement) {
+  const Trained plain = train(4, 1, 0, [] {
+    EngineOptions options;
+    options.stage = 1;
+    return options;
+  }());
+  const Trained outer = train(4, 1, 0, with_outer_loop(1, 5));
+  // The anchor and the momentum of this rank's shard (its group's: 2 ranks), fp32, and one
+  // shard-long buffer to meet in.
+  const std::size_t outer_bytes = (2 * outer.shard_elements + outer.largest_shard) * sizeof(float);
+  EXPECT_EQ(outer.predicted[0].offload, plain.predicted[0].offload + outer_bytes);
+  EXPECT_EQ(outer.host[0].peak_of(Category::kOffload),
+            plain.host[0].peak_of(Category::kOffload) + outer_bytes);
+}
+
+TEST(OuterLoop, GroupsThatDoNotDivideTheWorldAreOneLine) {
+  EXPECT_THROW(
+      {
+        try {
+          outer_groups(3, 4, 4);
+        } catch (const Error& error) {
+          EXPECT_EQ(error.kind(), ErrorKind::kConfig);
+          EXPECT_NE(std::string(error.what()).find("outer_loop.groups: 3 groups do not divide"),
+                    std::string::npos);
+          throw;
+        }
+      },
+      Error);
+  EXPECT_EQ(outer_groups(kOuterGroupsNode, 8, 2), 4);
+  EXPECT_EQ(outer_groups(kOuterGroupsNode, 8, 8), 1);
+}
+
+}  // namespace
+}  // namespace zest
