@@ -446,8 +446,6 @@ float ZeroTrainer::evaluate(const Batch& batch) {
   return loss;
 }
 
-}
-
 ModelStateShape ZeroTrainer::model_state_shape() const {
   ModelStateShape shape;
   shape.compute_dtype = options_.compute_dtype;
