@@ -98,11 +98,11 @@ void ZeroTrainer::backward_whole(FlatUnit& unit, const Batch& batch, MicroBatchP
   // serves both.
   CallViews views = prepare_call(unit, pass, true, recompute != RecomputePolicy::kNone);
   if (input_offloaded_[u]) checkpoints_->wait_fetched(u - 1);
-  const std::string recomputed = "recompute " + unit.layout.unit_name();
   if (recompute == RecomputePolicy::kFull) {
-    call_unit(unit, batch, pass, views, &Unit::forward, recomputed, CallKind::kRecompute);
+    call_unit(unit, batch, pass, views, &Unit::forward, "recompute " + unit.layout.unit_name(),
+              CallKind::kRecompute);
   } else if (recompute == RecomputePolicy::kSelective) {
-    call_unit(unit, batch, pass, views, &Unit::recompute, recomputed);
+    call_unit(unit, batch, pass, views, &Unit::recompute, "recompute " + unit.layout.unit_name());
   }
   call_unit(unit, batch, pass, views, &Unit::backward, "backward " + unit.layout.unit_name());
   finish_call(unit, views);
