@@ -123,15 +123,18 @@ class ThreadSwapIo final : public SwapIo {
 
 class UringSwapIo final : public SwapIo {
  public:
-  // Throws the errno of io_uring_queue_init (negative) when the kernel refuses the ring.
-  explicit UringSwapIo(const SwapIoOptions& options)
+  // `status`: io_uring_queue_init's result, negative (an errno) when the kernel refused the
+  // ring; the object is then unusable and only destroyed.
+  UringSwapIo(const SwapIoOptions& options, int& status)
       : depth_(options.queue_depth < 1 ? 1 : options.queue_depth),
         single_submit_(options.single_submit),
         faults_(options.fault) {
-    const int status = io_uring_queue_init(static_cast<unsigned>(depth_), &ring_, 0);
-    if (status < 0) throw status;
+    status = io_uring_queue_init(static_cast<unsigned>(depth_), &ring_, 0);
+    ready_ = status >= 0;
   }
-  ~UringSwapIo() override { io_uring_queue_exit(&ring_); }
+  ~UringSwapIo() override {
+    if (ready_) io_uring_queue_exit(&ring_);
+  }
 
   void run(const std::vector<SwapRequest>& requests) override {
     // Note: one ring, used by one batch at a time; the store gives reads and writes an engine
@@ -217,6 +220,7 @@ class UringSwapIo final : public SwapIo {
   FaultInjector faults_;
   std::mutex mutex_;
   io_uring ring_{};
+  bool ready_ = false;
 };
 
 }  // namespace
@@ -231,9 +235,10 @@ const char* swap_backend_name(SwapBackend backend) {
 
 std::unique_ptr<SwapIo> make_swap_io(const SwapIoOptions& options) {
   if (options.backend == SwapBackend::kThreads) return std::make_unique<ThreadSwapIo>(options);
-  try {
-    return std::make_unique<UringSwapIo>(options);
-  } catch (int status) {
+  int status = 0;
+  auto ring = std::make_unique<UringSwapIo>(options, status);
+  if (status >= 0) return ring;
+  {
     const std::string why = std::strerror(-status);
     if (options.backend == SwapBackend::kIoUring) {
       throw Error(ErrorKind::kIo, "aio.backend \"io_uring\": io_uring_queue_init failed (" + why +

@@ -198,18 +198,19 @@ const BadConfig kBadConfigs[] = {
     {"NonContiguousGradients", false, {"zero_optimization.contiguous_gradients=false"},
      "zero_optimization.contiguous_gradients: false is not supported yet: zest's gradients always "
      "live in one contiguous buffer per unit; remove the key or set it to true"},
-    {"OffloadToNvme", false, {"zero_optimization.offload_optimizer.device=nvme"},
-     "zero_optimization.offload_optimizer.device: \"nvme\" is not supported yet; use \"cpu\" "
-     "(host memory) or \"none\""},
+    {"OffloadToNvmeWithoutPath", false,
+     {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=nvme"},
+     "zero_optimization.offload_optimizer.nvme_path: missing; the folder the swap files are made "
+     "under (a fast disk)"},
     {"OffloadAtStageZero", false,
      {"zero_optimization.stage=0", "zero_optimization.offload_optimizer.device=cpu"},
      "zero_optimization.offload_optimizer.device: \"cpu\" needs zero_optimization.stage 1, 2 or "
      "3 (got 0): only a sharded optimizer state is offloaded; raise the stage or set \"none\""},
     {"OffloadToAnUnknownDevice", false, {"zero_optimization.offload_optimizer.device=gpu"},
      "zero_optimization.offload_optimizer.device: must be cpu, nvme or none, got \"gpu\""},
-    {"OffloadNvmePath", false, {"zero_optimization.offload_optimizer.nvme_path=\"/nvme\""},
-     "zero_optimization.offload_optimizer.nvme_path: unknown key; allowed here: device or "
-     "pin_memory"},
+    {"OffloadNvmePathMisspelt", false, {"zero_optimization.offload_optimizer.nvme_paths=\"/nvme\""},
+     "zero_optimization.offload_optimizer.nvme_paths: unknown key; did you mean "
+     "'zero_optimization.offload_optimizer.nvme_path'?"},
     {"OffloadOptimizerAtTheTop", false, {"offload_optimizer={}"},
      "offload_optimizer: unknown key; did you mean 'zero_optimization.offload_optimizer'?"},
     {"LastBatchIteration", false,

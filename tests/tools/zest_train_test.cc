@@ -418,7 +418,7 @@ TEST_F(ZestTrain, BadDataIsAnInputError) {
 
 // zero_optimization.offload_optimizer (DeepSpeed's key): the run trains with the same losses as
 // without it, the device holds no optimizer state, and the summary reports the host arena's
-// `offload` peak beside its prediction. Stage 0 and nvme are refused as input errors.
+// `offload` peak beside its prediction. Stage 0, and nvme without an nvme_path, are refused as input errors.
 TEST_F(ZestTrain, OffloadOptimizerTrainsAndReportsTheHostArena) {
   const std::string offload =
       "zero_optimization.offload_optimizer={\"device\": \"cpu\", \"pin_memory\": true}";
@@ -454,7 +454,7 @@ TEST_F(ZestTrain, OffloadOptimizerTrainsAndReportsTheHostArena) {
                      "zero_optimization.stage 1, 2 or 3 (got 0)");
   expect_input_error({"--config", kGptConfig, "--set",
                       "zero_optimization.offload_optimizer.device=nvme"},
-                     "zero_optimization.offload_optimizer.device: \"nvme\" is not supported yet");
+                     "zero_optimization.offload_optimizer.nvme_path: missing");
 }
 
 }  // namespace
