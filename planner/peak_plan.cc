@@ -86,7 +86,7 @@ PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
     swap_bytes = trainer->swap_bytes();
   }
   PeakPrediction prediction = model_state_peaks(input);
-  prediction.nvme = swap_bytes;
+  prediction.nvme[static_cast<std::size_t>(Category::kOptimizer)] = swap_bytes;
   prediction.model_state.nvme = swap_bytes;
   const MemoryUsage usage = device.allocator().usage();
   for (Category category : all_categories()) {

@@ -27,15 +27,13 @@ struct PeakPrediction {
   std::size_t device_total = 0;  // the peak of the device's sum, not the sum of peaks
   // The memory table (docs/architecture.md): params, grads, optimizer, offload
   MemoryPrediction model_state;
-  // The NVMe tier's bytes per rank (offload_optimizer "nvme"): the swap files' size exactly, as
-  // the engine reserved it on the shape-only device. Neither device nor host memory.
-  std::size_t nvme = 0;
-
   // The host tier (the device's host arena) by category: an offloaded optimizer's state under
   // `offload`, offloaded parameter shards (offload_param) under `params`; and the peak of its sum.
   std::array<std::size_t, kCategoryCount> host_peak{};
   std::size_t host_peak_total = 0;
-  // The NVMe tier (the storage tier's swap files) by category; all 0 while nothing lives there.
+  // The NVMe tier by category (offload_optimizer "nvme": the master and the moments under
+  // `optimizer`): the swap files' size exactly, as the engine reserved it on the shape-only
+  // device. Neither device nor host memory; all 0 while nothing lives there.
   std::array<std::size_t, kCategoryCount> nvme{};
 
   std::size_t of(Category category) const { return peak[static_cast<std::size_t>(category)]; }

@@ -202,8 +202,8 @@ TEST(NvmePlan, PlannedSwapAndHostBytesAreTheRunsExactly) {
   Mlp model(MlpConfig{spec.sizes});
   const PeakPrediction plan = predict_peak(plan_input(
       model, {spec.global_batch / spec.world, spec.sizes.front()}, options, 2, spec.world));
-  EXPECT_GT(plan.nvme, 0u);
-  EXPECT_EQ(plan.nvme, swap_bytes);
+  EXPECT_GT(plan.nvme_total(), 0u);
+  EXPECT_EQ(plan.nvme_of(Category::kOptimizer), swap_bytes);
   EXPECT_EQ(plan.model_state.nvme, swap_bytes);
   EXPECT_EQ(plan.of(Category::kOffload), run.host_usage[0].peak_of(Category::kOffload));
   EXPECT_FALSE(swap_left(scratch.path("nvme")));  // the plan made no folder either

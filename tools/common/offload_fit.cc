@@ -66,7 +66,8 @@ OffloadRung plan_rung(const PeakPlanInput& input, const RungSetting& setting,
   rung.keys.push_back(fmt::format("zero_optimization.offload_param.device \"{}\"",
                                   device_text(setting.parameters)));
   if (setting.optimizer == Tier::kNvme || setting.parameters == Tier::kNvme) {
-    rung.unavailable = "the NVMe storage tier is not in this build";
+    rung.unavailable = "--fit does not plan the NVMe rungs yet (zest-estimate plans a config "
+                       "with offload_optimizer.device \"nvme\")";
     return rung;
   }
   try {
