@@ -75,6 +75,7 @@ class OuterLoop final : public Trainer {
   TrainerCounters counters() const override { return inner_->counters(); }
   void set_counters(const TrainerCounters& counters) override { inner_->set_counters(counters); }
   std::optional<CheckpointPlacement> checkpoint_placement() const override;
+  std::size_t swap_bytes() const override { return inner_->swap_bytes(); }
 
   std::int64_t meetings() const { return meetings_; }
 
