@@ -22,8 +22,10 @@ const std::string kConfig = ZEST_SOURCE_DIR "/configs/gpt_offload_param.json";
 class ZestTrainOffloadParam : public zest::testing::ScratchDirectoryTest {
  protected:
   ProcessResult train(const std::string& name, std::vector<std::string> extra) const {
+    // The config's data path is relative to the source tree, as the README runs it.
     std::vector<std::string> args = {"--config", kConfig, "--metrics", path(name + ".jsonl"),
-                                     "--set", "steps=6"};
+                                     "--set", "steps=6", "--set",
+                                     "data.path=" ZEST_SOURCE_DIR "/configs/corpus/stories.txt"};
     args.insert(args.end(), extra.begin(), extra.end());
     return zest::testing::run_program(zest::testing::kZestTrain, args,
                                       {path(name + ".out"), path(name + ".err")});
