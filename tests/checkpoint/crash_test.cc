@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -81,6 +82,14 @@ pid_t spawn_child(const std::string& root, const std::string& log) {
   return pid;
 }
 
+// What `latest` names now; empty when there is none (or it is being replaced).
+std::string read_latest(const std::string& root) {
+  std::ifstream in(root + "/latest");
+  std::string name;
+  std::getline(in, name);
+  return name;
+}
+
 TEST(CheckpointCrash, LatestAlwaysLoadsAfterSigkill) {
   ScratchDirectory scratch;
   const std::string root = scratch.path("ckpt");
@@ -94,16 +103,21 @@ TEST(CheckpointCrash, LatestAlwaysLoadsAfterSigkill) {
   for (int trial = 0; trial < kTrials; ++trial) {
     const pid_t pid = spawn_child(root, log);
     ASSERT_GT(pid, 0);
-    // Kill at a random moment: the first trials wait for the first checkpoint to appear, the
-    // others anywhere in the first 300 ms of the child's life (start-up, load, steps, saves).
-    if (trial < 2) {
+    // Kill at a random moment: the first trials wait for the first checkpoint to appear; then
+    // odd trials anywhere in the first 300 ms of the child's life (start-up, load), even ones
+    // within 20 ms after the child's first save of its own (steps and saves, a few ms each).
+    // Note: starting a process that links cuBLAS takes about 0.4 s here, so kills timed from
+    // the start alone landed before any save.
+    const std::string before = read_latest(root);
+    if (trial < 2 || trial % 2 == 0) {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      while (!fs::exists(root + "/latest") && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      while (read_latest(root) == before && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
       }
     }
+    const int window_us = trial % 2 == 0 ? 20'000 : 300'000;
     std::this_thread::sleep_for(
-        std::chrono::microseconds(std::uniform_int_distribution<int>(0, 300'000)(random)));
+        std::chrono::microseconds(std::uniform_int_distribution<int>(0, window_us)(random)));
     ::kill(pid, SIGKILL);
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
