@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "engine/zero_trainer.h"
 #include "kernels/convert.h"
+#include "runtime/host_collectives.h"
 #include "runtime/host_copies.h"
 #include "runtime/shape_communicator.h"
 #include "runtime/shape_device.h"
@@ -74,7 +75,8 @@ OuterGroups::OuterGroups(RankContext& world, int groups)
       group_(world.rank / (world.world_size / groups)),
       inside_(split_inside(world, group_, world.world_size / groups)),
       across_(split_across(world, groups, world.world_size / groups)),
-      context_(group_context(world, *inside_)) {}
+      context_(group_context(world, *inside_)),
+      across_context_(group_context(world, *across_)) {}
 
 OuterLoop::OuterLoop(OuterGroups& groups, const OuterLoopOptions& options,
                      std::unique_ptr<Trainer> inner)
@@ -145,14 +147,10 @@ StepStats OuterLoop::step(float lr) {
 float OuterLoop::evaluate(const Batch& batch) { return mean_across(inner_->evaluate(batch)); }
 
 float OuterLoop::mean_across(float value) {
-  RankContext& world = groups_.world();
-  Buffer scalar = world.allocator().allocate(sizeof(float), Category::kWorkspace);
-  write_from_host(world.device, world.comm, scalar.data(), &value, sizeof(float));
-  groups_.across().all_reduce(world.comm, scalar.data(), scalar.data(), 1, DType::kFloat32,
-                              Reduction::kMean);
   float mean = value;
-  read_to_host(world.device, world.comm, &mean, scalar.data(), sizeof(float));
-  return runs_work(world.device) ? mean : value;
+  groups_.across().label_next("outer loop's mean over the groups");
+  all_reduce_host(groups_.across_context(), &value, &mean, 1, DType::kFloat32, Reduction::kMean);
+  return runs_work(groups_.world().device) ? mean : value;
 }
 
 void OuterLoop::meet(int fragment) {

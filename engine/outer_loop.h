@@ -35,6 +35,8 @@ class OuterGroups {
   RankContext& context() { return context_; }  // the group's view of this rank
   const RankContext& context() const { return context_; }
   Communicator& across() { return *across_; }
+  // This rank among the ranks at its place in every group, for host values (a loss).
+  const RankContext& across_context() const { return across_context_; }
   int groups() const { return groups_; }
   int group() const { return group_; }
   RankContext& world() { return world_; }
@@ -46,6 +48,7 @@ class OuterGroups {
   std::unique_ptr<Communicator> inside_;
   std::unique_ptr<Communicator> across_;
   RankContext context_;
+  RankContext across_context_;
 };
 
 class OuterLoop final : public Trainer {
