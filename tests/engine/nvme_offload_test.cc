@@ -117,7 +117,7 @@ TEST(NvmeParityMore, AccumulationAndRecomputationMatch) {
     spec.accumulation = 3;
     spec.compute_dtype = dtype;
     auto with_recompute = [&](Where where) {
-      return [where, base = state_on(where, scratch.path("nvme"))](EngineOptions& options) {
+      return [base = state_on(where, scratch.path("nvme"))](EngineOptions& options) {
         base(options);
         options.activation_checkpointing.policy = RecomputePolicy::kFull;
       };
