@@ -159,7 +159,12 @@ void HostOptimizer::update(FlatUnit& unit, Optimizer& optimizer, const UpdateArg
     }
   };
   if (swapped_) {
-    swapped_->update(unit, update_piece);
+    // debug.fault "stall_nvme_write": before the middle unit's writes of the step.
+    const FaultInjection& fault = options_.fault;
+    const bool stall = fault.kind == FaultInjection::Kind::kStallNvmeWrite &&
+                       fault.hits(context_.rank_in_world(), shared_args.step) &&
+                       index == shards_.size() / 2;
+    swapped_->update(unit, update_piece, stall ? fault.stall_seconds : 0.0);
   } else {
     std::vector<float*> states;
     for (Buffer& buffer : mine.optimizer_state) states.push_back(buffer.as<float>());
