@@ -10,7 +10,9 @@ namespace zest {
 
 namespace {
 
-std::size_t round_up(std::size_t bytes, std::size_t unit) { return (bytes + unit - 1) / unit * unit; }
+std::size_t round_up(std::size_t bytes, std::size_t unit) {
+  return (bytes + unit - 1) / unit * unit;
+}
 
 SwapOptions swap_options(const EngineOptions& options) {
   SwapOptions swap = options.aio;
@@ -54,7 +56,8 @@ ParameterSwapLayout parameter_swap_layout(const std::vector<std::size_t>& shard_
     if (kept) in_host += shard;
     layout.on_nvme.push_back(!kept);
     // As SwapStore::reserve rounds it.
-    const std::size_t bytes = kept ? 0 : round_up(std::max<std::size_t>(shard * element_size, 1), kSwapAlignment);
+    const std::size_t bytes =
+        kept ? 0 : round_up(std::max<std::size_t>(shard * element_size, 1), kSwapAlignment);
     layout.region_bytes.push_back(bytes);
     largest = std::max(largest, bytes);
   }
@@ -98,9 +101,9 @@ void SwappedParameters::allocate(const std::vector<FlatUnit>& units) {
   for (std::size_t u = 0; u < units.size(); ++u) {
     last_read_.push_back(context_.device.create_host_event());
     last_written_.push_back(context_.device.create_host_event());
-    regions_.push_back(layout.on_nvme[u] ? std::make_unique<SwapRegion>(store_.reserve(
-                                               shards[u] * element_size_))
-                                         : nullptr);
+    regions_.push_back(layout.on_nvme[u]
+                           ? std::make_unique<SwapRegion>(store_.reserve(shards[u] * element_size_))
+                           : nullptr);
   }
   piece_bytes_ = layout.piece_bytes;
   Allocator& host = context_.device.host_allocator();

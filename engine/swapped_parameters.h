@@ -25,12 +25,12 @@ namespace zest {
 // Where each unit's parameter shard lives with offload_param "nvme" and what the host holds for
 // it; the engine lays the tier out by it and the planner's replay counts with it.
 struct ParameterSwapLayout {
-  std::vector<bool> on_nvme;     // per unit; false: kept in host memory (max_in_cpu)
+  std::vector<bool> on_nvme;              // per unit; false: kept in host memory (max_in_cpu)
   std::vector<std::size_t> region_bytes;  // per unit on NVMe: its shard rounded to whole blocks
-  std::size_t piece_bytes = 0;   // what one host buffer holds (0: no unit on NVMe)
-  std::size_t buffers = 0;       // how many host buffers
-  std::size_t swap_bytes() const;        // the swap files' size
-  std::size_t buffer_bytes() const;      // the host buffers', each a block more for alignment
+  std::size_t piece_bytes = 0;            // what one host buffer holds (0: no unit on NVMe)
+  std::size_t buffers = 0;                // how many host buffers
+  std::size_t swap_bytes() const;         // the swap files' size
+  std::size_t buffer_bytes() const;       // the host buffers', each a block more for alignment
 };
 // `shard_lengths`: each unit's shard in elements of `element_size` bytes.
 ParameterSwapLayout parameter_swap_layout(const std::vector<std::size_t>& shard_lengths,
@@ -80,11 +80,11 @@ class SwappedParameters {
  private:
   struct Slot {
     Buffer buffer;
-    char* data = nullptr;                 // aligned to kSwapAlignment inside buffer
-    std::unique_ptr<Event> read;          // host: the read stream filled it
-    std::unique_ptr<Event> copied;        // device: the caller's stream copied in or out
-    std::unique_ptr<Event> written;       // host: the write stream wrote it out
-    Event* released = nullptr;            // the last of those that ends a use
+    char* data = nullptr;            // aligned to kSwapAlignment inside buffer
+    std::unique_ptr<Event> read;     // host: the read stream filled it
+    std::unique_ptr<Event> copied;   // device: the caller's stream copied in or out
+    std::unique_ptr<Event> written;  // host: the write stream wrote it out
+    Event* released = nullptr;       // the last of those that ends a use
   };
   const SwapRegion* region_of(const FlatUnit& unit) const;
   Slot& next_slot();
@@ -95,7 +95,7 @@ class SwappedParameters {
   std::size_t element_size_ = 4;
   SwapStore store_;
   std::vector<std::unique_ptr<SwapRegion>> regions_;  // per unit; null: in host memory
-  std::size_t piece_bytes_ = kSwapAlignment;           // what one buffer holds
+  std::size_t piece_bytes_ = kSwapAlignment;          // what one buffer holds
   std::vector<Slot> slots_;
   std::size_t next_slot_ = 0;
   std::vector<std::unique_ptr<Event>> last_read_;     // per unit, by the read stream

@@ -26,14 +26,14 @@ namespace zest {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::run_mlp;
 using testing::RunResult;
 using testing::RunSpec;
+using testing::same_bits;
 using testing::ScratchDirectory;
+using testing::train_mlp;
 using testing::TrainResult;
 using testing::TrainSpec;
-using testing::run_mlp;
-using testing::same_bits;
-using testing::train_mlp;
 
 enum class Where { kNone, kCpu, kNvme, kNvmeThreads };
 
@@ -55,7 +55,8 @@ std::function<void(EngineOptions&)> parameters_on(Where where, const std::string
     options.aio.io.thread_count = 2;
     options.aio.io.fault = fault;
     if (where == Where::kNone) return;
-    options.offload_param.device = where == Where::kCpu ? OffloadDevice::kCpu : OffloadDevice::kNvme;
+    options.offload_param.device =
+        where == Where::kCpu ? OffloadDevice::kCpu : OffloadDevice::kNvme;
     options.offload_param.nvme_path = nvme_path;
     options.offload_param.buffer_count = 2;
     options.offload_param.buffer_size = 64;
@@ -71,7 +72,9 @@ bool same_training(const RunResult& a, const RunResult& b) {
   return true;
 }
 
-bool swap_left(const std::string& nvme_path) { return fs::exists(fs::path(nvme_path) / "zest-swap"); }
+bool swap_left(const std::string& nvme_path) {
+  return fs::exists(fs::path(nvme_path) / "zest-swap");
+}
 
 // ---------------------------------------------------------------------------------------------
 // Parity: none, cpu, nvme (io_uring) and nvme (threads) are the same bits.
@@ -101,20 +104,20 @@ TEST_P(ParameterNvmeParity, LossesAndParametersAreTheBitsOfNoneAndCpu) {
   const RunResult threads = run_mlp(spec);
   EXPECT_TRUE(same_training(none, cpu));
   EXPECT_TRUE(same_training(none, on_nvme));
-  EXPECT_TRUE(same_training(on_nvme, threads));  // the pread/pwrite fallback
+  EXPECT_TRUE(same_training(on_nvme, threads));        // the pread/pwrite fallback
   EXPECT_LT(none.losses.back(), none.losses.front());  // it trained
   EXPECT_FALSE(swap_left(nvme));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    WorldsDtypesOptimizer, ParameterNvmeParity,
-    ::testing::Combine(::testing::Values(1, 2, 3, 4),
-                       ::testing::Values(DType::kFloat32, DType::kBFloat16), ::testing::Bool()),
-    [](const auto& info) {
-      return "world" + std::to_string(std::get<0>(info.param)) + "_" +
-             dtype_name(std::get<1>(info.param)) +
-             (std::get<2>(info.param) ? "_optimizer_on_nvme" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(WorldsDtypesOptimizer, ParameterNvmeParity,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                                            ::testing::Values(DType::kFloat32, DType::kBFloat16),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return "world" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  dtype_name(std::get<1>(info.param)) +
+                                  (std::get<2>(info.param) ? "_optimizer_on_nvme" : "");
+                         });
 
 // The GPT: the tied head borrows the embedding, accumulation, recomputation.
 struct GptCase {
@@ -271,7 +274,8 @@ TEST_P(ParameterNvmeCheckpoint, ResumesAtAnyPlacementAsTheUninterruptedRun) {
   second.resume = scratch.path("ckpt");
   const TrainResult resumed = train_mlp(second);
   ASSERT_EQ(resumed.losses.size(), 3u);
-  for (const auto& [step, loss] : resumed.losses) EXPECT_EQ(loss, reference.losses.at(step)) << step;
+  for (const auto& [step, loss] : resumed.losses)
+    EXPECT_EQ(loss, reference.losses.at(step)) << step;
   for (const auto& [name, values] : reference.params) {
     EXPECT_TRUE(same_bits(values, resumed.params.at(name))) << name;
   }
@@ -280,9 +284,12 @@ TEST_P(ParameterNvmeCheckpoint, ResumesAtAnyPlacementAsTheUninterruptedRun) {
 
 const char* where_name(Where where) {
   switch (where) {
-    case Where::kNone: return "none";
-    case Where::kCpu: return "cpu";
-    default: return "nvme";
+    case Where::kNone:
+      return "none";
+    case Where::kCpu:
+      return "cpu";
+    default:
+      return "nvme";
   }
 }
 
@@ -365,9 +372,12 @@ INSTANTIATE_TEST_SUITE_P(Kinds, ParameterNvmeFailure,
                                            SwapFaultKind::kNoSpace),
                          [](const auto& info) {
                            switch (info.param) {
-                             case SwapFaultKind::kIoError: return std::string("eio");
-                             case SwapFaultKind::kShortRead: return std::string("short_read");
-                             default: return std::string("enospc");
+                             case SwapFaultKind::kIoError:
+                               return std::string("eio");
+                             case SwapFaultKind::kShortRead:
+                               return std::string("short_read");
+                             default:
+                               return std::string("enospc");
                            }
                          });
 

@@ -5,20 +5,19 @@
 // the checkpoint trains bit for bit as the uninterrupted run. Where the kernel refuses io_uring
 // (here: a queue deeper than io_uring's 32768 entries, refused with EINVAL) the tier falls back
 // to pread/pwrite threads, says so once for the whole process, and trains the same bits.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/types.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "tests/checkpoint/checkpoint_test_support.h"
 #include "tests/support/subprocess.h"
@@ -44,16 +43,21 @@ class ZestTrainNvmeCrash : public ::testing::Test {
     json config = {
         {"model", {{"type", "mlp"}, {"sizes", {16, 64, 64, 10}}}},
         {"data", {{"type", "synthetic"}}},
-        {"world", {{"backend", "local"}, {"ranks", 2}, {"device_memory", "64MiB"}, {"timeout_s", 60}}},
+        {"world",
+         {{"backend", "local"}, {"ranks", 2}, {"device_memory", "64MiB"}, {"timeout_s", 60}}},
         {"steps", 6},
         {"train_batch_size", 16},
         {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.003}}}}},
         {"zero_optimization",
          {{"stage", 3},
           {"sub_group_size", 256},
-          {"offload_optimizer", {{"device", "nvme"}, {"nvme_path", path("nvme")}, {"buffer_count", 2}}},
+          {"offload_optimizer",
+           {{"device", "nvme"}, {"nvme_path", path("nvme")}, {"buffer_count", 2}}},
           {"offload_param",
-           {{"device", "nvme"}, {"nvme_path", path("nvme")}, {"buffer_size", 2048}, {"max_in_cpu", 0}}}}},
+           {{"device", "nvme"},
+            {"nvme_path", path("nvme")},
+            {"buffer_size", 2048},
+            {"max_in_cpu", 0}}}}},
         {"checkpoint", {{"dir", path("ckpt")}, {"every_steps", 2}, {"save_on_exit", false}}},
         {"steps_per_print", 1}};
     if (!fault.is_null()) config["debug"] = {{"fault", fault}};
@@ -85,19 +89,19 @@ class ZestTrainNvmeCrash : public ::testing::Test {
 
 TEST_F(ZestTrainNvmeCrash, KilledMidWriteResumesFromTheLastCheckpointBitIdentically) {
   const std::string plain = write_config(nullptr);
-  const ProcessResult whole = testing::run_program(
-      kBinary, {"--config", plain, "--set", "checkpoint.dir=" + path("whole-ckpt"),
-                "--metrics", path("whole.jsonl")},
-      files("whole"));
+  const ProcessResult whole =
+      testing::run_program(kBinary,
+                           {"--config", plain, "--set", "checkpoint.dir=" + path("whole-ckpt"),
+                            "--metrics", path("whole.jsonl")},
+                           files("whole"));
   ASSERT_EQ(whole.status, 0) << whole.err;
   EXPECT_THAT(whole.out, HasSubstr("parameters offloaded to nvme"));
 
   // Step 3's writes stall on rank 0 after half the units were written: killed there.
   const std::string faulty = write_config(
       {{"kind", "stall_nvme_write"}, {"rank", 0}, {"step", 3}, {"stall_seconds", 600}});
-  const pid_t pid =
-      testing::start_program(kBinary, {"--config", faulty, "--metrics", path("killed.jsonl")},
-                             files("killed"));
+  const pid_t pid = testing::start_program(
+      kBinary, {"--config", faulty, "--metrics", path("killed.jsonl")}, files("killed"));
   ASSERT_GT(pid, 0);  // not kill(-1, ...) below
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (testing::read_whole_file(path("killed.err")).find("stall_nvme_write") ==
@@ -114,8 +118,8 @@ TEST_F(ZestTrainNvmeCrash, KilledMidWriteResumesFromTheLastCheckpointBitIdentica
   EXPECT_FALSE(fs::is_empty(path("nvme") + "/zest-swap"));
 
   const ProcessResult resumed = testing::run_program(
-      kBinary, {"--config", plain, "--resume", path("ckpt") + "/step-2", "--metrics",
-                path("resumed.jsonl")},
+      kBinary,
+      {"--config", plain, "--resume", path("ckpt") + "/step-2", "--metrics", path("resumed.jsonl")},
       files("resumed"));
   ASSERT_EQ(resumed.status, 0) << resumed.err;
   EXPECT_THAT(resumed.out, HasSubstr("at step 2"));
@@ -131,16 +135,18 @@ TEST_F(ZestTrainNvmeCrash, KilledMidWriteResumesFromTheLastCheckpointBitIdentica
 TEST_F(ZestTrainNvmeCrash, RefusedIoUringFallsBackToThreadsSaidOnceWithTheSameBits) {
   const std::string plain = write_config(nullptr);
   const ProcessResult uring = testing::run_program(
-      kBinary, {"--config", plain, "--set", "steps=3", "--set", "checkpoint.dir=", "--metrics",
-                path("uring.jsonl")},
+      kBinary,
+      {"--config", plain, "--set", "steps=3", "--set", "checkpoint.dir=" + path("uring-ckpt"),
+       "--metrics", path("uring.jsonl")},
       files("uring"));
   ASSERT_EQ(uring.status, 0) << uring.err;
   EXPECT_THAT(uring.err, ::testing::Not(HasSubstr("io_uring unavailable")));
   // Every rank opens two stores (parameters, optimizer), each an engine per direction: eight
   // refusals, one line.
   const ProcessResult threads = testing::run_program(
-      kBinary, {"--config", plain, "--set", "steps=3", "--set", "checkpoint.dir=", "--set",
-                "aio={\"queue_depth\": 1048576}", "--metrics", path("threads.jsonl")},
+      kBinary,
+      {"--config", plain, "--set", "steps=3", "--set", "checkpoint.dir=" + path("threads-ckpt"),
+       "--set", "aio={\"queue_depth\": 1048576}", "--metrics", path("threads.jsonl")},
       files("threads"));
   ASSERT_EQ(threads.status, 0) << threads.err;
   std::size_t said = 0;
