@@ -9,6 +9,7 @@
 #include "engine/swapped_parameters.h"
 #include "engine/swapped_state.h"
 #include "kernels/convert.h"
+#include "runtime/shape_device.h"
 
 namespace zest {
 
@@ -73,12 +74,10 @@ void HostOptimizer::allocate(const std::vector<FlatUnit>& units, std::size_t opt
     HostShards& mine = shards_.at(static_cast<std::size_t>(unit.index));
     const std::size_t shard = unit.layout.shard_length();
     mine.transfer = host.allocate(shard * element_size(), Category::kOffload);
-    if (parameters_ != nullptr) {
+    if (parameters_ != nullptr && runs_work(context_.device)) {
       // Written to NVMe whole, padding included, so the padding must be zeros (the gradient
-      // copies never touch it).
-      stream_->enqueue([data = mine.transfer.data(), bytes = mine.transfer.bytes()] {
-        std::memset(data, 0, bytes);
-      });
+      // copies never touch it). Now, on the host: no stream has touched it yet.
+      std::memset(mine.transfer.data(), 0, mine.transfer.bytes());
     }
     if (swapped_) continue;  // master and states are on NVMe (SwappedState::allocate)
     // Note: in fp32 compute the device's parameters are their own master weights; offloaded, the
