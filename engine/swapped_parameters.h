@@ -2,8 +2,9 @@
 // (memory/swap_store.h, under offload_param.nvme_path), one region per unit, and move through
 // `buffer_count` host buffers of up to `buffer_size` elements each: a read stream brings a piece
 // of a shard into a buffer and the caller's stream copies it to the device; the caller's stream
-// copies a piece into a buffer and a write stream writes it. The first units whose shards fit in
-// `max_in_cpu` elements stay in host memory as with "cpu" (holds() says which are on NVMe).
+// copies a piece into a buffer and a write stream writes it. Units, in order, stay in host memory as
+// with "cpu" while their shards fit in what is left of `max_in_cpu` elements (holds() says which
+// are on NVMe).
 // Owns the store, the buffers, the two I/O streams and the events between them and the caller's
 // streams. Invariant: a unit's shard is read only after its last write has finished and
 // written only after its last read; a buffer is refilled only after its last user has finished.
@@ -49,7 +50,7 @@ class SwappedParameters {
   SwappedParameters(const SwappedParameters&) = delete;
   SwappedParameters& operator=(const SwappedParameters&) = delete;
 
-  // Chooses the units on NVMe (all but the first that fit in max_in_cpu), reserves their regions
+  // Chooses the units on NVMe (those max_in_cpu has no room left for), reserves their regions
   // and the host buffers (host tier, category params), and opens the store: the free-space
   // check, then the preallocated files (the shape-only device's store reserves only).
   void allocate(const std::vector<FlatUnit>& units);
