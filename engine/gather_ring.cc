@@ -95,7 +95,7 @@ GatherRingLayout gather_ring_layout(const GatherRingSizing& sizing) {
 
 GatherRing::GatherRing(Device& device, const GatherRingLayout& layout, DType dtype,
                        ShardFetch fetch_shard)
-    : device_(device), dtype_(dtype), fetch_shard_(std::move(fetch_shard)),
+    : dtype_(dtype), fetch_shard_(std::move(fetch_shard)),
       class_of_(layout.class_of), cursor_(layout.classes.size(), 0) {
   for (std::size_t c = 0; c < layout.classes.size(); ++c) {
     // Note: one slot is correct but serial (each gather waits for the previous unit's compute);

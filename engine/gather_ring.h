@@ -110,7 +110,6 @@ class GatherRing {
   Slot& held_slot(const FlatUnit& unit);
   Slot& take_free_slot(int unit_index);
 
-  Device& device_;
   DType dtype_;
   ShardFetch fetch_shard_;
   QuantizedGather* quantized_ = nullptr;
