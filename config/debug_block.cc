@@ -23,7 +23,8 @@ constexpr int kMostStallSeconds = 86400;
 void parse_fault(json& value, TrainConfig& out) {
   Block block(value, "debug.fault", {"kind", "rank", "step", "unit", "stall_seconds"});
   FaultInjection& fault = out.engine.fault;
-  const std::vector<std::string> kinds = {"throw", "stall", "nan_gradient", "fail_allocation"};
+  const std::vector<std::string> kinds = {"throw", "stall", "nan_gradient", "fail_allocation",
+                                          "stall_nvme_write"};
   const std::string kind = read_string(block.require("kind", "one of " + one_of(kinds)),
                                        block.path("kind"));
   fault.kind = fault_kind_from_name(kind);

@@ -12,11 +12,7 @@ OffloadDevice read_param_device(Block& block) {
   const std::string device = read_string(block.get_or("device", "none"), block.path("device"));
   if (device == "none") return OffloadDevice::kNone;
   if (device == "cpu") return OffloadDevice::kCpu;
-  if (device == "nvme") {
-    config_error(block.path("device"),
-                 "\"nvme\" is not supported yet (the NVMe storage tier is not in this build); "
-                 "use \"cpu\" (host memory) or \"none\"");
-  }
+  if (device == "nvme") return OffloadDevice::kNvme;
   config_error(block.path("device"), "must be none, cpu or nvme, got \"" + device + "\"");
 }
 
@@ -57,9 +53,18 @@ void parse_offload_param(Block& zero, TrainConfig& out) {
       block.get_or("max_in_cpu", offload.max_in_cpu), block.path("max_in_cpu"), 0));
   offload.pin_memory = read_bool(block.get_or("pin_memory", false), block.path("pin_memory"));
   if (offload.enabled()) refuse_combinations(block, out);
+  if (offload.device == OffloadDevice::kNvme && offload.nvme_path.empty()) {
+    config_error(block.path("nvme_path"),
+                 "device \"nvme\" needs a folder for the swap files (a fast disk), got \"\"");
+  }
 }
 
 void refuse_offload_param_pipeline(const TrainConfig& out) {
+  if (out.engine.offload_param.device == OffloadDevice::kNvme && out.engine.outer_loop.enabled()) {
+    config_error("zero_optimization.offload_param.device",
+                 "\"nvme\" is not supported with outer_loop, which reads the parameter shards "
+                 "in place; set the device to \"cpu\" or \"none\", or leave outer_loop out");
+  }
   if (!out.pipeline.enabled() || !out.engine.offload_param.enabled()) return;
   config_error("zero_optimization.offload_param.device",
                "offloaded parameters inside pipeline stages are not supported yet, and "

@@ -185,8 +185,11 @@ struct MemoryPrediction {
   std::size_t grads = 0;
   std::size_t optimizer = 0;
   std::size_t offload = 0;  // host memory, not the device's: not in total()
-  std::size_t nvme = 0;     // the NVMe tier's swap files (offload_optimizer "nvme"): no memory
-  // offload_param: the parameter shards, in host memory (then `params` is 0); not in total()
+  // the NVMe tier's swap files (offload_optimizer and offload_param "nvme"): no memory
+  std::size_t nvme = 0;
+  std::size_t nvme_params = 0;  // of which offload_param's (the rest are the optimizer's)
+  // offload_param: the parameter shards, in host memory (then `params` is 0; with "nvme" the
+  // host buffers they stream through, and the shards kept under max_in_cpu); not in total()
   std::size_t host_params = 0;
   std::size_t total() const { return params + grads + optimizer; }
   std::size_t host_total() const { return offload + host_params; }

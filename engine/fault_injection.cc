@@ -7,6 +7,7 @@ FaultInjection::Kind fault_kind_from_name(const std::string& name) {
   if (name == "stall") return FaultInjection::Kind::kStall;
   if (name == "nan_gradient") return FaultInjection::Kind::kNanGradient;
   if (name == "fail_allocation") return FaultInjection::Kind::kFailAllocation;
+  if (name == "stall_nvme_write") return FaultInjection::Kind::kStallNvmeWrite;
   return FaultInjection::Kind::kNone;
 }
 

@@ -9,7 +9,11 @@
 //                    step (loss scaling's overflow path); fp32 / bf16 stop with a kDivergence
 //                    Error "non-finite gradient at step k on rank r, unit u";
 //   fail_allocation  the rank's first activation allocation of the step fails: the out-of-memory
-//                    message.
+//                    message;
+//   stall_nvme_write with offload_optimizer "nvme", the rank's NVMe write stream sleeps
+//                    `stall_seconds` in the middle of the step's optimizer writes (before the
+//                    middle unit's), after one stderr line saying so: the swap files are half
+//                    updated, so that a kill -9 then is a crash mid-write (tests of resume).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +22,7 @@
 namespace zest {
 
 struct FaultInjection {
-  enum class Kind { kNone, kThrow, kStall, kNanGradient, kFailAllocation };
+  enum class Kind { kNone, kThrow, kStall, kNanGradient, kFailAllocation, kStallNvmeWrite };
   Kind kind = Kind::kNone;
   int rank = 0;
   std::int64_t step = 1;      // counted as StepStats::step: the first step is 1

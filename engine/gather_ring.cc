@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "base/error.h"
 #include "engine/secondary_partition.h"
@@ -93,8 +94,8 @@ GatherRingLayout gather_ring_layout(const GatherRingSizing& sizing) {
 }
 
 GatherRing::GatherRing(Device& device, const GatherRingLayout& layout, DType dtype,
-                       bool shards_on_host)
-    : device_(device), dtype_(dtype), shards_on_host_(shards_on_host),
+                       ShardFetch fetch_shard)
+    : dtype_(dtype), fetch_shard_(std::move(fetch_shard)),
       class_of_(layout.class_of), cursor_(layout.classes.size(), 0) {
   for (std::size_t c = 0; c < layout.classes.size(); ++c) {
     // Note: one slot is correct but serial (each gather waits for the previous unit's compute);
@@ -145,7 +146,7 @@ void* GatherRing::pin(const FlatUnit& unit, Stream& comm, Stream& compute,
     slot = &take_free_slot(unit.index);
     // The slot's previous unit may still be read by work already enqueued.
     comm.wait(*slot->unpinned);
-    if (shards_on_host_) {
+    if (fetch_shard_) {
       fetch_and_gather(unit, comm, communicator, slot->buffer.data());
     } else if (secondary) {
       secondary->gather(unit, comm, slot->buffer.data(), quantized_);
@@ -173,7 +174,7 @@ void GatherRing::fetch_and_gather(const FlatUnit& unit, Stream& comm,
   char* place = static_cast<char*>(slot) + static_cast<std::size_t>(communicator.rank()) * shard_bytes;
   // Note: the fetch is on the gathering stream, so it runs exactly as far ahead of compute as
   // the ring's gathers do, and the slot's rank-th shard is where the all-gather would put it.
-  device_.copy(comm, place, unit.params.data(), shard_bytes);
+  fetch_shard_(unit, comm, place);
   if (communicator.world_size() == 1) return;  // one rank: the shard is the whole unit
   communicator.label_next(("gather " + unit.layout.unit_name()).c_str());
   communicator.all_gather(comm, place, slot, shard, dtype_);

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -57,12 +58,15 @@ struct GatherRingLayout {
 // Throws a kConfig Error when stage3_max_live_parameters is below what one computation needs.
 GatherRingLayout gather_ring_layout(const GatherRingSizing& sizing);
 
+// offload_param: puts `unit`'s shard (in the host tier or on NVMe) at `device` in `stream` order.
+using ShardFetch = std::function<void(const FlatUnit& unit, Stream& stream, void* device)>;
+
 class GatherRing {
  public:
-  // With `shards_on_host` (offload_param) a unit's shard lives in the device's host tier: pin()
-  // copies it into its place in the slot on the gathering stream, then gathers in place.
+  // With `fetch_shard` (offload_param) a unit's shard lives off the device: pin() fetches it
+  // into its place in the slot on the gathering stream, then gathers in place.
   GatherRing(Device& device, const GatherRingLayout& layout, DType dtype,
-             bool shards_on_host = false);
+             ShardFetch fetch_shard = {});
 
   // Makes `unit`'s full flat parameters present, pins its slot and returns them (valid for
   // `compute` work enqueued after this call until unpin()). With `secondary` (hpZ), it gathers
@@ -100,15 +104,14 @@ class GatherRing {
   };
 
   Slot* find(int unit);
-  // offload_param: the host's shard into its place in `slot`, then the all-gather in place.
+  // offload_param: the shard fetched into its place in `slot`, then the all-gather in place.
   void fetch_and_gather(const FlatUnit& unit, Stream& comm, Communicator& communicator,
                         void* slot);
   Slot& held_slot(const FlatUnit& unit);
   Slot& take_free_slot(int unit_index);
 
-  Device& device_;
   DType dtype_;
-  bool shards_on_host_ = false;
+  ShardFetch fetch_shard_;
   QuantizedGather* quantized_ = nullptr;
   std::vector<int> class_of_;
   std::vector<Slot> slots_;

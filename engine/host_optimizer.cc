@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <utility>
+#include <vector>
 
+#include "engine/swapped_parameters.h"
 #include "engine/swapped_state.h"
 #include "kernels/convert.h"
+#include "runtime/shape_device.h"
 
 namespace zest {
 
@@ -32,8 +36,10 @@ std::vector<std::pair<std::size_t, std::size_t>> parameter_runs(const FlatUnit& 
 }  // namespace
 
 HostOptimizer::HostOptimizer(RankContext& context, const EngineOptions& options,
-                             const StagePlan& plan, std::size_t unit_count)
-    : context_(context), options_(options), plan_(plan), shards_(unit_count) {
+                             const StagePlan& plan, std::size_t unit_count,
+                             SwappedParameters* parameters)
+    : context_(context), options_(options), plan_(plan), shards_(unit_count),
+      parameters_(parameters) {
   for (std::size_t i = 0; i < unit_count; ++i) {
     gradients_on_host_.push_back(context.device.create_event());  // recorded by comm
     updated_.push_back(context.device.create_host_event());       // by the host stream
@@ -68,6 +74,11 @@ void HostOptimizer::allocate(const std::vector<FlatUnit>& units, std::size_t opt
     HostShards& mine = shards_.at(static_cast<std::size_t>(unit.index));
     const std::size_t shard = unit.layout.shard_length();
     mine.transfer = host.allocate(shard * element_size(), Category::kOffload);
+    if (parameters_ != nullptr && runs_work(context_.device)) {
+      // Written to NVMe whole, padding included, so the padding must be zeros (the gradient
+      // copies never touch it). Now, on the host: no stream has touched it yet.
+      std::memset(mine.transfer.data(), 0, mine.transfer.bytes());
+    }
     if (swapped_) continue;  // master and states are on NVMe (SwappedState::allocate)
     // Note: in fp32 compute the device's parameters are their own master weights; offloaded, the
     // host needs its own fp32 copy to update, so the master exists at every compute dtype.
@@ -147,7 +158,12 @@ void HostOptimizer::update(FlatUnit& unit, Optimizer& optimizer, const UpdateArg
     }
   };
   if (swapped_) {
-    swapped_->update(unit, update_piece);
+    // debug.fault "stall_nvme_write": before the middle unit's writes of the step.
+    const FaultInjection& fault = options_.fault;
+    const bool stall = fault.kind == FaultInjection::Kind::kStallNvmeWrite &&
+                       fault.hits(context_.rank_in_world(), shared_args.step) &&
+                       index == shards_.size() / 2;
+    swapped_->update(unit, update_piece, stall ? fault.stall_seconds : 0.0);
   } else {
     std::vector<float*> states;
     for (Buffer& buffer : mine.optimizer_state) states.push_back(buffer.as<float>());
@@ -156,9 +172,15 @@ void HostOptimizer::update(FlatUnit& unit, Optimizer& optimizer, const UpdateArg
   host.record(*updated_[index]);
 
   // Back to the device on the comm stream: the rounded shard (2-byte) or the master itself.
+  void* updated = two_byte || swapped_ ? mine.transfer.data() : mine.master.data();
+  if (parameters_ != nullptr && parameters_->holds(unit)) {
+    // offload_param "nvme": written from the host; no read of the old shard (the update starts
+    // from the master), and comm waits for the write before the next gradients fill `transfer`.
+    parameters_->store_from_host(unit, updated, *updated_[index], comm);
+    return;
+  }
   comm.wait(*updated_[index]);
   void* params = byte_offset(unit.params.data(), params_shard_offset(unit) * element_size());
-  void* updated = two_byte || swapped_ ? mine.transfer.data() : mine.master.data();
   for (const auto& [offset, count] : parameter_runs(unit, shard_begin)) {
     context_.device.copy(comm, byte_offset(params, offset * element_size()),
                          byte_offset(updated, offset * element_size()), count * element_size());
@@ -171,6 +193,10 @@ void HostOptimizer::state_loaded(const std::vector<FlatUnit>& units) {
   // from the loaded parameter shard.
   for (const FlatUnit& unit : units) {
     const std::size_t shard_begin = unit.layout.shard_range(context_.rank).begin;
+    if (parameters_ != nullptr && parameters_->holds(unit)) {
+      master_from_swapped_parameters(unit);
+      continue;
+    }
     const float* params = unit.params.as<float>() + params_shard_offset(unit);
     if (swapped_) {
       swapped_->master_from_parameters(unit, params);
@@ -180,6 +206,28 @@ void HostOptimizer::state_loaded(const std::vector<FlatUnit>& units) {
     for (const auto& [offset, count] : parameter_runs(unit, shard_begin)) {
       context_.device.copy(context_.comm, mine.master.as<float>() + offset, params + offset,
                            count * sizeof(float));
+    }
+  }
+}
+
+void HostOptimizer::master_from_swapped_parameters(const FlatUnit& unit) {
+  context_.synchronize();
+  synchronize();
+  parameters_->synchronize();
+  const std::size_t shard = unit.layout.shard_length();
+  // Note: a piece at a time, never the whole shard in host memory beside the state's own.
+  constexpr std::size_t kPiece = std::size_t{4} << 20;  // elements
+  std::vector<float> piece(std::min(shard, kPiece));
+  HostShards& mine = shards_.at(static_cast<std::size_t>(unit.index));
+  const auto master = swapped_ ? swapped_->access(static_cast<std::size_t>(unit.index), 0)
+                               : std::function<void(bool, std::size_t, std::size_t, void*)>{};
+  for (std::size_t first = 0; first < shard; first += piece.size()) {
+    const std::size_t count = std::min(piece.size(), shard - first);
+    parameters_->read(unit, first, count, piece.data());
+    if (master) {
+      master(true, first, count, piece.data());
+    } else {
+      std::memcpy(mine.master.as<float>() + first, piece.data(), count * sizeof(float));
     }
   }
 }

@@ -22,7 +22,8 @@
 
 namespace zest {
 
-class SwappedState;  // engine/swapped_state.h
+class SwappedState;       // engine/swapped_state.h
+class SwappedParameters;  // engine/swapped_parameters.h
 
 class HostOptimizer {
  public:
@@ -32,8 +33,10 @@ class HostOptimizer {
     Buffer transfer;                      // compute dtype: gradients in, parameters out
   };
 
+  // `parameters` (offload_param "nvme"): where the updated shards of the units it holds go,
+  // written from the host instead of copied to `params`; null otherwise.
   HostOptimizer(RankContext& context, const EngineOptions& options, const StagePlan& plan,
-                std::size_t unit_count);
+                std::size_t unit_count, SwappedParameters* parameters = nullptr);
   ~HostOptimizer();  // drains the host stream
   HostOptimizer(const HostOptimizer&) = delete;
   HostOptimizer& operator=(const HostOptimizer&) = delete;
@@ -61,6 +64,8 @@ class HostOptimizer {
   // The rank's shard of the device's parameters: all of `params` when they are sharded, the
   // rank's slice of the full unit before.
   std::size_t params_shard_offset(const FlatUnit& unit) const;
+  // fp32, after a checkpoint load: the master of a unit whose shard is on NVMe, a piece at a time.
+  void master_from_swapped_parameters(const FlatUnit& unit);
 
   RankContext& context_;
   const EngineOptions& options_;
@@ -72,6 +77,7 @@ class HostOptimizer {
   std::vector<std::unique_ptr<Event>> gradients_on_host_;  // per unit, recorded by comm
   std::vector<std::unique_ptr<Event>> updated_;            // per unit, by the host stream
   std::unique_ptr<SwappedState> swapped_;  // drains its own streams when it goes
+  SwappedParameters* parameters_ = nullptr;  // the trainer's; outlives this
   // The last member: drained and destroyed before the events and buffers its work uses.
   std::unique_ptr<Stream> stream_;
 };

@@ -7,6 +7,7 @@
 
 #include "base/byte_size.h"
 #include "engine/stage_plan.h"
+#include "engine/swapped_parameters.h"
 
 namespace zest {
 
@@ -53,6 +54,23 @@ MemoryPrediction predict_model_state(const ModelStateShape& model, int stage, in
     prediction.offload += largest_shard * sizeof(float);
   }
   if (offload_param) prediction.host_params = std::exchange(prediction.params, 0);
+  return prediction;
+}
+
+MemoryPrediction predict_model_state(const ModelStateShape& model, int stage, int world_size,
+                                     bool offload_optimizer,
+                                     const OffloadParamOptions& offload_param) {
+  MemoryPrediction prediction = predict_model_state(model, stage, world_size, offload_optimizer,
+                                                    offload_param.enabled());
+  if (offload_param.device != OffloadDevice::kNvme) return prediction;
+  std::vector<std::size_t> shards;
+  for (const UnitShapes& unit : model.units) {
+    shards.push_back(
+        ShardLayout::build(unit.name, unit.params, world_size, model.alignment).shard_length());
+  }
+  const std::size_t element = dtype_size(model.compute_dtype);
+  account_parameter_swap(prediction, parameter_swap_layout(shards, element, offload_param),
+                         shards, element);
   return prediction;
 }
 

@@ -43,6 +43,12 @@ ModelStateShape describe_model_state(Module& module, DType compute_dtype,
 // the parameters offloaded (stage 3) their shards are `host_params` and `params` is 0.
 MemoryPrediction predict_model_state(const ModelStateShape& model, int stage, int world_size,
                                      bool offload_optimizer = false, bool offload_param = false);
+// The same with offload_param's options: with "nvme" the shards on NVMe are `nvme` (and
+// `nvme_params`) instead of `host_params`, which holds the host buffers they move through
+// (engine/swapped_parameters.h lays them out).
+MemoryPrediction predict_model_state(const ModelStateShape& model, int stage, int world_size,
+                                     bool offload_optimizer,
+                                     const OffloadParamOptions& offload_param);
 
 // For an out-of-memory while allocating the model state: what this configuration needs per rank
 // and the smallest change that fits `capacity` (a higher stage first, then offload_optimizer,

@@ -1,6 +1,7 @@
 #include "engine/parameter_gatherer.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace zest {
 
@@ -15,7 +16,7 @@ ParameterGatherer::ParameterGatherer(RankContext& context, const EngineOptions& 
   if (hpz > 0) secondary_ = std::make_unique<SecondaryPartition>(context, hpz, options.compute_dtype);
 }
 
-void ParameterGatherer::allocate_ring(const std::vector<FlatUnit>& units) {
+void ParameterGatherer::allocate_ring(const std::vector<FlatUnit>& units, ShardFetch fetch_shard) {
   // Note: a shard group of one rank holds each unit whole in its shard, so the shard itself is
   // handed out (pin's path for stages 1-2) and a ring slot would only copy it: at one rank the
   // GPT's embedding slot alone was 49 MiB of a 500 MiB peak at vocabulary 50257.
@@ -33,7 +34,7 @@ void ParameterGatherer::allocate_ring(const std::vector<FlatUnit>& units) {
   }
   layout_ = gather_ring_layout(sizing);
   ring_ = std::make_unique<GatherRing>(context_.device, layout_, options_.compute_dtype,
-                                       offloaded);
+                                       std::move(fetch_shard));
   if (options_.quantized_weights) {
     std::vector<ShardLayout> layouts;
     for (const FlatUnit& unit : units) layouts.push_back(unit.layout);

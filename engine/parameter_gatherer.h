@@ -35,7 +35,8 @@ class ParameterGatherer {
   // options and the units, and with hpZ the secondary partition (category secondary); no ring
   // in a shard group of one rank (gathers_at), where pin() hands out the shard, which is the
   // whole unit.
-  void allocate_ring(const std::vector<FlatUnit>& units);
+  // With offload_param, `fetch_shard` puts a unit's shard into its slot (parameter_offload.h).
+  void allocate_ring(const std::vector<FlatUnit>& units, ShardFetch fetch_shard = {});
 
   // The unit's full flat parameters in the compute dtype, for compute work enqueued next (pinned
   // in a ring slot at stage 3) until unpin().

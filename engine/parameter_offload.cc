@@ -18,8 +18,15 @@ void check_parameter_offload(const EngineOptions& options) {
                     "): only stage 3 shards the parameters; set the stage to 3 or the device "
                     "to \"none\"");
   }
-  if (offload.device != OffloadDevice::kCpu) {
-    throw Error(ErrorKind::kConfig, key + ": only \"cpu\" (host memory) or \"none\" for now");
+  if (offload.device == OffloadDevice::kNvme && offload.nvme_path.empty()) {
+    throw Error(ErrorKind::kConfig,
+                "zero_optimization.offload_param.nvme_path: \"nvme\" needs the folder its swap "
+                "files go under; set nvme_path or the device to \"cpu\"");
+  }
+  if (offload.device == OffloadDevice::kNvme && options.outer_loop.enabled()) {
+    throw Error(ErrorKind::kConfig,
+                key + ": \"nvme\" is not supported with outer_loop, which reads the parameter "
+                      "shards in place; set the device to \"cpu\" or \"none\"");
   }
   if (options.quantized_weights || options.hpz_partition_size > 1) {
     throw Error(ErrorKind::kConfig,
@@ -34,17 +41,42 @@ Allocator& parameter_allocator(RankContext& context, const EngineOptions& option
                                          : context.device.allocator();
 }
 
+ShardFetch shard_fetch(RankContext& context, const EngineOptions& options,
+                       SwappedParameters* swapped) {
+  if (!options.offload_param.enabled()) return {};
+  const std::size_t element = dtype_size(options.compute_dtype);
+  return [&context, swapped, element](const FlatUnit& unit, Stream& stream, void* device) {
+    if (swapped != nullptr && swapped->holds(unit)) {
+      swapped->fetch(unit, stream, device);
+    } else {
+      context.device.copy(stream, device, unit.params.data(), unit.layout.shard_length() * element);
+    }
+  };
+}
+
 StagedShard::StagedShard(RankContext& context, const EngineOptions& options, FlatUnit& unit,
-                         Stream& stream)
+                         Stream& stream, SwappedParameters* swapped, bool read_values)
     : context_(context), unit_(unit), stream_(stream) {
   if (!options.offload_param.enabled()) return;
-  staged_ = context.allocator().allocate(unit.params.bytes(), Category::kWorkspace);
-  context.device.copy(stream, staged_.data(), unit.params.data(), unit.params.bytes());
+  if (swapped != nullptr && swapped->holds(unit)) swapped_ = swapped;
+  const std::size_t bytes = unit.layout.shard_length() * dtype_size(options.compute_dtype);
+  staged_ = context.allocator().allocate(bytes, Category::kWorkspace);
+  if (!read_values) {
+    context.device.fill_zero(stream, staged_.data(), bytes);  // the padding stays zero
+  } else if (swapped_) {
+    swapped_->fetch(unit, stream, staged_.data());
+  } else {
+    context.device.copy(stream, staged_.data(), unit.params.data(), bytes);
+  }
 }
 
 void StagedShard::write_back() {
   if (staged_.empty()) return;
-  context_.device.copy(stream_, unit_.params.data(), staged_.data(), staged_.bytes());
+  if (swapped_) {
+    swapped_->store(unit_, stream_, staged_.data());
+  } else {
+    context_.device.copy(stream_, unit_.params.data(), staged_.data(), staged_.bytes());
+  }
   release_after(context_.device, stream_, std::move(staged_));
 }
 

@@ -1,7 +1,10 @@
 #include "engine/swapped_state.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <thread>
 #include <cstring>
 #include <string>
 
@@ -112,8 +115,16 @@ void SwappedState::initialize(const FlatUnit& unit, const float* master) {
   }
 }
 
-void SwappedState::update(const FlatUnit& unit, const SubGroupWork& work) {
+void SwappedState::update(const FlatUnit& unit, const SubGroupWork& work, double stall_seconds) {
   const auto index = static_cast<std::size_t>(unit.index);
+  if (stall_seconds > 0.0) {
+    writes_->enqueue([stall_seconds, rank = context_.rank_in_world(), index] {
+      std::fprintf(stderr, "zest: debug.fault stall_nvme_write: rank %d stalls the optimizer's "
+                   "NVMe writes before unit %zu for %g s\n", rank, index, stall_seconds);
+      std::fflush(stderr);
+      std::this_thread::sleep_for(std::chrono::duration<double>(stall_seconds));
+    });
+  }
   const std::vector<SubGroup>& groups = groups_.at(index);
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const SubGroup& group = groups[g];

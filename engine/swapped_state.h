@@ -44,7 +44,9 @@ class SwappedState {
   using SubGroupWork = std::function<void(std::size_t begin, std::size_t end, float* master,
                                           const std::vector<float*>& states)>;
   // Each sub-group of `unit` in turn: read in, `work` enqueued on the host stream, written back.
-  void update(const FlatUnit& unit, const SubGroupWork& work);
+  // `stall_seconds` > 0 (debug.fault "stall_nvme_write"): the write stream says so on stderr and
+  // sleeps that long before the unit's first write.
+  void update(const FlatUnit& unit, const SubGroupWork& work, double stall_seconds = 0.0);
 
   // Checkpoint access (StateShard::swap) to tensor `tensor` of the unit's state (0: master,
   // 1 + s: state s), a piece at a time, blocking. Call between steps, after synchronize().

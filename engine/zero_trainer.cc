@@ -179,10 +179,14 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
   for (std::size_t i = 0; i < kRecomputeLag; ++i) {
     lag_events_.push_back(context_.device.create_event());
   }
+  if (options_.offload_param.device == OffloadDevice::kNvme) {
+    swapped_params_ = std::make_unique<SwappedParameters>(context_, options_);
+  }
   gatherer_ = std::make_unique<ParameterGatherer>(context_, options_, plan_, units_.size());
   borrowed_ = std::make_unique<BorrowedUnits>(context_, options_.compute_dtype, units_, *gatherer_);
   if (options_.offload_optimizer.enabled()) {
-    host_ = std::make_unique<HostOptimizer>(context_, options_, plan_, units_.size());
+    host_ = std::make_unique<HostOptimizer>(context_, options_, plan_, units_.size(),
+                                            swapped_params_.get());
   }
   try {
     allocate_model_state();
@@ -217,12 +221,15 @@ ZeroTrainer::~ZeroTrainer() {
 void ZeroTrainer::allocate_state() {
   Allocator& allocator = context_.allocator();
   const bool two_byte = options_.compute_dtype != DType::kFloat32;
+  if (swapped_params_) swapped_params_->allocate(units_);
   for (FlatUnit& unit : units_) {
     const std::size_t full = unit.layout.flat_length();
     const std::size_t shard = unit.layout.shard_length();
     const std::size_t optimizer_length = plan_.optimizer_length(full, shard) * sizeof(float);
-    unit.params = parameter_allocator(context_, options_)
-                      .allocate(plan_.params_length(full, shard) * element_size(), Category::kParams);
+    if (!swapped_params_ || !swapped_params_->holds(unit)) {
+      unit.params = parameter_allocator(context_, options_)
+                        .allocate(plan_.params_length(full, shard) * element_size(), Category::kParams);
+    }
     unit.grads =
         allocator.allocate(plan_.grads_length(full, shard) * element_size(), Category::kGrads);
     // Offloaded, the master and the states live in the host arena (HostOptimizer::allocate).
@@ -237,7 +244,7 @@ void ZeroTrainer::allocate_state() {
     }
     context_.device.fill_zero(context_.compute, unit.grads.data(), unit.grads.bytes());
   }
-  gatherer_->allocate_ring(units_);
+  gatherer_->allocate_ring(units_, shard_fetch(context_, options_, swapped_params_.get()));
   loss_buffer_ = allocator.allocate(sizeof(float), Category::kWorkspace);
   checks_ = std::make_unique<GradientChecks>(context_, options_.compute_dtype, units_.size());
   GradientReducer::FinalShard final_shard;
@@ -285,8 +292,12 @@ void ZeroTrainer::initialize_parameters() {
     // Drawn on the host, written in compute-stream order (a copy to the device on CUDA).
     std::vector<unsigned char> params(length * element_size());
     cpu::convert(values.data(), DType::kFloat32, params.data(), options_.compute_dtype, length);
-    write_from_host(context_.device, context_.compute, unit.params.data(), params.data(),
-                    params.size());
+    if (swapped_params_ && swapped_params_->holds(unit)) {
+      swapped_params_->write(unit, 0, length, params.data());  // blocking, before any step
+    } else {
+      write_from_host(context_.device, context_.compute, unit.params.data(), params.data(),
+                      params.size());
+    }
     // The master starts from the fp32 draw itself, not from its 2-byte rounding, so every
     // stage starts from the same master weights.
     initialize_master(unit, values.data() + (plan_.optimizer_first(shard_begin) - first));

@@ -30,6 +30,7 @@
 #include "engine/model_state.h"
 #include "engine/parameter_gatherer.h"
 #include "engine/stage_plan.h"
+#include "engine/swapped_parameters.h"
 #include "optim/loss_scaler.h"
 
 namespace zest {
@@ -209,6 +210,9 @@ class ZeroTrainer final : public Trainer {
   // host from its forward to its backward, and the copies that move it.
   std::vector<bool> input_offloaded_;
   std::unique_ptr<CheckpointOffload> checkpoints_;
+  // offload_param "nvme": the parameter shards on NVMe. Before the gatherer, whose ring fetches
+  // through it, so it goes after the ring.
+  std::unique_ptr<SwappedParameters> swapped_params_;
   Buffer loss_buffer_;  // one float the last unit writes the micro-batch loss to
   std::unique_ptr<GradientChecks> checks_;
   std::unique_ptr<ParameterGatherer> gatherer_;

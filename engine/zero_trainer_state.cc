@@ -24,8 +24,16 @@ std::vector<StateShard> ZeroTrainer::state_shards(std::size_t index) {
   Buffer& master = host_ ? host_->shards(index).master : unit.master;
   std::vector<Buffer>& states = host_ ? host_->shards(index).optimizer_state : unit.optimizer_state;
   std::vector<StateShard> shards;
-  shards.push_back({"params", options_.compute_dtype,
-                    shard_of(unit.params, !plan_.params_sharded, options_.compute_dtype), shard.begin, shard.end});
+  if (swapped_params_ && swapped_params_->holds(unit)) {
+    // offload_param "nvme": moved a piece at a time between the swap files and the host.
+    swapped_params_->synchronize();
+    shards.push_back({"params", options_.compute_dtype, nullptr, shard.begin, shard.end,
+                      swapped_params_->access(unit)});
+  } else {
+    shards.push_back({"params", options_.compute_dtype,
+                      shard_of(unit.params, !plan_.params_sharded, options_.compute_dtype),
+                      shard.begin, shard.end});
+  }
   // Note: an offloaded fp32 run keeps a host master too, but it equals the parameters between
   // steps, so its checkpoint holds what a run without offload holds (and either loads it).
   SwappedState* swapped = host_ ? host_->swapped() : nullptr;
@@ -66,7 +74,7 @@ void ZeroTrainer::initialize_master(FlatUnit& unit, const float* values) {
 MemoryPrediction ZeroTrainer::predicted_memory() const {
   MemoryPrediction prediction =
       predict_model_state(model_state_shape(), plan_.stage, context_.world_size, offloaded(),
-                          options_.offload_param.enabled());
+                          options_.offload_param);
   if (const SwappedState* swapped = host_ ? host_->swapped() : nullptr) {
     // On NVMe the master and the states are in the swap files; the host keeps the transfer
     // shards and the buffers the sub-groups stream through.
@@ -75,14 +83,15 @@ MemoryPrediction ZeroTrainer::predicted_memory() const {
       state_bytes += unit.layout.shard_length() * sizeof(float) * (1 + optimizer_->state_count());
     }
     prediction.offload = prediction.offload - state_bytes + swapped->host_bytes();
-    prediction.nvme = swapped->swap_bytes();
+    prediction.nvme += swapped->swap_bytes();  // offload_param's are counted already
   }
   return prediction;
 }
 
 std::size_t ZeroTrainer::swap_bytes() const {
   const SwappedState* swapped = host_ ? host_->swapped() : nullptr;
-  return swapped ? swapped->swap_bytes() : 0;
+  return (swapped ? swapped->swap_bytes() : 0) +
+         (swapped_params_ ? swapped_params_->swap_bytes() : 0);
 }
 
 void ZeroTrainer::state_loaded() {
@@ -153,7 +162,7 @@ std::vector<float> ZeroTrainer::full_parameter(const std::string& name) {
       if (plan_.params_sharded) {
         gathered = context_.allocator().allocate(unit.layout.flat_length() * element_size(),
                                                  Category::kWorkspace);
-        StagedShard shard(context_, options_, unit, context_.comm);
+        StagedShard shard(context_, options_, unit, context_.comm, swapped_params_.get());
         context_.communicator.all_gather(context_.comm, shard.data(), gathered.data(),
                                          unit.layout.shard_length(), options_.compute_dtype);
         context_.comm.synchronize();

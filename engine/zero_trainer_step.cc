@@ -121,7 +121,8 @@ void ZeroTrainer::update_unit(FlatUnit& unit, const UpdateArgs& shared_args) {
     widened = context_.allocator().allocate(length * sizeof(float), Category::kWorkspace);
   }
   // offload_param: the optimizer updates a device copy of the host's shard, written back after.
-  StagedShard staged(context_, options_, unit, compute);
+  // In 2-byte compute the update writes every parameter from the master: nothing to read.
+  StagedShard staged(context_, options_, unit, compute, swapped_params_.get(), !two_byte);
   for (const FlatUnit::UpdateRange& range : unit.update_ranges) {
     UpdateArgs args = shared_args;
     args.decay = range.decay;

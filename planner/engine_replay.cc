@@ -76,7 +76,7 @@ std::size_t EngineReplay::largest_shard() const {
 void EngineReplay::construct() {
   const MemoryPrediction state =
       predict_model_state(input_.model, options_.stage, input_.world_size,
-                          options_.offload_optimizer.enabled(), options_.offload_param.enabled());
+                          options_.offload_optimizer.enabled(), options_.offload_param);
   ledger_.allocate(state.params, Category::kParams);
   ledger_.allocate(state.grads, Category::kGrads);
   ledger_.allocate(state.optimizer, Category::kOptimizer);
@@ -412,7 +412,10 @@ PeakPrediction EngineReplay::result() const {
   prediction.device_total = ledger_.total_peak();
   prediction.model_state =
       predict_model_state(input_.model, options_.stage, input_.world_size,
-                          options_.offload_optimizer.enabled(), options_.offload_param.enabled());
+                          options_.offload_optimizer.enabled(), options_.offload_param);
+  // The replay knows offload_param's swap files from the memory table (the optimizer's are
+  // laid out by sub-group only in the engine).
+  prediction.nvme[static_cast<std::size_t>(Category::kParams)] = prediction.model_state.nvme_params;
   prediction.peak[static_cast<std::size_t>(Category::kOffload)] =
       prediction.model_state.offload + checkpoint_host_bytes_;
   // The host tier holds only what lives there for the whole run, so its peak is its sum.

@@ -22,8 +22,7 @@ PeakPrediction model_state_peaks(const PeakPlanInput& input) {
   PeakPrediction prediction;
   prediction.model_state =
       predict_model_state(input.model, input.engine.stage, input.world_size,
-                          input.engine.offload_optimizer.enabled(),
-                          input.engine.offload_param.enabled());
+                          input.engine.offload_optimizer.enabled(), input.engine.offload_param);
   const MemoryPrediction& state = prediction.model_state;
   prediction.peak[static_cast<std::size_t>(Category::kParams)] = state.params;
   prediction.peak[static_cast<std::size_t>(Category::kGrads)] = state.grads;
@@ -32,6 +31,7 @@ PeakPrediction model_state_peaks(const PeakPlanInput& input) {
   prediction.device_total = state.total();
   prediction.set_host(Category::kOffload, state.offload);
   prediction.set_host(Category::kParams, state.host_params);
+  prediction.nvme[static_cast<std::size_t>(Category::kParams)] = state.nvme_params;
   return prediction;
 }
 
@@ -72,6 +72,7 @@ PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
   ShapeModule module(input);
   Engine engine(context, options);
   std::size_t swap_bytes = 0;
+  std::size_t parameter_swap_bytes = 0;
   {
     const std::unique_ptr<Trainer> trainer =
         engine.shard(module, shape_optimizer(input.model.optimizer_states));
@@ -84,9 +85,13 @@ PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
       if (input.synchronize_between_steps) context.comm.synchronize();
     }
     swap_bytes = trainer->swap_bytes();
+    parameter_swap_bytes = trainer->predicted_memory().nvme_params;
   }
   PeakPrediction prediction = model_state_peaks(input);
-  prediction.nvme[static_cast<std::size_t>(Category::kOptimizer)] = swap_bytes;
+  // The swap files as the engine reserved them: offload_param's under params, the optimizer's
+  // state under optimizer.
+  prediction.nvme[static_cast<std::size_t>(Category::kParams)] = parameter_swap_bytes;
+  prediction.nvme[static_cast<std::size_t>(Category::kOptimizer)] = swap_bytes - parameter_swap_bytes;
   prediction.model_state.nvme = swap_bytes;
   const MemoryUsage usage = device.allocator().usage();
   for (Category category : all_categories()) {

@@ -173,7 +173,8 @@ const BadConfig kBadConfigs[] = {
     {"FaultOnARankBeyondTheWorld", false, {"debug.fault={\"kind\": \"throw\", \"rank\": 2}"},
      "debug.fault.rank: must be below world.ranks (2), got 2"},
     {"UnknownFaultKind", false, {"debug.fault={\"kind\": \"explode\"}"},
-     "debug.fault.kind: must be throw, stall, nan_gradient or fail_allocation, got \"explode\""},
+     "debug.fault.kind: must be throw, stall, nan_gradient, fail_allocation or stall_nvme_write, "
+     "got \"explode\""},
     {"FaultInAUnitTheModelLacks", false,
      {"debug.fault={\"kind\": \"nan_gradient\", \"unit\": \"block1\"}"},
      "debug.fault.unit: must name a unit of the model (layer0 or layer1), got \"block1\""},

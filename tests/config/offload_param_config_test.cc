@@ -58,6 +58,30 @@ TEST(OffloadParamConfig, CpuAtStageThreeAloneOrWithTheOptimizer) {
   EXPECT_TRUE(config.engine.offload_optimizer.enabled());
 }
 
+TEST(OffloadParamConfig, NvmeAtStageThreeWithItsPathAndBuffers) {
+  json config = with_param_offload({{"device", "nvme"},
+                                    {"nvme_path", "/tmp/zest-nvme"},
+                                    {"buffer_count", 3},
+                                    {"buffer_size", 4096},
+                                    {"max_in_cpu", 0}});
+  config["zero_optimization"]["offload_optimizer"] = {{"device", "nvme"},
+                                                      {"nvme_path", "/tmp/zest-nvme"}};
+  const TrainConfig parsed = parse_train_config(config, {});
+  const OffloadParamOptions& offload = parsed.engine.offload_param;
+  EXPECT_EQ(offload.device, OffloadDevice::kNvme);
+  EXPECT_EQ(offload.nvme_path, "/tmp/zest-nvme");
+  EXPECT_EQ(offload.buffer_count, 3u);
+  EXPECT_EQ(offload.buffer_size, 4096u);
+  EXPECT_EQ(offload.max_in_cpu, 0u);
+  EXPECT_EQ(parsed.json["zero_optimization"]["offload_param"]["device"], "nvme");
+}
+
+TEST(OffloadParamConfig, NvmeWithTheOuterLoopIsRefused) {
+  json config = with_param_offload({{"device", "nvme"}, {"nvme_path", "/tmp"}});
+  config["outer_loop"] = {{"type", "diloco"}, {"groups", 2}};
+  EXPECT_THAT(config_error(config), HasSubstr("outer_loop"));
+}
+
 TEST(OffloadParamConfig, BelowStageThreeIsOneLineSayingWhy) {
   for (int stage : {0, 1, 2}) {
     json config = with_param_offload({{"device", "cpu"}});
@@ -76,8 +100,9 @@ TEST(OffloadParamConfig, BelowStageThreeIsOneLineSayingWhy) {
 TEST(OffloadParamConfig, BadValuesNameTheirKey) {
   EXPECT_THAT(config_error(with_param_offload({{"device", "gpu"}})),
               HasSubstr("zero_optimization.offload_param.device: must be none, cpu or nvme"));
-  EXPECT_THAT(config_error(with_param_offload({{"device", "nvme"}, {"nvme_path", "/tmp"}})),
-              HasSubstr("\"nvme\" is not supported yet"));
+  EXPECT_THAT(config_error(with_param_offload({{"device", "nvme"}})),
+              HasSubstr("zero_optimization.offload_param.nvme_path: device \"nvme\" needs a "
+                        "folder"));
   EXPECT_THAT(config_error(with_param_offload({{"device", "cpu"}, {"buffer_count", 0}})),
               HasSubstr("zero_optimization.offload_param.buffer_count: must be an integer >= 1"));
   EXPECT_THAT(config_error(with_param_offload({{"device", "cpu"}, {"buffer_size", -3}})),

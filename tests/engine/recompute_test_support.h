@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -41,6 +42,8 @@ struct Job {
   // zero_optimization.offload_param "cpu" (stage 3). Last: suites initialize the fields above
   // in order.
   bool offload_param = false;
+  // Any other engine options, set last (offload_param "nvme" and its buffers, say).
+  std::function<void(EngineOptions&)> configure_engine = {};
 };
 
 inline ActivationCheckpointing policy(RecomputePolicy kind, bool cpu = false) {
@@ -78,6 +81,7 @@ inline Training run_gpt(const Job& job) {
     options.activation_checkpointing = job.checkpointing;
     if (job.offload_optimizer) options.offload_optimizer.device = OffloadDevice::kCpu;
     if (job.offload_param) options.offload_param.device = OffloadDevice::kCpu;
+    if (job.configure_engine) job.configure_engine(options);
     Engine engine(context, options);
     OptimizerOptions optimizer;
     optimizer.lr = 3e-3f;

@@ -20,7 +20,9 @@ std::string setup(int ranks, const EngineOptions& engine) {
   return fmt::format("{} rank{}, stage {}, {}{}{}", ranks, ranks == 1 ? "" : "s", engine.stage,
                      dtype_name(engine.compute_dtype),
                      engine.offload_optimizer.enabled() ? ", optimizer offloaded" : "",
-                     engine.offload_param.enabled() ? ", parameters offloaded" : "");
+                     engine.offload_param.device == OffloadDevice::kNvme ? ", parameters on nvme"
+                     : engine.offload_param.enabled()                    ? ", parameters offloaded"
+                                                                         : "");
 }
 
 std::string describe_model(const ModelConfig& model) {

@@ -67,7 +67,7 @@ OffloadRung plan_rung(const PeakPlanInput& input, const RungSetting& setting,
                                   device_text(setting.parameters)));
   if (setting.optimizer == Tier::kNvme || setting.parameters == Tier::kNvme) {
     rung.unavailable = "--fit does not plan the NVMe rungs yet (zest-estimate plans a config "
-                       "with offload_optimizer.device \"nvme\")";
+                       "whose offload_optimizer or offload_param device is \"nvme\")";
     return rung;
   }
   try {

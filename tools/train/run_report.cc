@@ -58,8 +58,15 @@ std::string describe_run(const TrainConfig& config, std::size_t parameter_count)
   if (config.engine.gradient_clipping > 0) {
     line += fmt::format(", clip {}", config.engine.gradient_clipping);
   }
-  if (config.engine.offload_optimizer.enabled()) line += ", optimizer offloaded to cpu";
-  if (config.engine.offload_param.enabled()) line += ", parameters offloaded to cpu";
+  auto tier = [](const auto& offload) {
+    return offload.device == OffloadDevice::kNvme ? "nvme" : "cpu";
+  };
+  if (config.engine.offload_optimizer.enabled()) {
+    line += std::string(", optimizer offloaded to ") + tier(config.engine.offload_optimizer);
+  }
+  if (config.engine.offload_param.enabled()) {
+    line += std::string(", parameters offloaded to ") + tier(config.engine.offload_param);
+  }
   if (config.data.type != "synthetic") line += ", data " + config.data.path;
   return line;
 }
@@ -104,7 +111,9 @@ void print_host_params(const std::vector<std::size_t>& measured,
     line += fmt::format("{}rank {} {} (predicted {})", rank == 0 ? "" : ", ", rank,
                         format_bytes(measured[rank]), format_bytes(predicted[rank].host_params));
   }
-  if (any) Console::say("host params (offload_param's shards in the host arena): " + line);
+  if (any) {
+    Console::say("host params (offload_param's shards or NVMe buffers in the host arena): " + line);
+  }
 }
 
 MemoryUsage rank_memory_usage(Device& device) {
