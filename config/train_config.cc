@@ -319,7 +319,7 @@ static void refuse_hpz_pipeline(const TrainConfig& out) {
 
 void parse_checkpoint(Block& root, TrainConfig& out) {
   Block block(root.object_or_empty("checkpoint"), "checkpoint",
-              {"dir", "every_steps", "keep_last", "save_on_exit", "resume"});
+              {"dir", "every_steps", "keep_last", "save_on_exit", "async", "resume"});
   CheckpointConfig& checkpoint = out.checkpoint;
   checkpoint.dir = read_string(block.get_or("dir", ""), block.path("dir"));
   checkpoint.every_steps =
@@ -328,6 +328,7 @@ void parse_checkpoint(Block& root, TrainConfig& out) {
       read_integer_at_least(block.get_or("keep_last", 0), block.path("keep_last"), 0);
   checkpoint.save_on_exit =
       read_bool(block.get_or("save_on_exit", true), block.path("save_on_exit"));
+  checkpoint.async = read_bool(block.get_or("async", false), block.path("async"));
   checkpoint.resume = read_string(block.get_or("resume", ""), block.path("resume"));
   if (checkpoint.dir.empty() && checkpoint.every_steps > 0) {
     config_error(block.path("dir"), "missing; checkpoint.every_steps needs a directory to save in");

@@ -66,6 +66,7 @@ struct CheckpointConfig {
   std::int64_t every_steps = 0;   // save after every this many steps; 0: only on exit
   std::int64_t keep_last = 0;     // step directories kept after a save; 0: all
   bool save_on_exit = true;       // save at the end and on SIGINT / SIGTERM (needs dir)
+  bool async = false;             // write in the background while training goes on
   std::string resume;             // "": start fresh; "auto": dir's latest if any; else a path
 };
 

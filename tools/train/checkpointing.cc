@@ -76,7 +76,30 @@ int StopSignals::caught() { return caught_signal.load(); }
 
 bool StopSignals::saving() { return saves_in_progress.load() > 0; }
 
-TrainCheckpoints::TrainCheckpoints(const TrainConfig& config) : config_(config) {}
+TrainCheckpoints::TrainCheckpoints(const TrainConfig& config) : config_(config) {
+  if (config.checkpoint.async && !config.checkpoint.dir.empty()) {
+    CheckpointOptions options;
+    options.dir = config.checkpoint.dir;
+    options.keep_last = static_cast<int>(config.checkpoint.keep_last);
+    async_ = std::make_unique<AsyncCheckpointWriter>(options);
+  }
+}
+
+TrainCheckpoints::~TrainCheckpoints() {
+  if (!async_ || async_->pending_step() < 0 || rank_ != 0) return;
+  Console::say(fmt::format("zest-train: warning: abandoned the checkpoint of step {} still being "
+                           "written; {}/latest names the previous one",
+                           async_->pending_step(), config_.checkpoint.dir));
+}
+
+void TrainCheckpoints::finish(RankContext& context) {
+  if (!async_) return;
+  const auto start = std::chrono::steady_clock::now();
+  const std::optional<SavedCheckpoint> saved = async_->finish(context);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (saved) announce(context, *saved, ms);
+}
 
 std::int64_t TrainCheckpoints::resume(RankContext& context, Trainer& trainer) {
   const bool leader = context.rank == 0;
@@ -134,9 +157,15 @@ bool TrainCheckpoints::stop_requested(RankContext& context) const {
 }
 
 bool TrainCheckpoints::after_step(RankContext& context, Trainer& trainer, std::int64_t step) {
+  rank_ = context.rank;
   const bool stop = stop_requested(context);
   const CheckpointConfig& checkpoint = config_.checkpoint;
   if (checkpoint.dir.empty()) return stop;
+  if (async_) {
+    if (const std::optional<SavedCheckpoint> published = async_->poll(context)) {
+      announce(context, *published, 0.0);
+    }
+  }
   const bool periodic = checkpoint.every_steps > 0 && step % checkpoint.every_steps == 0;
   const bool at_exit = checkpoint.save_on_exit && (stop || step == config_.steps);
   if ((periodic || at_exit) && last_saved_ != step) save(context, trainer, step);
@@ -156,14 +185,36 @@ void TrainCheckpoints::save(RankContext& context, Trainer& trainer, std::int64_t
     Saving() { ++saves_in_progress; }
     ~Saving() { --saves_in_progress; }
   };
+  if (async_) {
+    // Snapshot, wait for the previous save's writer and publish it, start this one's writer.
+    const std::optional<SavedCheckpoint> published = [&] {
+      const Saving saving;
+      return async_->save(context, trainer, config_.json, extra);
+    }();
+    last_saved_ = step;
+    if (published) announce(context, *published, 0.0);
+    if (context.rank == 0) {
+      const AsyncSaveStats& stats = async_->stats();
+      Console::say(fmt::format("zest-train: checkpoint of step {} snapshot ({}, {:.0f} ms; waited "
+                               "{:.0f} ms for the previous writer), writing in the background",
+                               step, format_bytes(stats.snapshot_bytes), stats.snapshot_s * 1e3,
+                               stats.wait_s * 1e3));
+    }
+    return;
+  }
   const SavedCheckpoint saved = [&] {
     const Saving saving;
     return save_checkpoint(context, trainer, options, config_.json, extra);
   }();
   last_saved_ = step;
-  if (context.rank != 0) return;
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  announce(context, saved, ms);
+}
+
+void TrainCheckpoints::announce(const RankContext& context, const SavedCheckpoint& saved,
+                                double ms) const {
+  if (context.rank != 0) return;
   Console::say(fmt::format("zest-train: saved checkpoint {} ({}, {:.0f} ms)", saved.path,
                            format_bytes(saved.bytes), ms));
   for (const std::string& warning : saved.warnings) {

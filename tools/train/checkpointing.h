@@ -7,7 +7,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <utility>
+
+#include "checkpoint/async_writer.h"
 
 #include "engine/engine.h"
 #include "runtime/world.h"
@@ -36,6 +39,9 @@ class TrainCheckpoints {
  public:
   // `config` is the resolved config (stored in every manifest); it must outlive this.
   explicit TrainCheckpoints(const TrainConfig& config);
+  // With checkpoint.async, a save still being written when the rank unwinds (an error) is
+  // abandoned: rank 0 names it, and `latest` keeps naming the previous checkpoint.
+  ~TrainCheckpoints();
 
   // A collective, before the first step: loads the checkpoint checkpoint.resume names, if any,
   // and returns the first step to run (1 for a fresh run). Rank 0 prints what it resumed.
@@ -46,15 +52,23 @@ class TrainCheckpoints {
   // A collective, after step `step`: saves when due (every_steps, the last step, a stop) and
   // returns true when training must stop now (stop_requested).
   bool after_step(RankContext& context, Trainer& trainer, std::int64_t step);
+  // A collective after the last step: waits for a background write (checkpoint.async) and
+  // publishes it.
+  void finish(RankContext& context);
+  // Seconds the step loop waited for the previous save's writer, over the run (async only).
+  double wait_s() const { return async_ ? async_->stats().total_wait_s : 0.0; }
   // Runs on this rank just before each save (zest-train syncs its metrics log there).
   void before_save(std::function<void()> hook) { before_save_ = std::move(hook); }
 
  private:
   void save(RankContext& context, Trainer& trainer, std::int64_t step);
+  void announce(const RankContext& context, const SavedCheckpoint& saved, double ms) const;
 
   const TrainConfig& config_;
   std::function<void()> before_save_;
   std::int64_t last_saved_ = -1;
+  std::unique_ptr<AsyncCheckpointWriter> async_;  // checkpoint.async
+  int rank_ = 0;
 };
 
 }  // namespace zest

@@ -332,6 +332,7 @@ void train_rank(RankContext& context, RunState& run) {
       break;
     }
   }
+  checkpoints.finish(context);
   if (leader) {
     run.summary.steps = progress.steps_run();
     run.summary.tokens_per_s = progress.tokens_per_s();

@@ -1,0 +1,152 @@
+#include "checkpoint/async_writer.h"
+
+#include <chrono>
+
+#include <xxhash.h>
+
+#include "base/error.h"
+#include "checkpoint/agreement.h"
+#include "checkpoint/files.h"
+#include "checkpoint/save_phases.h"
+#include "runtime/host_collectives.h"
+#include "runtime/trace.h"
+
+namespace zest {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+// A save begun and not yet published: what its manifest says, its temporary directory, and
+// what the writer thread reports (read by the main thread only after joining it).
+struct AsyncCheckpointWriter::Pending {
+  SaveDescription save;
+  std::string temporary;
+  TemporaryDirectory guard;
+  std::optional<std::uint64_t> budget;
+  std::size_t buffer = 0;
+  std::uint64_t bytes = 0;
+  PhaseRecord record;
+  std::optional<Error> failure;
+  std::atomic<bool> done{false};
+  double write_s = 0.0;
+};
+
+AsyncCheckpointWriter::AsyncCheckpointWriter(CheckpointOptions options)
+    : options_(std::move(options)) {}
+
+AsyncCheckpointWriter::~AsyncCheckpointWriter() { wait_for_writer(); }
+
+std::int64_t AsyncCheckpointWriter::pending_step() const {
+  return pending_ ? pending_->save.counters.steps_taken : -1;
+}
+
+void AsyncCheckpointWriter::wait_for_writer() {
+  if (writer_.joinable()) writer_.join();
+}
+
+std::optional<SavedCheckpoint> AsyncCheckpointWriter::save(RankContext& context, Trainer& trainer,
+                                                           const nlohmann::json& config,
+                                                           const nlohmann::json& extra) {
+  // The snapshot, into the buffer the writer is not reading; the step loop waits for this copy
+  // only. Note: NVMe-resident state is read through its swap files a sub-group at a time here
+  // (stream_rank_state), not by the writer: the next step's optimizer rewrites those files.
+  auto next = std::make_unique<Pending>();
+  next->save = describe_save(context, trainer, options_, config, extra);
+  next->budget = save_budget(context, options_);
+  next->buffer = next_buffer_;
+  const auto copy_start = std::chrono::steady_clock::now();
+  std::vector<unsigned char>& buffer = buffers_[next->buffer];
+  buffer.clear();
+  if (rank_file_role(next->save.placement) != RankFileRole::kNone) {
+    stream_rank_state(context, trainer, next->save, [&](const void* bytes, std::size_t size) {
+      const auto* first = static_cast<const unsigned char*>(bytes);
+      buffer.insert(buffer.end(), first, first + size);
+    });
+  }
+  next->bytes = buffer.size();
+  stats_.snapshot_s = seconds_since(copy_start);
+  stats_.snapshot_bytes = std::max<std::uint64_t>(stats_.snapshot_bytes, next->bytes);
+
+  const auto wait_start = std::chrono::steady_clock::now();
+  wait_for_writer();
+  stats_.wait_s = seconds_since(wait_start);
+  stats_.total_wait_s += stats_.wait_s;
+  std::optional<SavedCheckpoint> published;
+  if (pending_) published = publish(context);
+
+  next->temporary = prepare_save(context, next->save, next->guard);
+  pending_ = std::move(next);
+  next_buffer_ = 1 - next_buffer_;
+  ++stats_.saves_started;
+  start_writer(context, pending_->buffer);
+  return published;
+}
+
+void AsyncCheckpointWriter::start_writer(RankContext& context, std::size_t buffer) {
+  Pending* pending = pending_.get();
+  const std::vector<unsigned char>* bytes = &buffers_[buffer];
+  TraceRecorder* trace = context.trace;
+  const int rank = context.rank;
+  writer_ = std::thread([pending, bytes, trace, rank] {
+    const auto start = std::chrono::steady_clock::now();
+    const std::int64_t begin_us = TraceRecorder::now_us();
+    pending->failure = capture(pending->record, [&] {
+      FileDigest digest;
+      if (rank_file_role(pending->save.placement) == RankFileRole::kWrite) {
+        HashingFileWriter writer(rank_file_path(pending->temporary, pending->save.placement),
+                                 &pending->budget);
+        writer.write(bytes->data(), bytes->size());
+        digest = writer.finish();
+      } else if (rank_file_role(pending->save.placement) == RankFileRole::kHash) {
+        digest = {bytes->size(), XXH3_64bits(bytes->data(), bytes->size())};
+      }
+      pending->record.bytes = digest.bytes;
+      pending->record.xxh3 = digest.xxh3;
+    });
+    pending->write_s = seconds_since(start);
+    if (trace != nullptr) {
+      trace->add({rank, "checkpoint writer", "write " + pending->save.final_name, begin_us,
+                  TraceRecorder::now_us(), static_cast<std::int64_t>(bytes->size()), -1});
+    }
+    pending->done.store(true);
+  });
+}
+
+SavedCheckpoint AsyncCheckpointWriter::publish(RankContext& context) {
+  // The writer is joined: its record and failure are this thread's to read.
+  std::unique_ptr<Pending> pending = std::move(pending_);
+  stats_.write_s = pending->write_s;
+  const std::vector<PhaseRecord> written =
+      exchange_records(context, pending->record, pending->failure);
+  raise_if_failed(written, pending->failure, pending->save.what);
+  SavedCheckpoint saved = publish_save(context, pending->save, pending->temporary, written,
+                                       pending->guard, &pending->budget, options_.keep_last);
+  ++stats_.saves_published;
+  return saved;
+}
+
+std::optional<SavedCheckpoint> AsyncCheckpointWriter::poll(RankContext& context) {
+  if (!pending_) return std::nullopt;
+  // Note: every rank holds a save in flight here or none (save() is a collective), so either
+  // every rank runs this all-reduce or none does.
+  const float mine = pending_->done.load() ? 1.0f : 0.0f;
+  float done_everywhere = 0.0f;
+  all_reduce_host(context, &mine, &done_everywhere, 1, DType::kFloat32, Reduction::kSum);
+  if (done_everywhere < static_cast<float>(context.world_size)) return std::nullopt;
+  wait_for_writer();
+  return publish(context);
+}
+
+std::optional<SavedCheckpoint> AsyncCheckpointWriter::finish(RankContext& context) {
+  if (!pending_) return std::nullopt;
+  const auto wait_start = std::chrono::steady_clock::now();
+  wait_for_writer();
+  stats_.total_wait_s += seconds_since(wait_start);
+  return publish(context);
+}
+
+}  // namespace zest
