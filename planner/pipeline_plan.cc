@@ -227,6 +227,8 @@ PeakPrediction replay_stage(const PipelinePlanInput& input, int stage,
       if (reductions) ledger.synchronize(Stream::kComm);
     };
     for (const Action& action : schedule.actions[stage]) {
+      // kReduce and kStep (micro_batch -1) hold no buffers here: the chunk trainers' step does.
+      if (action.micro_batch < 0) continue;
       const int c = action.chunk;
       const int v = schedule.virtual_stage(stage, c);
       Slot& slot = slots[c][action.micro_batch];

@@ -99,10 +99,10 @@ TEST(ShapeStream, AStreamThatWaitedPassesTheProofOnToTheHost) {
 }
 
 TEST(ShapeStream, AWaitProvesNothingEnqueuedAfterTheRecord) {
+  int freed = 0;  // before the streams: the producer's destructor runs the free it still holds
   ShapeStream producer("producer", DeviceKind::kCpu);
   ShapeStream consumer("consumer", DeviceKind::kCpu);
   ShapeEvent produced;
-  int freed = 0;
   producer.record(produced);
   producer.enqueue_free([&] { ++freed; });
   consumer.wait(produced);

@@ -204,7 +204,13 @@ inline LimitedResult run_program_limited(const std::string& program,
 // exit forever.
 // Sanitizer builds run without it: ASan and TSan reserve terabytes of address space for their
 // shadow memory at start-up, so under any such limit the tool could not start at all.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+// GCC says so by __SANITIZE_*__, clang by __has_feature.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define ZEST_TEST_UNDER_SANITIZER 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(ZEST_TEST_UNDER_SANITIZER)
 inline constexpr std::size_t kToolAddressSpaceLimit = 0;
 #else
 inline constexpr std::size_t kToolAddressSpaceLimit = std::size_t{4} << 30;

@@ -1,0 +1,148 @@
+// zest-train with `checkpoint.async`: the background writer saves the same rank files as the
+// synchronous save and training goes on with the same losses, at every ZeRO stage; an async
+// checkpoint resumes at another world size; a kill -9 while the writer runs leaves a `latest` that
+// resumes; a value that is not a boolean is one config error naming the key.
+#include <signal.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/checkpoint/checkpoint_test_support.h"
+#include "tests/support/subprocess.h"
+
+namespace zest {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ProcessResult;
+using testing::ScratchDirectory;
+
+const std::string kBinary = ZEST_BINARY_DIR "/bin/zest-train";
+const std::string kConfig = ZEST_SOURCE_DIR "/configs/mlp.json";
+
+class ZestTrainAsyncCheckpoint : public ::testing::Test {
+ protected:
+  std::string path(const std::string& name) const { return scratch_.path(name); }
+
+  testing::OutputFiles output_files() const { return {path("stdout.txt"), path("stderr.txt")}; }
+
+  pid_t spawn(int ranks, int stage, std::vector<std::string> args) const {
+    args.insert(args.begin(), {"--config", kConfig, "--set", "world.ranks=" + std::to_string(ranks),
+                               "--set", "zero_optimization.stage=" + std::to_string(stage),
+                               "--set", "steps_per_print=1"});
+    return testing::start_program(kBinary, args, output_files());
+  }
+
+  ProcessResult run(int ranks, int stage, const std::vector<std::string>& args) const {
+    return testing::wait_for_program(spawn(ranks, stage, args), output_files());
+  }
+
+  // A run of `steps` that saves every step into `dir`, async or not.
+  ProcessResult save_every_step(int stage, const std::string& dir, bool async, int steps) const {
+    return run(2, stage, {"--set", "steps=" + std::to_string(steps), "--set",
+                          "checkpoint.dir=" + path(dir), "--set", "checkpoint.every_steps=1",
+                          "--set", "checkpoint.keep_last=100", "--set",
+                          std::string("checkpoint.async=") + (async ? "true" : "false"),
+                          "--metrics", path(dir + ".jsonl")});
+  }
+
+  // The metrics lines of the steps, without their timings.
+  std::vector<std::string> step_lines(const std::string& metrics) const {
+    std::vector<std::string> lines;
+    std::istringstream stream(testing::read_whole_file(path(metrics)));
+    for (std::string line; std::getline(stream, line);) {
+      nlohmann::json value = nlohmann::json::parse(line);
+      if (!value.contains("step") || !value.contains("loss")) continue;
+      lines.push_back(value["loss"].dump() + " " + value["step"].dump());
+    }
+    return lines;
+  }
+
+  ScratchDirectory scratch_;
+};
+
+// The manifests hold the resolved config (checkpoint.dir and checkpoint.async differ), so the
+// comparison is of what the ranks wrote: every rank file of every step, and `latest`.
+TEST_F(ZestTrainAsyncCheckpoint, WritesTheSameRankFilesAndLossesAsTheSynchronousSave) {
+  constexpr int kSteps = 4;
+  for (int stage : {0, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    const std::string sync = "sync" + std::to_string(stage);
+    const std::string async = "async" + std::to_string(stage);
+    const ProcessResult plain = save_every_step(stage, sync, false, kSteps);
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    const ProcessResult background = save_every_step(stage, async, true, kSteps);
+    ASSERT_EQ(background.status, 0) << background.err;
+    EXPECT_EQ(step_lines(sync + ".jsonl"), step_lines(async + ".jsonl"));
+    EXPECT_EQ(step_lines(async + ".jsonl").size(), static_cast<std::size_t>(kSteps));
+    EXPECT_EQ(testing::read_whole_file(path(sync + "/latest")),
+              testing::read_whole_file(path(async + "/latest")));
+    for (int step = 1; step <= kSteps; ++step) {
+      for (int rank = 0; rank < 2; ++rank) {
+        const std::string file =
+            "/step-" + std::to_string(step) + "/rank-" + std::to_string(rank) + ".bin";
+        const std::string expected = testing::read_whole_file(path(sync + file));
+        ASSERT_FALSE(expected.empty()) << sync + file;
+        EXPECT_TRUE(expected == testing::read_whole_file(path(async + file))) << file;
+      }
+    }
+  }
+}
+
+TEST_F(ZestTrainAsyncCheckpoint, ResumesAtAnotherWorldSizeAndStage) {
+  const ProcessResult saved = save_every_step(3, "ckpt", true, 3);
+  ASSERT_EQ(saved.status, 0) << saved.err;
+  const ProcessResult resumed =
+      run(1, 1, {"--set", "steps=5", "--resume", path("ckpt/step-3"), "--metrics",
+                 path("resumed.jsonl")});
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  const std::vector<std::string> lines = step_lines("resumed.jsonl");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_THAT(lines.back(), HasSubstr(" 5"));
+}
+
+// Each kill lands at another point of the writer's work: after the first published save, a few
+// milliseconds apart. The run saves every step, so the writer is nearly always busy.
+TEST_F(ZestTrainAsyncCheckpoint, AKillDuringBackgroundWritesLeavesALatestThatResumes) {
+  for (int kill = 0; kill < 3; ++kill) {
+    SCOPED_TRACE("kill " + std::to_string(kill));
+    const std::string dir = path("kill" + std::to_string(kill));
+    const pid_t child = spawn(2, 3, {"--set", "steps=100000", "--set", "checkpoint.dir=" + dir,
+                                     "--set", "checkpoint.every_steps=1", "--set",
+                                     "checkpoint.async=true"});
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!std::filesystem::exists(dir + "/latest") &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(7 * kill));
+    ::kill(child, SIGKILL);
+    testing::wait_for_program(child, output_files());
+    ASSERT_TRUE(std::filesystem::exists(dir + "/latest")) << "no save published within 60 s";
+    const std::string latest = testing::read_whole_file(dir + "/latest");
+    const int step = std::stoi(latest.substr(latest.find('-') + 1));
+    const ProcessResult resumed =
+        run(2, 3, {"--set", "steps=" + std::to_string(step + 1), "--resume",
+                   dir + "/" + latest.substr(0, latest.find_last_not_of("\n ") + 1)});
+    EXPECT_EQ(resumed.status, 0) << latest << ": " << resumed.err;
+  }
+}
+
+TEST_F(ZestTrainAsyncCheckpoint, AValueThatIsNotABooleanIsOneConfigError) {
+  const ProcessResult result = run(1, 1, {"--set", "checkpoint.dir=" + path("ckpt"), "--set",
+                                          "checkpoint.async=\"yes\""});
+  EXPECT_EQ(result.status, 2);
+  EXPECT_THAT(result.err, HasSubstr("checkpoint.async"));
+}
+
+}  // namespace
+}  // namespace zest
