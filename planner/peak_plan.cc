@@ -1,6 +1,8 @@
 #include "planner/peak_plan.h"
 
 #include <algorithm>
+#include <deque>
+#include <memory>
 #include <string>
 
 #include "base/error.h"
@@ -11,6 +13,7 @@
 #include "planner/engine_replay.h"
 #include "planner/peak_ledger.h"
 #include "planner/shape_module.h"
+#include "runtime/hybrid_communicator.h"
 #include "runtime/shape_communicator.h"
 #include "runtime/shape_device.h"
 
@@ -36,14 +39,44 @@ PeakPrediction model_state_peaks(const PeakPlanInput& input) {
 }
 
 // Whether the real engine on the shape-only device plans this job. Not yet: the CUDA device
-// (its stream scratch and frees at release), a pipeline stage's units (their recomputation is
-// the whole model's), and what needs a group split off the world (hpZ's, qgZ's across replicas).
-bool runs_on_shape_device(const PeakPlanInput& input) {
+// (its stream scratch and frees at release).
+bool runs_on_shape_device(const PeakPlanInput& input) { return input.device == DeviceKind::kCpu; }
+
+// The groups the engine splits off the shard group, as rank 0 joins them: hpZ's (the first
+// hpz_partition_size ranks; engine/secondary_partition.h).
+std::deque<shape::ShapeGroup> shard_group_splits(const PeakPlanInput& input) {
   const EngineOptions& options = input.engine;
-  const bool hpz = StagePlan::of(options.stage).serves(StageFeature::kSecondaryShard) &&
-                   options.hpz_partition_size > 1 && input.world_size > 1;
-  return input.device == DeviceKind::kCpu && input.recompute.empty() && !hpz &&
-         !(options.quantized_gradients && input.replicas > 1);
+  const int hpz = hpz_partition_size(options.hpz_partition_size, options.stage, input.world_size,
+                                     input.world_size);
+  if (hpz == 0) return {};
+  return {{0, hpz}};
+}
+
+// The communicator rank 0 of the shard group trains with. With replicas (hybrid sharding) it is
+// the hybrid communicator over the shard group and rank 0's replica group, as the engine is
+// given one (engine/hybrid_shards.h); qgZ sizes its buffers across replicas by the latter.
+struct ShapeCommunicators {
+  std::unique_ptr<shape::ShapeCommunicator> world;
+  std::unique_ptr<HybridCommunicator> hybrid;
+  Communicator& shard_group() {
+    return hybrid ? static_cast<Communicator&>(*hybrid) : *world;
+  }
+};
+
+ShapeCommunicators shape_communicators(const PeakPlanInput& input) {
+  ShapeCommunicators communicators;
+  if (input.replicas <= 1) {
+    communicators.world = std::make_unique<shape::ShapeCommunicator>(
+        0, input.world_size, shard_group_splits(input));
+    return communicators;
+  }
+  // HybridCommunicator splits the shard group first, then the replica group.
+  communicators.world = std::make_unique<shape::ShapeCommunicator>(
+      0, input.world_size * input.replicas,
+      std::deque<shape::ShapeGroup>{{0, input.world_size}, {0, input.replicas}});
+  communicators.hybrid = std::make_unique<HybridCommunicator>(*communicators.world,
+                                                              input.world_size);
+  return communicators;
 }
 
 // An optimizer with the shape's state arrays (AdamW's two moments, SGD's momentum or none).
@@ -61,13 +94,15 @@ PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
   const auto compute = device.create_stream("compute");
   const auto comm = device.create_stream("comm");
   const auto prefetch = device.create_stream("prefetch");
-  shape::ShapeCommunicator communicator(0, input.world_size);
-  RankContext context{0, input.world_size, device, *compute, *comm, *prefetch, communicator};
+  ShapeCommunicators communicators = shape_communicators(input);
+  RankContext context{0, input.world_size, device, *compute, *comm, *prefetch,
+                      communicators.shard_group()};
   context.topology = Topology(input.world_size, input.world_size);
   context.replicas = input.replicas;
   EngineOptions options = input.engine;
   options.hybrid_shard_size = 0;  // the context is the shard group's already
   options.out_of_memory_advice = nullptr;
+  options.recompute_plan = input.recompute;
   if (input.units.empty()) options.activation_checkpointing = {};  // no activations to drop
   ShapeModule module(input);
   Engine engine(context, options);

@@ -2,19 +2,28 @@
 // rank `rank` of `world_size`. Its collectives and transfers do nothing — the sizes the caller
 // passes are its own, so the buffers it allocates for them are right — and enqueue nothing, so
 // the streams' order is the caller's alone. Ranks of a symmetric job are alike, so the planner
-// runs one of them instead of the whole world. It has no peers to form groups with: split()
-// refuses (a plan that needs groups is made otherwise).
+// runs one of them instead of the whole world. It has no peers whose colors would size a group,
+// so the caller says what each split answers (the planner knows its job's groups: hpZ's, a
+// hybrid shard group's and its replica group); a split beyond those refuses.
 #pragma once
 
 #include <chrono>
+#include <deque>
 
 #include "runtime/communicator.h"
 
 namespace zest::shape {
 
+// What one split() answers: this rank's place in the group it joins.
+struct ShapeGroup {
+  int rank = 0;
+  int size = 1;
+};
+
 class ShapeCommunicator final : public Communicator {
  public:
-  ShapeCommunicator(int rank, int world_size);
+  // `splits`: the groups this rank's splits join, in the order they are made.
+  ShapeCommunicator(int rank, int world_size, std::deque<ShapeGroup> splits = {});
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
@@ -33,6 +42,7 @@ class ShapeCommunicator final : public Communicator {
  private:
   const int rank_;
   const int world_size_;
+  std::deque<ShapeGroup> splits_;
 };
 
 }  // namespace zest::shape

@@ -167,5 +167,16 @@ TEST(ShapeCommunicator, IsOneRankOfTheWorldItStandsFor) {
   EXPECT_THROW(ShapeCommunicator(/*rank=*/64, /*world_size=*/64), Error);
 }
 
+TEST(ShapeCommunicator, SplitsAnswerTheGroupsItWasToldInOrderThenRefuse) {
+  ShapeCommunicator world(0, 8, {{0, 4}, {1, 2}});
+  const auto first = world.split(0, 0, "first", {});
+  EXPECT_EQ(first->rank(), 0);
+  EXPECT_EQ(first->world_size(), 4);
+  const auto second = world.split(1, 0, "second", {});
+  EXPECT_EQ(second->rank(), 1);
+  EXPECT_EQ(second->world_size(), 2);
+  EXPECT_THROW(world.split(0, 0, "third", {}), Error);
+}
+
 }  // namespace
 }  // namespace zest::shape
