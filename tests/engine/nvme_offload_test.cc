@@ -22,6 +22,7 @@
 #include "planner/peak_plan.h"
 #include "tests/checkpoint/checkpoint_test_support.h"
 #include "tests/engine/engine_test_support.h"
+#include "tests/engine/swap_file_bytes.h"
 
 namespace zest {
 namespace {
@@ -142,14 +143,7 @@ TEST(NvmeMemory, HostHoldsBufferCountSubGroupsAndTheSwapIsAsPlanned) {
   std::vector<std::size_t> shard_elements(2), largest_shard(2);
   spec.after_step = [&](int rank, int, const StepStats&, Trainer& trainer) {
     swap_bytes[rank] = trainer.swap_bytes();
-    std::size_t on_disk = 0;
-    for (const auto& entry : fs::recursive_directory_iterator(scratch.path("nvme"))) {
-      if (entry.is_regular_file() && entry.path().filename().string().rfind("swap.", 0) == 0 &&
-          entry.path().string().find("rank" + std::to_string(rank)) != std::string::npos) {
-        on_disk += entry.file_size();
-      }
-    }
-    file_bytes[rank] = on_disk;
+    file_bytes[rank] = testing::swap_file_bytes(scratch.path("nvme"), rank);
     shard_elements[rank] = 0;
     for (const ShardLayout& layout : trainer.layouts()) {
       shard_elements[rank] += layout.shard_length();

@@ -20,6 +20,7 @@
 #include "planner/peak_plan.h"
 #include "tests/checkpoint/checkpoint_test_support.h"
 #include "tests/engine/engine_test_support.h"
+#include "tests/engine/swap_file_bytes.h"
 #include "tests/engine/recompute_test_support.h"
 
 namespace zest {
@@ -207,14 +208,7 @@ TEST(ParameterNvmeMemory, TheHostHoldsTheBuffersAndTheSwapIsThePlansExactly) {
   std::vector<std::size_t> swap_bytes(2), file_bytes(2);
   spec.after_step = [&](int rank, int, const StepStats&, Trainer& trainer) {
     swap_bytes[rank] = trainer.swap_bytes();
-    std::size_t on_disk = 0;
-    for (const auto& entry : fs::recursive_directory_iterator(scratch.path("nvme"))) {
-      if (entry.is_regular_file() && entry.path().filename().string().rfind("swap.", 0) == 0 &&
-          entry.path().string().find("rank" + std::to_string(rank)) != std::string::npos) {
-        on_disk += entry.file_size();
-      }
-    }
-    file_bytes[rank] = on_disk;
+    file_bytes[rank] = testing::swap_file_bytes(scratch.path("nvme"), rank);
   };
   const RunResult run = run_mlp(spec);
   const std::size_t buffers = 2 * (4096 + 4096);  // 64 bf16 elements in a block, one more each
