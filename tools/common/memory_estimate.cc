@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "engine/hybrid_shards.h"
+#include "engine/outer_loop.h"
 #include "engine/stage_plan.h"
 #include "pipeline/schedule_generators.h"
 #include "models/registry.h"
@@ -68,12 +69,16 @@ std::optional<std::int64_t> largest(const std::function<bool(std::int64_t)>& ok,
   return good;
 }
 
-// The ranks each unit is sharded over: world.ranks, or a hybrid shard group's
-// (engine/hybrid_shards.h), which is what each rank's model state is divided by.
+// The ranks each unit is sharded over: world.ranks, an outer loop's group (engine/outer_loop.h:
+// each group is a ZeRO run of its own), or a hybrid shard group's (engine/hybrid_shards.h),
+// which is what each rank's model state is divided by.
 int shard_ranks(const TrainConfig& config) {
   const int ranks = config.world.ranks;
   if (ranks <= 1) return ranks;  // processes: the launcher's count is not known here
   const int per_node = config.world.ranks_per_node > 0 ? config.world.ranks_per_node : ranks;
+  if (config.engine.outer_loop.enabled()) {
+    return ranks / outer_groups(config.engine.outer_loop.groups, ranks, per_node);
+  }
   const int size =
       hybrid_shard_size(config.engine.hybrid_shard_size, config.engine.stage, ranks, per_node);
   return size == 0 ? ranks : size;
@@ -83,9 +88,9 @@ int shard_ranks(const TrainConfig& config) {
 // the world's, so that "every one of the 2 ranks" below it reads right.
 std::string hybrid_note(const TrainConfig& config) {
   const int shard = shard_ranks(config);
-  return shard == config.world.ranks
-             ? std::string()
-             : fmt::format(", sharded in groups of {} (hybrid)", shard);
+  if (shard == config.world.ranks) return std::string();
+  return fmt::format(", sharded in groups of {} ({})", shard,
+                     config.engine.outer_loop.enabled() ? "outer-loop groups" : "hybrid");
 }
 
 }  // namespace
@@ -98,7 +103,13 @@ EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> m
                          states, shard_ranks(config));
   job.input.synchronize_between_steps = true;  // zest-train's stop check after every step
   const int shard = shard_ranks(config);
-  if (shard > 0 && config.world.ranks > shard) job.input.replicas = config.world.ranks / shard;
+  if (config.engine.outer_loop.enabled()) {
+    // The plan is one group's rank: its group is its whole world (the outer state is the same
+    // shard-sized copies in every group, however many there are).
+    job.input.engine.outer_loop.groups = 1;
+  } else if (shard > 0 && config.world.ranks > shard) {
+    job.input.replicas = config.world.ranks / shard;
+  }
   job.input.device = config.world.device;
   job.input.batch_bytes = micro_batch_bytes(config.model, config.micro_batch);
   job.micro_batch = config.micro_batch;
