@@ -46,6 +46,27 @@ void parse_groups(Block& block, const TrainConfig& out, OuterLoopOptions& option
   options.groups = static_cast<int>(count);
 }
 
+// Streaming DiLoCo's overlap: a fragment's meeting lands before the next fragment's starts, so
+// one meeting is in flight at a time (fragments start inner_steps / fragments steps apart, or
+// one more).
+void parse_overlap(Block& block, OuterLoopOptions& options) {
+  const std::int64_t most = options.inner_steps / options.fragments;
+  const std::int64_t overlap =
+      read_integer_at_least(block.get_or("overlap_steps", 0), block.path("overlap_steps"), 0);
+  if (overlap > most) {
+    config_error(block.path("overlap_steps"),
+                 "must be at most outer_loop.inner_steps / outer_loop.fragments (" +
+                     std::to_string(most) + "), so that a fragment's meeting lands before the "
+                     "next one starts, got " + std::to_string(overlap));
+  }
+  options.overlap_steps = static_cast<int>(overlap);
+  const double mixing = read_float(block.get_or("mixing", 0.5), block.path("mixing"));
+  if (!(mixing >= 0 && mixing <= 1)) {
+    config_error(block.path("mixing"), "must be a number in [0, 1], got " + json(mixing).dump());
+  }
+  options.mixing = static_cast<float>(mixing);
+}
+
 }  // namespace
 
 void parse_outer_loop(Block& root, TrainConfig& out) {
@@ -56,7 +77,8 @@ void parse_outer_loop(Block& root, TrainConfig& out) {
                                    describe(*value));
   }
   Block block(*value, "outer_loop",
-              {"type", "inner_steps", "outer_optimizer", "groups", "fragments"});
+              {"type", "inner_steps", "outer_optimizer", "groups", "fragments", "overlap_steps",
+               "mixing", "gradient_bits"});
   const std::string type = read_string(block.get_or("type", "none"), block.path("type"));
   if (type == "none") return;
   if (type != "diloco") {
@@ -77,6 +99,15 @@ void parse_outer_loop(Block& root, TrainConfig& out) {
                      std::to_string(fragments));
   }
   options.fragments = static_cast<int>(fragments);
+  parse_overlap(block, options);
+  const std::int64_t bits = read_integer_at_least(block.get_or("gradient_bits", 32),
+                                                  block.path("gradient_bits"), 1);
+  if (bits != 32 && bits != 8 && bits != 4) {
+    config_error(block.path("gradient_bits"),
+                 "must be 32 (fp32), 8 or 4 (qgZ's int8 or int4 blocks), got " +
+                     std::to_string(bits));
+  }
+  options.gradient_bits = static_cast<int>(bits);
   if (out.pipeline.stages > 1) {
     config_error(block.path("type"),
                  "\"diloco\" with pipeline.stages > 1 is not supported: the outer loop groups "

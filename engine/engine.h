@@ -95,6 +95,15 @@ struct OuterLoopOptions {
   // Streaming DiLoCo's fragments: the units in this many runs, each meeting every inner_steps
   // steps at its own offset, so one fragment crosses at a time. 1: the whole model meets.
   int fragments = 1;
+  // Streaming DiLoCo's overlap (Douillard et al., 2025): a fragment's mean outer gradient lands
+  // overlap_steps inner steps after it was sent, its collective running beside them, and the
+  // fragment becomes mixing x its local parameters + (1 - mixing) x the outer step's. 0: the
+  // meeting holds the step that starts it (DiLoCo's); at most inner_steps / fragments.
+  int overlap_steps = 0;
+  float mixing = 0.5f;
+  // The bits a value of the outer gradient crosses between groups with: 32 (fp32), or 8 or 4
+  // (qgZ's int8 / int4 blocks of quantization_block values, engine/quantized_replicas.h).
+  int gradient_bits = 32;
   bool enabled() const { return groups != 0; }
 };
 

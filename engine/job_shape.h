@@ -20,7 +20,9 @@ struct PeakPlanInput {
   ModelStateShape model;         // units' parameter shapes and borrowed units
   std::vector<UnitMemory> units;  // per unit, one micro-batch; empty: no activations / workspace
   EngineOptions engine;          // stage, dtypes, offload, ring and bucket sizes, accumulation
-  int world_size = 1;  // the ranks each unit is sharded over (a hybrid shard group's)
+  // The ranks each unit is sharded over (a hybrid shard group's; an outer loop group's, with
+  // engine.outer_loop.groups a count of such groups).
+  int world_size = 1;
   int replicas = 1;    // hybrid sharding: how many shard groups hold the same shards
   // Params, grads, optimizer and offload only (a bare parameter count has no units to gather,
   // reduce or run).

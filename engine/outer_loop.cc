@@ -44,13 +44,14 @@ std::unique_ptr<Communicator> split_inside(RankContext& world, int group, int si
   return world.communicator.split(group, world.rank, fmt::format("outer loop group {}", group));
 }
 
-std::unique_ptr<Communicator> split_across(RankContext& world, int groups, int size) {
+std::unique_ptr<Communicator> split_across(RankContext& world, int groups, int size,
+                                           const char* what = "outer loop's ranks") {
   const int place = world.rank % size;
   if (!runs_work(world.device)) {
     return std::make_unique<shape::ShapeCommunicator>(world.rank / size, groups);
   }
-  return world.communicator.split(
-      place, world.rank, fmt::format("outer loop's ranks at place {} of their groups", place));
+  return world.communicator.split(place, world.rank,
+                                  fmt::format("{} at place {} of their groups", what, place));
 }
 
 // A state shard's fp32 elements to and from host memory, wherever the shard lives (device, host,
@@ -103,6 +104,23 @@ OuterLoop::OuterLoop(OuterGroups& groups, const OuterLoopOptions& options,
   if (!shards_.empty()) {
     shards_.front().current = host.allocate(largest * sizeof(float), Category::kOffload);
   }
+  RankContext& world = groups_.world();
+  // Held for the run, not a meeting, so that a plan of a few steps holds it too.
+  scratch_ = world.allocator().allocate(largest * sizeof(float), Category::kBuckets);
+  if (overlapped()) {
+    for (ShardState& state : shards_) {
+      state.pending = host.allocate(state.length * sizeof(float), Category::kOffload);
+    }
+    meeting_stream_ = world.device.create_stream("outer loop meeting");
+    meeting_sent_ = world.device.create_event();
+    meeting_across_ = split_across(world, groups_.groups(), world.world_size / groups_.groups(),
+                                   "outer loop meetings' ranks");
+  }
+  if (options_.gradient_bits != 32) {
+    quantized_ = std::make_unique<QuantizedReplicaMean>(
+        world.device, meeting_across_ ? *meeting_across_ : groups_.across(), largest,
+        inner_->options().quantization_block, options_.gradient_bits);
+  }
   read_anchors();
   if (runs_work(groups_.world().device)) {
     for (ShardState& state : shards_) std::memset(state.momentum.data(), 0, state.momentum.bytes());
@@ -135,10 +153,21 @@ bool OuterLoop::meets(int fragment, std::int64_t step) const {
   return step >= offset && (step - offset) % options_.inner_steps == 0;
 }
 
+OuterLoop::~OuterLoop() {
+  if (!meeting_stream_) return;
+  try {
+    meeting_stream_->synchronize();
+  } catch (const std::exception&) {
+    // Its error was raised at the landing, or the run is ending on another one.
+  }
+}
+
 StepStats OuterLoop::step(float lr) {
   StepStats stats = inner_->step(lr);
+  const std::int64_t steps = inner_->steps_taken();
+  if (in_flight_ >= 0 && steps == lands_at_) land();
   for (int fragment = 0; fragment < options_.fragments; ++fragment) {
-    if (meets(fragment, inner_->steps_taken())) meet(fragment);
+    if (meets(fragment, steps)) meet(fragment);
   }
   stats.loss = mean_across(stats.loss);
   return stats;
@@ -155,63 +184,122 @@ float OuterLoop::mean_across(float value) {
 
 void OuterLoop::meet(int fragment) {
   RankContext& world = groups_.world();
-  world.synchronize();
-  std::size_t largest = 0;
-  for (const ShardState& state : shards_) largest = std::max(largest, state.length);
-  // The outer gradient crosses between groups from device memory (NCCL reads nothing else).
-  Buffer scratch = world.allocator().allocate(largest * sizeof(float), Category::kWorkspace);
+  world.synchronize();  // the inner step's parameters are final
+  Stream& stream = overlapped() ? *meeting_stream_ : world.comm;
   for (std::size_t u = 0; u < shards_.size(); ++u) {
-    if (fragment_of(u) == fragment) meet_unit(u, scratch);
+    if (fragment_of(u) != fragment) continue;
+    float* outgoing = overlapped() ? shards_[u].pending.as<float>()
+                                   : shards_.front().current.as<float>();
+    send_outer_gradient(u, outgoing, stream);
+    if (overlapped()) continue;
+    stream.synchronize();
+    land_unit(u, outgoing);
   }
-  inner_->state_loaded();
   ++meetings_;
-}
-
-void OuterLoop::meet_unit(std::size_t unit, Buffer& scratch) {
-  RankContext& world = groups_.world();
-  ShardState& state = shards_[unit];
-  if (!runs_work(world.device)) {  // planning: the collective's bytes and order only
-    groups_.across().all_reduce(world.comm, scratch.data(), scratch.data(), state.length,
-                                DType::kFloat32, Reduction::kMean);
+  if (!overlapped()) {
+    inner_->state_loaded();
     return;
   }
-  float* current = shards_.front().current.as<float>();
+  meeting_stream_->record(*meeting_sent_);
+  in_flight_ = fragment;
+  lands_at_ = inner_->steps_taken() + options_.overlap_steps;
+}
+
+void OuterLoop::send_outer_gradient(std::size_t unit, float* host, Stream& stream) {
+  RankContext& world = groups_.world();
+  ShardState& state = shards_[unit];
+  const std::size_t bytes = state.length * sizeof(float);
+  if (runs_work(world.device)) {
+    const float* anchor = state.anchor.as<float>();
+    read_state(world, master_of(unit), host);
+    // This group's outer gradient: how far the shard moved since the last meeting, downhill.
+    for (std::size_t i = 0; i < state.length; ++i) host[i] = anchor[i] - host[i];
+  }
+  float* device = scratch_.as<float>();
+  world.device.copy(stream, device, host, bytes);
+  if (quantized_) {
+    quantized_->mean(stream, device, state.length, "outer loop's mean outer gradient");
+  } else {
+    Communicator& across = meeting_across_ ? *meeting_across_ : groups_.across();
+    across.all_reduce(stream, device, device, state.length, DType::kFloat32, Reduction::kMean);
+  }
+  world.device.copy(stream, host, device, bytes);
+}
+
+void OuterLoop::land() {
+  meeting_stream_->synchronize();  // raises the meeting's error, naming its stream
+  groups_.world().synchronize();   // the inner step's parameters are final
+  for (std::size_t u = 0; u < shards_.size(); ++u) {
+    if (fragment_of(u) == in_flight_) land_unit(u, shards_[u].pending.as<float>());
+  }
+  inner_->state_loaded();
+  in_flight_ = -1;
+}
+
+void OuterLoop::land_unit(std::size_t unit, const float* mean) {
+  RankContext& world = groups_.world();
+  if (!runs_work(world.device)) return;  // planning: nothing to compute
+  ShardState& state = shards_[unit];
   float* anchor = state.anchor.as<float>();
   float* momentum = state.momentum.as<float>();
-  const std::size_t bytes = state.length * sizeof(float);
-  const StateShard master = master_of(unit);
-  read_state(world, master, current);
-  // This group's outer gradient: how far the shard moved since the last meeting, downhill.
-  for (std::size_t i = 0; i < state.length; ++i) current[i] = anchor[i] - current[i];
-  write_from_host(world.device, world.comm, scratch.data(), current, bytes);
-  groups_.across().all_reduce(world.comm, scratch.data(), scratch.data(), state.length,
-                              DType::kFloat32, Reduction::kMean);
-  read_to_host(world.device, world.comm, current, scratch.data(), bytes);
   // Nesterov (Sutskever et al.): m = mu m + g; x -= lr (g + mu m). Every group computes the same
   // bits from the same mean, anchor and momentum, so the groups agree again.
   const float mu = options_.momentum;
   for (std::size_t i = 0; i < state.length; ++i) {
-    momentum[i] = mu * momentum[i] + current[i];
-    anchor[i] -= options_.lr * (current[i] + mu * momentum[i]);
+    momentum[i] = mu * momentum[i] + mean[i];
+    anchor[i] -= options_.lr * (mean[i] + mu * momentum[i]);
   }
-  write_state(world, master, anchor);
+  const StateShard master = master_of(unit);
+  const float* parameters = anchor;
+  if (overlapped()) {
+    // The fragment trained on while its meeting was in flight: those steps are mixed in, not
+    // lost (Streaming DiLoCo); the next outer gradient is taken from the outer step's values.
+    float* local = shards_.front().current.as<float>();
+    read_state(world, master, local);
+    const float keep = options_.mixing;
+    for (std::size_t i = 0; i < state.length; ++i) {
+      local[i] = keep * local[i] + (1.0f - keep) * anchor[i];
+    }
+    parameters = local;
+  }
+  write_state(world, master, parameters);
   for (const StateShard& shard : inner_->state_shards(unit)) {
     if (shard.name != "params" || shard.dtype == DType::kFloat32) continue;
     // 2-byte training: the parameters are the master weights rounded, as the inner step makes
     // them.
     std::vector<unsigned char> rounded(state.length * dtype_size(shard.dtype));
-    cpu::convert(anchor, DType::kFloat32, rounded.data(), shard.dtype, state.length);
+    cpu::convert(parameters, DType::kFloat32, rounded.data(), shard.dtype, state.length);
     write_from_host(world.device, world.compute, shard.data, rounded.data(), rounded.size());
   }
 }
 
+void OuterLoop::set_counters(const TrainerCounters& counters) {
+  inner_->set_counters(counters);
+  // A meeting sent in the last overlap_steps steps before the save was in flight; its mean was
+  // saved as "outer.pending".
+  in_flight_ = -1;
+  const std::int64_t steps = inner_->steps_taken();
+  for (std::int64_t sent = steps; sent > steps - options_.overlap_steps && sent > 0; --sent) {
+    for (int fragment = 0; fragment < options_.fragments; ++fragment) {
+      if (!meets(fragment, sent)) continue;
+      in_flight_ = fragment;
+      lands_at_ = sent + options_.overlap_steps;
+    }
+  }
+}
+
 std::vector<StateShard> OuterLoop::state_shards(std::size_t unit) {
+  if (in_flight_ >= 0) meeting_stream_->synchronize();  // the pending mean is whole
   std::vector<StateShard> shards = inner_->state_shards(unit);
   const StateShard& first = shards.front();
   shards.push_back({"outer.anchor", DType::kFloat32, shards_.at(unit).anchor.data(),
                     first.begin, first.end});
   shards.push_back({"outer.momentum", DType::kFloat32, shards_.at(unit).momentum.data(),
                     first.begin, first.end});
+  if (overlapped()) {
+    shards.push_back({"outer.pending", DType::kFloat32, shards_.at(unit).pending.data(),
+                      first.begin, first.end});
+  }
   return shards;
 }
 
@@ -238,8 +326,9 @@ std::optional<CheckpointPlacement> OuterLoop::checkpoint_placement() const {
 MemoryPrediction OuterLoop::predicted_memory() const {
   MemoryPrediction prediction = inner_->predicted_memory();
   std::size_t largest = 0;
+  const std::size_t copies = overlapped() ? 3 : 2;  // anchor, momentum (and pending)
   for (const ShardState& state : shards_) {
-    prediction.offload += 2 * state.length * sizeof(float);
+    prediction.offload += copies * state.length * sizeof(float);
     largest = std::max(largest, state.length);
   }
   prediction.offload += largest * sizeof(float);

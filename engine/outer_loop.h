@@ -5,9 +5,13 @@
 // shard in the other groups, how far its shard moved since the last meeting (the outer
 // gradient), and every group takes the same outer step (SGD with Nesterov momentum) from the
 // same anchor. So across groups only one shard-sized all-reduce crosses every H steps; with
-// Streaming DiLoCo's fragments the units meet in runs, one run at a time, at staggered steps.
+// Streaming DiLoCo's fragments the units meet in runs, one run at a time, at staggered steps,
+// and with its overlap a meeting's collective runs on a stream of its own beside the next
+// overlap_steps inner steps, its mean landing after them (mixed with what the fragment learned
+// meanwhile). The mean crosses in fp32 or in qgZ's int8 / int4 blocks (gradient_bits).
 // Invariant: after a meeting every group holds the same parameters of the units that met, to
-// the bit; between meetings they differ. The outer state (this rank's shard of the anchor and of the momentum, fp32) lives
+// the bit (with overlap and mixing < 1: to the outer step's values, each plus its own share of
+// what it learned while the meeting was in flight); between meetings they differ. The outer state (this rank's shard of the anchor and of the momentum, fp32) lives
 // in host memory, as DiLoCo's reference implementations keep it.
 #pragma once
 
@@ -16,6 +20,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/quantized_replicas.h"
 
 namespace zest {
 
@@ -55,6 +60,8 @@ class OuterLoop final : public Trainer {
  public:
   // `inner` runs in groups.context(). Reads the parameters as the first anchor.
   OuterLoop(OuterGroups& groups, const OuterLoopOptions& options, std::unique_ptr<Trainer> inner);
+  // Waits for a meeting still in flight (its collective reads this loop's buffers).
+  ~OuterLoop() override;
 
   float forward_backward(const Batch& batch) override { return inner_->forward_backward(batch); }
   // The inner step, then the meeting when inner_steps steps have passed since the last. The
@@ -70,13 +77,16 @@ class OuterLoop final : public Trainer {
   int stage() const override { return inner_->stage(); }
   std::int64_t steps_taken() const override { return inner_->steps_taken(); }
   const EngineOptions& options() const override { return inner_->options(); }
-  // The inner state, "outer.anchor" and "outer.momentum". Note: only group 0 writes, so with
-  // several groups a checkpoint taken between meetings resumes every group from group 0's
-  // parameters and inner optimizer state.
+  // The inner state, "outer.anchor" and "outer.momentum", and with overlap_steps
+  // "outer.pending" (a meeting in flight: its mean outer gradient, waited for here). Note: only
+  // group 0 writes, so with several groups a checkpoint taken between meetings resumes every
+  // group from group 0's parameters and inner optimizer state.
   std::vector<StateShard> state_shards(std::size_t unit) override;
   void state_loaded() override;
   TrainerCounters counters() const override { return inner_->counters(); }
-  void set_counters(const TrainerCounters& counters) override { inner_->set_counters(counters); }
+  // The step count tells which meeting was in flight at the save, if any: it lands when it would
+  // have.
+  void set_counters(const TrainerCounters& counters) override;
   std::optional<CheckpointPlacement> checkpoint_placement() const override;
   std::size_t swap_bytes() const override { return inner_->swap_bytes(); }
 
@@ -86,7 +96,8 @@ class OuterLoop final : public Trainer {
   struct ShardState {
     Buffer anchor;    // host, fp32: the parameters at the last meeting
     Buffer momentum;  // host, fp32
-    Buffer current;   // host, fp32: the shard read at a meeting, then the outer gradient
+    Buffer current;   // host, fp32 (the first unit's only): a shard read at a meeting
+    Buffer pending;   // host, fp32, overlap_steps > 0: the outer gradient sent, then its mean
     std::size_t length = 0;
   };
   // This rank's fp32 view of unit `unit`'s parameter shard: the master weights in 2-byte
@@ -96,8 +107,16 @@ class OuterLoop final : public Trainer {
   // Which fragment unit `unit` is in, and whether fragment `fragment` meets after step `step`.
   int fragment_of(std::size_t unit) const;
   bool meets(int fragment, std::int64_t step) const;
+  bool overlapped() const { return options_.overlap_steps > 0; }
+  // A meeting: every unit of the fragment sends its outer gradient and receives the groups'
+  // mean; it lands at once, or overlap_steps steps later.
   void meet(int fragment);
-  void meet_unit(std::size_t unit, Buffer& scratch);
+  // Enqueues on `stream`: the outer gradient in `host` to the device, its mean across the
+  // groups, back into `host`.
+  void send_outer_gradient(std::size_t unit, float* host, Stream& stream);
+  void land();
+  // The outer step of `unit` from its groups' mean outer gradient `mean`.
+  void land_unit(std::size_t unit, const float* mean);
   float mean_across(float value);
 
   OuterGroups& groups_;
@@ -105,6 +124,16 @@ class OuterLoop final : public Trainer {
   std::unique_ptr<Trainer> inner_;
   std::vector<ShardState> shards_;
   std::int64_t meetings_ = 0;
+  // The outer gradient crosses between groups from device memory (NCCL reads nothing else).
+  Buffer scratch_;
+  // With overlap_steps: the meetings' own stream, and their own communicator across the
+  // groups (the per-step loss mean uses the other while a meeting is in flight).
+  std::unique_ptr<Stream> meeting_stream_;
+  std::unique_ptr<Event> meeting_sent_;
+  std::unique_ptr<Communicator> meeting_across_;
+  std::unique_ptr<QuantizedReplicaMean> quantized_;  // gradient_bits 8 or 4
+  int in_flight_ = -1;  // the fragment whose meeting lands at step lands_at_
+  std::int64_t lands_at_ = 0;
 };
 
 }  // namespace zest

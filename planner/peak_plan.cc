@@ -95,9 +95,12 @@ PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
   const auto comm = device.create_stream("comm");
   const auto prefetch = device.create_stream("prefetch");
   ShapeCommunicators communicators = shape_communicators(input);
-  RankContext context{0, input.world_size, device, *compute, *comm, *prefetch,
-                      communicators.shard_group()};
-  context.topology = Topology(input.world_size, input.world_size);
+  // An outer loop's groups (a count here) each shard over world_size ranks: the engine splits
+  // them off a world of them all.
+  const OuterLoopOptions& outer = input.engine.outer_loop;
+  const int world = input.world_size * (outer.enabled() ? std::max(1, outer.groups) : 1);
+  RankContext context{0, world, device, *compute, *comm, *prefetch, communicators.shard_group()};
+  context.topology = Topology(world, world);
   context.replicas = input.replicas;
   EngineOptions options = input.engine;
   options.hybrid_shard_size = 0;  // the context is the shard group's already

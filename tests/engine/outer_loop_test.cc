@@ -2,8 +2,9 @@
 // own rows; at the meeting every rank holds the Nesterov step of the groups' mean outer gradient
 // from the first parameters, computed here in float64 from two plain runs of one group each;
 // between meetings the groups differ and after one they agree to the bit, at every stage and in
-// bf16; the outer state is host memory in the prediction and the measurement; groups that do
-// not divide the world are one line.
+// bf16; an overlapped meeting lands the blocking one's values (mixing 0) or its share of them;
+// quantized meetings agree within the blocks' rounding; the outer state is host memory in the
+// prediction and the measurement; groups that do not divide the world are one line.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -169,6 +170,80 @@ TEST(OuterLoop, FragmentsMeetOneAtATimeAtStaggeredSteps) {
   EXPECT_FALSE(agree(4, units[0]) || agree(4, units[1]));
 }
 
+// Streaming DiLoCo's overlap at H = 2: the meeting sent after step 2 lands after step 3. With
+// mixing 0 the fragment then holds the outer step's values alone: a blocking meeting's after
+// step 2, to the bit (the same mean, momentum and anchor).
+TEST(OuterLoop, WithoutMixingAnOverlappedMeetingLandsTheBlockingMeetingsValues) {
+  for (int stage : {0, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    const Trained blocking = train(4, 2, 0, with_outer_loop(stage, 2));
+    EngineOptions options = with_outer_loop(stage, 2);
+    options.outer_loop.overlap_steps = 1;
+    options.outer_loop.mixing = 0.0f;
+    const Trained overlapped = train(4, 3, 0, options, true);
+    EXPECT_NE(overlapped.by_step[1][0], overlapped.by_step[1][2]);  // in flight: not landed
+    for (int rank = 0; rank < 4; ++rank) {
+      EXPECT_EQ(overlapped.by_step[2][rank], blocking.by_rank[0]) << "rank " << rank;
+    }
+  }
+}
+
+// With mixing 1/2 each group keeps half of what it learned while the meeting was in flight:
+// after step 3 its values are half its own (as if nothing had met: the meeting only read them)
+// and half the outer step's.
+TEST(OuterLoop, MixingKeepsItsShareOfWhatTheFragmentLearnedWhileTheMeetingWasInFlight) {
+  const Trained blocking = train(4, 2, 0, with_outer_loop(3, 2));
+  const Trained apart = train(4, 3, 0, with_outer_loop(3, 100));
+  EngineOptions options = with_outer_loop(3, 2);
+  options.outer_loop.overlap_steps = 1;
+  options.outer_loop.mixing = 0.5f;
+  const Trained mixed = train(4, 3, 0, options);
+  for (int rank : {0, 2}) {
+    for (const auto& [name, values] : mixed.by_rank[rank]) {
+      const std::vector<float>& local = apart.by_rank[rank].at(name);
+      const std::vector<float>& outer = blocking.by_rank[0].at(name);
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        const float expected = 0.5f * local[i] + 0.5f * outer[i];
+        ASSERT_NEAR(values[i], expected, 1e-6f * std::abs(expected) + 1e-7f)
+            << "rank " << rank << ", " << name << "[" << i << "]";
+      }
+    }
+  }
+  EXPECT_NE(mixed.by_rank[0], mixed.by_rank[2]);  // each group kept its own half
+}
+
+// Quantized meetings: the groups agree to the bit after one (every group dequantizes the same
+// bytes), and the parameters are the fp32 meeting's within the blocks' rounding: each value
+// crosses quantized twice (to the slice's owner, then the mean back), at most half a step of
+// max|block| / 127 (int8) or / 7 (int4) each, times the outer step's lr (1 + momentum) = 1.33;
+// the bound is held against the largest outer step, max |parameter - first parameter| =
+// 1.33 max |mean|, with a factor of 2 to spare.
+TEST(OuterLoop, QuantizedMeetingsAgreeAcrossGroupsWithinTheBlocksRounding) {
+  EngineOptions plain;
+  plain.stage = 3;
+  const Parameters first = train(2, 0, 0, plain).by_rank[0];
+  const Trained exact = train(4, 2, 0, with_outer_loop(3, 2));
+  for (int bits : {8, 4}) {
+    SCOPED_TRACE(std::to_string(bits) + " bits");
+    EngineOptions options = with_outer_loop(3, 2);
+    options.outer_loop.gradient_bits = bits;
+    const Trained quantized = train(4, 2, 0, options);
+    EXPECT_EQ(quantized.by_rank[0], quantized.by_rank[2]);
+    double largest_step = 0.0;
+    double largest_error = 0.0;
+    for (const auto& [name, values] : exact.by_rank[0]) {
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        largest_step = std::max(largest_step, std::abs(double(values[i]) - first.at(name)[i]));
+        largest_error =
+            std::max(largest_error, std::abs(double(values[i]) - quantized.by_rank[0].at(name)[i]));
+      }
+    }
+    const double rounding = bits == 8 ? 1.0 / 127 : 1.0 / 7;
+    EXPECT_GT(largest_error, 0.0);  // quantized, not fp32
+    EXPECT_LE(largest_error, 2 * rounding * largest_step) << largest_step;
+  }
+}
+
 TEST(OuterLoop, TheOuterStateIsHostMemoryInThePredictionAndTheMeasurement) {
   const Trained plain = train(4, 1, 0, [] {
     EngineOptions options;
@@ -182,6 +257,14 @@ TEST(OuterLoop, TheOuterStateIsHostMemoryInThePredictionAndTheMeasurement) {
   EXPECT_EQ(outer.predicted[0].offload, plain.predicted[0].offload + outer_bytes);
   EXPECT_EQ(outer.host[0].peak_of(Category::kOffload),
             plain.host[0].peak_of(Category::kOffload) + outer_bytes);
+  // Overlapped meetings keep the mean in flight in a third shard-long copy.
+  EngineOptions options = with_outer_loop(1, 5);
+  options.outer_loop.overlap_steps = 2;
+  const Trained overlapped = train(4, 1, 0, options);
+  const std::size_t pending = overlapped.shard_elements * sizeof(float);
+  EXPECT_EQ(overlapped.predicted[0].offload, outer.predicted[0].offload + pending);
+  EXPECT_EQ(overlapped.host[0].peak_of(Category::kOffload),
+            outer.host[0].peak_of(Category::kOffload) + pending);
 }
 
 TEST(OuterLoop, GroupsThatDoNotDivideTheWorldAreOneLine) {

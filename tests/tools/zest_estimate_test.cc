@@ -157,13 +157,19 @@ TEST_F(ZestEstimate, MatchesZestTrainsMeasuredPeaks) { expect_measured_as_planne
 
 // DiLoCo's groups (2 nodes of 2 ranks, a group each) shard the model state over a group's 2
 // ranks, not the world's 4, and keep the outer state (the anchor and the momentum of the shard,
-// and one unit's meeting buffer) in host memory: planned as measured.
+// and one unit's meeting buffer) in host memory: planned as measured, blocking or overlapped,
+// in fp32 or int8.
 TEST_F(ZestEstimate, OuterLoopGroupsArePlannedAsTheyAreMeasured) {
   std::vector<std::string> args = tiny_gpt_args();
   args.insert(args.end(), {"--set", "world.ranks_per_node=2", "--set", "world.link.model=\"off\"",
                            "--set", "outer_loop={\"type\": \"diloco\", \"inner_steps\": 1}"});
   const json printed = estimate_json(args);
   EXPECT_GT(printed["per_rank_bytes"]["offload"].get<std::size_t>(), 0u);
+  expect_measured_as_planned(args);
+  // Overlapped meetings (a third host copy, a stream and a communicator of their own) in int8
+  // blocks (the quantized mean's buffers, sized by the 2 groups).
+  args.insert(args.end(), {"--set", "outer_loop.overlap_steps=1", "--set",
+                           "outer_loop.gradient_bits=8"});
   expect_measured_as_planned(args);
 }
 

@@ -1,6 +1,7 @@
 // zest-train with the outer loop (outer_loop, DiLoCo): the default GPT on 2 nodes x 2 ranks, a
 // group a node, learns while the bytes across nodes fall to the meetings' share; a checkpoint at
-// a meeting resumes to the bit (one group) and loads into a plain run; bad outer_loop keys and
+// a meeting resumes to the bit (one group), and one with a meeting in flight too, and loads into
+// a plain run; bad outer_loop keys and
 // combinations are one line, exit 2.
 #include <iostream>
 #include <string>
@@ -101,6 +102,24 @@ TEST_F(ZestTrainOuterLoopCheckpoint, ResumesToTheBitBetweenMeetingsAndLoadsIntoA
       1u);
 }
 
+// Saved at step 2 while its meeting is in flight (overlap_steps 1: it lands at step 3): the
+// mean outer gradient is in the checkpoint, and the resumed run lands it at step 3 as the
+// uninterrupted one does.
+TEST_F(ZestTrainOuterLoopCheckpoint, AMeetingInFlightAtTheSaveLandsAfterTheResume) {
+  const std::string outer =
+      R"(outer_loop={"type": "diloco", "inner_steps": 2, "groups": 1, "overlap_steps": 1})";
+  const std::vector<StepLoss> uninterrupted = steps_of({outer});
+  ASSERT_EQ(uninterrupted.size(), 4u);
+  steps_of({outer, "steps=2", "checkpoint.dir=" + path("ckpt"), "checkpoint.every_steps=2"});
+  const std::vector<StepLoss> resumed =
+      steps_of({outer, "checkpoint.dir=" + path("ckpt"), R"(checkpoint.resume="auto")"});
+  ASSERT_EQ(resumed.size(), 2u);
+  for (int step = 0; step < 2; ++step) {
+    EXPECT_EQ(resumed[step].loss, uninterrupted[step + 2].loss) << "step " << step + 3;
+    EXPECT_EQ(resumed[step].grad_norm, uninterrupted[step + 2].grad_norm) << "step " << step + 3;
+  }
+}
+
 // A plain run's checkpoint starts the outer loop as at a run's start: the anchor is the loaded
 // parameters. A meeting after each step at lr 0.5 without momentum then sets the parameters
 // halfway back to where the step started, which barely moves the loss; an anchor of zeros
@@ -129,6 +148,12 @@ TEST_F(ZestTrainOuterLoopCheckpoint, BadKeysAndCombinationsAreOneLine) {
       {R"(outer_loop={"type": "diloco", "outer_optimizer": {"momentum": 1.0}})",
        "outer_loop.outer_optimizer.momentum: must be a number in [0, 1)"},
       {R"(outer_loop={"type": "diloco", "steps": 3})", "outer_loop.steps"},
+      {R"(outer_loop={"type": "diloco", "inner_steps": 6, "fragments": 2, "overlap_steps": 4})",
+       "outer_loop.overlap_steps: must be at most outer_loop.inner_steps / outer_loop.fragments (3)"},
+      {R"(outer_loop={"type": "diloco", "mixing": 1.5})",
+       "outer_loop.mixing: must be a number in [0, 1]"},
+      {R"(outer_loop={"type": "diloco", "gradient_bits": 16})",
+       "outer_loop.gradient_bits: must be 32 (fp32), 8 or 4"},
   };
   for (const auto& [assignment, expected] : cases) {
     SCOPED_TRACE(assignment);

@@ -1,5 +1,6 @@
 #include "tools/common/memory_estimate.h"
 
+#include <algorithm>
 #include <climits>
 #include <functional>
 
@@ -104,9 +105,8 @@ EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> m
   job.input.synchronize_between_steps = true;  // zest-train's stop check after every step
   const int shard = shard_ranks(config);
   if (config.engine.outer_loop.enabled()) {
-    // The plan is one group's rank: its group is its whole world (the outer state is the same
-    // shard-sized copies in every group, however many there are).
-    job.input.engine.outer_loop.groups = 1;
+    // The groups as a count: the planner's world is every group's shard ranks (peak_plan.h).
+    job.input.engine.outer_loop.groups = std::max(1, config.world.ranks / std::max(1, shard));
   } else if (shard > 0 && config.world.ranks > shard) {
     job.input.replicas = config.world.ranks / shard;
   }
