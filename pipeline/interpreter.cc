@@ -181,7 +181,7 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
   // compute after each forward and backward, for comm after each backward (its reductions: the
   // engine's host would wait for them in the next backward anyway), and for the chunk's last
   // gradient send before its next backward, so that what is held is what the schedule holds
-  // (planner/pipeline_plan.cc replays these waits). The stream idles only while the host
+  // (planner/pipeline_plan.cc runs this code). The stream idles only while the host
   // enqueues one action; a CUDA device, whose pool frees in stream order, never waits.
   const bool bounded = context_.device.kind() != DeviceKind::kCuda;
   const auto host_waits = [&](bool reductions) {
@@ -306,6 +306,11 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
         read_to_host(context_.device, context_.compute, header, buffer.data(), sizeof header);
         step.received_shape[c].assign(header + 1, header + 1 + header[0]);
         step.received_dtype[c] = static_cast<DType>(header[kHeader - 1]);
+        if (received_shapes_) {  // the shape-only device: the header read as zeros
+          const Tensor answer = received_shapes_(v);
+          step.received_shape[c] = answer.shape;
+          step.received_dtype[c] = answer.dtype;
+        }
         if (bounded) {
           buffer = Buffer();  // compute is past the receive: read_to_host waited for it
         } else {

@@ -28,8 +28,17 @@ std::vector<int> virtual_stage_of_units(const std::vector<std::size_t>& partitio
 PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engine,
                                  const PipelineOptions& pipeline, const ModuleFactory& make_module,
                                  const OptimizerOptions& optimizer)
+    : PipelineTrainer(context, engine, pipeline,
+                      make_schedule(pipeline.schedule, pipeline.stages, pipeline.micro_batches,
+                                    pipeline.virtual_chunks),
+                      make_module, optimizer) {}
+
+PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engine,
+                                 const PipelineOptions& pipeline, Schedule schedule,
+                                 const ModuleFactory& make_module, const OptimizerOptions& optimizer)
     : context_(context), engine_(engine), pipeline_(pipeline),
-      mesh_(context.world_size, pipeline.stages), at_(mesh_.coordinate(context.rank)) {
+      mesh_(context.world_size, pipeline.stages), at_(mesh_.coordinate(context.rank)),
+      schedule_(std::move(schedule)) {
   if (engine_.gradient_accumulation_steps != 1) {
     throw Error(ErrorKind::kConfig,
                 "gradient_accumulation_steps: a pipeline accumulates over pipeline.micro_batches; "
@@ -48,7 +57,6 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
   std::vector<Unit*> whole = models_.front()->units();
   const std::vector<std::size_t> partition = pipeline_.partition(whole.size());
   // Checked before the first step: a schedule that would hang or compute wrongly never runs.
-  schedule_ = make_schedule(pipeline_.schedule, pipeline_.stages, m, pipeline_.virtual_chunks);
   try {
     (void)simulate_schedule(schedule_);
   } catch (const Error& error) {

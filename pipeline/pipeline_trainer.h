@@ -57,6 +57,11 @@ class PipelineTrainer final : public Trainer {
   PipelineTrainer(RankContext& context, const EngineOptions& engine,
                   const PipelineOptions& pipeline, const ModuleFactory& make_module,
                   const OptimizerOptions& optimizer);
+  // The same with the schedule made by the caller (the memory planner runs the one it plans),
+  // checked the same way; `pipeline.schedule` then only has to fit its chunk count.
+  PipelineTrainer(RankContext& context, const EngineOptions& engine,
+                  const PipelineOptions& pipeline, Schedule schedule,
+                  const ModuleFactory& make_module, const OptimizerOptions& optimizer);
   ~PipelineTrainer() override;
 
   // One whole step's schedule. `batch` is this data-parallel index's rows of the global batch,
@@ -94,6 +99,11 @@ class PipelineTrainer final : public Trainer {
 
   const DeviceMesh& mesh() const { return mesh_; }
   const Schedule& schedule() const { return schedule_; }
+  // The memory planner's, on the shape-only device (runtime/shape_device.h), whose memory
+  // backs nothing: a received shape header reads as zeros there, so `shapes` says what it
+  // would hold — the shape and dtype of the activations virtual stage v receives (data unused).
+  using ReceivedShapes = std::function<Tensor(int virtual_stage)>;
+  void answer_shape_headers(ReceivedShapes shapes) { received_shapes_ = std::move(shapes); }
   // Tests only: leave the tied units' cross-stage sum out, to show that the parity tests see it.
   void skip_tied_sum_for_tests() { skip_tied_sum_ = true; }
   // For tests: chunk c's trainer on this rank.
@@ -150,6 +160,7 @@ class PipelineTrainer final : public Trainer {
   // the whole model's order.
   std::vector<std::tuple<int, std::size_t, std::size_t>> tied_units_;
   bool skip_tied_sum_ = false;
+  ReceivedShapes received_shapes_;  // empty but on the shape-only device
 };
 
 }  // namespace zest

@@ -79,14 +79,6 @@ ShapeCommunicators shape_communicators(const PeakPlanInput& input) {
   return communicators;
 }
 
-// An optimizer with the shape's state arrays (AdamW's two moments, SGD's momentum or none).
-std::unique_ptr<Optimizer> shape_optimizer(std::size_t states) {
-  OptimizerOptions options;
-  if (states != 2) options.type = "SGD";
-  if (states == 1) options.momentum = 0.9f;
-  return make_optimizer(options);
-}
-
 // One rank that believes it is rank 0 of the shard group trains two steps on the shape-only
 // device; its allocators are the ledger. Ranks are alike: every shard has the same length.
 PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
@@ -113,7 +105,7 @@ PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
   std::size_t parameter_swap_bytes = 0;
   {
     const std::unique_ptr<Trainer> trainer =
-        engine.shard(module, shape_optimizer(input.model.optimizer_states));
+        engine.shard(module, make_optimizer(shape_optimizer(input.model.optimizer_states)));
     // Two steps: the second starts while the first's optimizer scratch may still be queued.
     for (int step = 0; step < 2; ++step) {
       for (int micro = 0; micro < options.gradient_accumulation_steps; ++micro) {

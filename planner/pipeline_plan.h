@@ -1,13 +1,12 @@
-// The peak plan of each pipeline stage: the stage's two steps replayed as the interpreter
-// (pipeline/interpreter.cc) runs its action list — each model chunk's ZeRO trainer in its
-// data-parallel group (planner/engine_replay.h), micro-batch by micro-batch in the schedule's
-// order, with the activations of every micro-batch it holds in flight, the activations received
-// from the previous stage (kept until the backward that needs them), the received gradient of its
-// output, the gradient it sends (until the chunk's next backward), the shape headers, a copy of a
-// tied unit it borrows from another stage (the GPT's embedding on the last stage), and at stage 3
-// without reshard_after_forward its units gathered for the whole step. Invariant: every
-// allocation and release the stage's rank makes, in its order, and on the CPU device its host's
-// waits — so the measured peak equals the plan to the byte
+// The peak plan of each pipeline stage: one rank of the stage trains two steps of the real
+// PipelineTrainer (pipeline/pipeline_trainer.h: each model chunk's ZeRO trainer in its
+// data-parallel group, the interpreter over the schedule's action list) on the shape-only device
+// (runtime/shape_device.h), and its allocators are read — the activations of every micro-batch
+// it holds in flight, those received from the previous stage, the received gradient of its
+// output, the gradient it sends, the shape headers, a copy of a tied unit it borrows from another
+// stage, and at stage 3 without reshard_after_forward its units gathered for the whole step, all
+// as the real code allocates them. Beside it, a few totals of the schedule's order that the
+// tools print. Invariant: the measured peak equals the plan to the byte
 // (tests/planner/pipeline_measured_test.cc).
 #pragma once
 
@@ -44,7 +43,7 @@ struct PipelineStagePeak {
   std::size_t received_gradients = 0;    // the output's gradient, one backward at a time
   std::size_t gathered_for_step = 0;     // stage 3 without reshard_after_forward, else 0
   PeakPrediction one_in_flight;  // the stage's units as one ZeRO trainer, micro-batch by micro-batch
-  PeakPrediction peak;           // the stage's actions replayed: what a rank of it measures
+  PeakPrediction peak;           // the stage's actions run: what a rank of it measures
 };
 
 // Throws a kConfig Error naming pipeline.partition when the partition does not fit the schedule

@@ -33,6 +33,7 @@ class ShapeModule::ShapeUnit final : public Unit {
   bool borrows_in_turn() const override { return shapes_.borrows_in_turn; }
   bool backward_reads_parameters() const override { return shapes_.backward_reads_parameters; }
   bool supports_selective_recompute() const override { return memory_.selective; }
+  bool supports_split_backward() const override { return memory_.split_backward; }
 
   void forward(UnitContext& context) override {
     const bool selective = context.recompute_selectively();
@@ -73,6 +74,23 @@ class ShapeModule::ShapeUnit final : public Unit {
     context.release(std::move(workspace));
   }
 
+  // What the weight gradient reads is kept (with the backward workspace where the unit keeps
+  // it), then the input gradient is made; backward_weight frees what was kept with `saved`.
+  void backward_input(UnitContext& context) override {
+    std::size_t kept = memory_.split_kept;
+    if (memory_.split_keeps_workspace) kept += memory_.backward_workspace;
+    kept_ = context.allocate(kept, Category::kActivations);
+    if (memory_.grad_input > 0) {
+      context.make_grad_input(bytes_shape(memory_.grad_input), DType::kInt8);
+    }
+  }
+
+  void backward_weight(UnitContext& context) override {
+    if (!shapes_.params.empty()) context.grad(0);
+    context.release(std::move(kept_));
+    release_saved(context);
+  }
+
  private:
   // A unit that borrows in turn reads each borrowed unit alone: forward in order, backward in
   // reverse (the GPT's head tied to the vocabulary pieces).
@@ -107,6 +125,7 @@ class ShapeModule::ShapeUnit final : public Unit {
   std::vector<std::vector<Buffer>>& held_;
   Buffer saved_;    // forward to backward
   Buffer rebuilt_;  // recompute() to backward
+  Buffer kept_;     // split backward: backward_input to backward_weight
 };
 
 ShapeModule::ShapeModule(const PeakPlanInput& input) : held_(input.model.units.size()) {
@@ -118,6 +137,13 @@ ShapeModule::ShapeModule(const PeakPlanInput& input) : held_(input.model.units.s
 }
 
 ShapeModule::~ShapeModule() = default;
+
+OptimizerOptions shape_optimizer(std::size_t states) {
+  OptimizerOptions options;
+  if (states != 2) options.type = "SGD";
+  if (states == 1) options.momentum = 0.9f;
+  return options;
+}
 
 std::vector<Unit*> ShapeModule::units() {
   std::vector<Unit*> units;

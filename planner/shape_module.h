@@ -13,6 +13,7 @@
 
 #include "engine/job_shape.h"
 #include "engine/module.h"
+#include "optim/optimizer.h"
 
 namespace zest {
 
@@ -31,5 +32,9 @@ class ShapeModule final : public Module {
   // (UnitMemory::saved_freed_by).
   std::vector<std::vector<Buffer>> held_;
 };
+
+// The optimizer the planner trains a ShapeModule with: one with the shape's state arrays
+// (AdamW's two moments, SGD's momentum, or none).
+OptimizerOptions shape_optimizer(std::size_t states);
 
 }  // namespace zest

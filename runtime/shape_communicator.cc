@@ -30,7 +30,8 @@ std::unique_ptr<Communicator> ShapeCommunicator::split(int color, int key,
   }
   const ShapeGroup group = splits_.front();
   splits_.pop_front();
-  return std::make_unique<ShapeCommunicator>(group.rank, group.size);
+  return std::make_unique<ShapeCommunicator>(
+      group.rank, group.size, std::deque<ShapeGroup>(group.splits.begin(), group.splits.end()));
 }
 
 }  // namespace zest::shape

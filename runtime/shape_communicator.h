@@ -4,20 +4,28 @@
 // the streams' order is the caller's alone. Ranks of a symmetric job are alike, so the planner
 // runs one of them instead of the whole world. It has no peers whose colors would size a group,
 // so the caller says what each split answers (the planner knows its job's groups: hpZ's, a
-// hybrid shard group's and its replica group); a split beyond those refuses.
+// hybrid shard group's and its replica group, a pipeline stage's groups and those split off
+// them in turn); a split beyond those refuses.
 #pragma once
 
 #include <chrono>
 #include <deque>
+#include <utility>
+#include <vector>
 
 #include "runtime/communicator.h"
 
 namespace zest::shape {
 
-// What one split() answers: this rank's place in the group it joins.
+// What one split() answers: this rank's place in the group it joins, and what that group's own
+// splits answer in turn (a pipeline stage's data-parallel group splits off hpZ's group or the
+// hybrid shard and replica groups).
 struct ShapeGroup {
+  ShapeGroup(int rank, int size, std::vector<ShapeGroup> splits = {})
+      : rank(rank), size(size), splits(std::move(splits)) {}
   int rank = 0;
   int size = 1;
+  std::vector<ShapeGroup> splits;
 };
 
 class ShapeCommunicator final : public Communicator {

@@ -178,5 +178,18 @@ TEST(ShapeCommunicator, SplitsAnswerTheGroupsItWasToldInOrderThenRefuse) {
   EXPECT_THROW(world.split(0, 0, "third", {}), Error);
 }
 
+TEST(ShapeCommunicator, AGroupSplitOffAnswersItsOwnSplitsThenRefuses) {
+  // A pipeline stage's data-parallel group of 4, from which hpZ splits a group of 2.
+  ShapeCommunicator world(4, 8, {{0, 4, {{1, 2}}}, {1, 2}});
+  const auto data_parallel = world.split(1, 0, "data-parallel", {});
+  EXPECT_EQ(data_parallel->world_size(), 4);
+  const auto hpz = data_parallel->split(0, 0, "hpZ", {});
+  EXPECT_EQ(hpz->rank(), 1);
+  EXPECT_EQ(hpz->world_size(), 2);
+  EXPECT_THROW(data_parallel->split(0, 0, "another", {}), Error);
+  EXPECT_THROW(hpz->split(0, 0, "below hpZ", {}), Error);
+  EXPECT_EQ(world.split(0, 0, "pipeline", {})->world_size(), 2);
+}
+
 }  // namespace
 }  // namespace zest::shape
