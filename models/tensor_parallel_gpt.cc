@@ -62,9 +62,13 @@ class VocabularyParallelEmbedding final : public Unit {
                              context.param(1).as<const float>(), nullptr, config_.vocab_size, C,
                              out);
     } else {
-      context.device().fill_zero(stream, out, count * sizeof(float));
+      // Zeros as the base (the kernel's base and output must not alias).
+      Buffer zeros = context.allocate(count * sizeof(float), Category::kWorkspace);
+      context.device().fill_zero(stream, zeros.data(), count * sizeof(float));
       embedding_rows_forward(stream, ids, B, T, context.param(0).as<const float>(),
-                             slice_.rank * rows, rows, nullptr, out, config_.vocab_size, C, out);
+                             slice_.rank * rows, rows, nullptr, zeros.as<const float>(),
+                             config_.vocab_size, C, out);
+      context.release(std::move(zeros));
     }
     slice_.group->label_next("tensor-parallel embedding");
     slice_.group->all_reduce(stream, out, out, count, DType::kFloat32);

@@ -90,9 +90,9 @@ TEST(TensorParallelConfig, ModelDimensionsThatDoNotDivideAreOneErrorEach) {
   raw["tensor_parallel"]["size"] = 8;
   EXPECT_THAT(config_error(raw), HasSubstr("model.n_head: 4 attention heads do not divide"));
   raw = gpt_config();
-  raw["model"]["type"] = "mlp";
-  raw["model"].erase("n_layer");
-  EXPECT_THAT(config_error(raw), HasSubstr("tensor_parallel"));
+  raw["model"] = {{"type", "mlp"}, {"sizes", {8, 4}}};
+  raw["data"] = {{"type", "synthetic"}};
+  EXPECT_THAT(config_error(raw), HasSubstr("model.type: \"mlp\" has no tensor-parallel form"));
 }
 
 // Each composition the first slice does not do yet: refused, one line naming the key and saying
