@@ -83,8 +83,8 @@ TEST(TensorParallelConfig, ASizeThatDoesNotDivideTheRanksIsOneErrorNamingTheNumb
 
 TEST(TensorParallelConfig, ModelDimensionsThatDoNotDivideAreOneErrorEach) {
   json raw = gpt_config();
-  raw["model"]["vocab_size"] = 255;
-  EXPECT_THAT(config_error(raw), HasSubstr("model.vocab_size: 255 vocabulary rows do not divide"));
+  raw["model"]["vocab_size"] = 257;
+  EXPECT_THAT(config_error(raw), HasSubstr("model.vocab_size: 257 vocabulary rows do not divide"));
   raw = gpt_config();
   raw["world"]["ranks"] = 8;
   raw["tensor_parallel"]["size"] = 8;
