@@ -40,6 +40,11 @@ void parse_aio(Block& root, TrainConfig& out);
 // engine options it plans with are known.
 void parse_pipeline_shape(Block& root, TrainConfig& out);
 void parse_pipeline(Block& root, TrainConfig& out);
+// tensor_parallel_block.cc: the size, after the pipeline's shape (it divides the data-parallel
+// ranks) and before the batch sizes; the refusals of what tensor parallelism does not compose
+// with yet, last.
+void parse_tensor_parallel_shape(Block& root, TrainConfig& out);
+void refuse_tensor_parallel_compositions(const TrainConfig& out);
 void parse_outer_loop(Block& root, TrainConfig& out);  // outer_loop_block.cc; after zero, pipeline
 
 }  // namespace zest::config_blocks

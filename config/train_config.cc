@@ -172,10 +172,13 @@ void parse_batch(Block& root, TrainConfig& out) {
   std::optional<std::int64_t> accumulation = read(kAccumulation);
   // With pipeline stages, the batch counts the data-parallel ranks, and the pipeline's
   // micro-batches are the accumulation steps (DeepSpeed's pipeline engine).
-  const bool pipelined = out.pipeline.stages > 1;
+  const bool pipelined = out.pipeline.stages > 1 || out.tensor_parallel.enabled();
   const std::int64_t ranks = out.pipeline.data_parallel;
   const std::string ranks_name =
-      pipelined ? "data-parallel ranks (world.ranks / pipeline.stages)" : "world.ranks";
+      !pipelined ? "world.ranks"
+      : out.tensor_parallel.enabled()
+          ? "data-parallel ranks (world.ranks / pipeline.stages / tensor_parallel.size)"
+          : "data-parallel ranks (world.ranks / pipeline.stages)";
   const int pipeline_micro_batches = out.pipeline.micro_batches;
   const bool accumulation_from_pipeline = !accumulation && pipeline_micro_batches > 0;
   if (accumulation && pipeline_micro_batches > 0 && *accumulation != pipeline_micro_batches) {
@@ -354,7 +357,8 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
               "optimizer", "zero_optimization", "data", "steps_per_print", "bf16", "fp16",
               "communication_data_type", "log", "wall_clock_breakdown", "scheduler",
               "checkpoint", "eval_every", "debug", "csv_monitor", "tensorboard", "wandb",
-              "comet", "activation_checkpointing", "pipeline", "aio", "outer_loop"},
+              "comet", "activation_checkpointing", "pipeline", "aio", "outer_loop",
+              "tensor_parallel"},
              {{"stage", "zero_optimization.stage"},
               {"ranks", "world.ranks"},
               {"backend", "world.backend"},
@@ -392,6 +396,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   out.steps = read_integer_at_least(root.require("steps", "the number of optimizer steps (>= 1)"),
                                     "steps", 1);
   parse_pipeline_shape(root, out);
+  parse_tensor_parallel_shape(root, out);
   parse_batch(root, out);
 
   const double clipping =
@@ -421,6 +426,7 @@ TrainConfig parse_train_config(const json& config, const std::vector<std::string
   refuse_quantized_gradients_pipeline(out);
   refuse_hpz_pipeline(out);
   refuse_offload_param_pipeline(out);
+  refuse_tensor_parallel_compositions(out);
   return out;
 }
 

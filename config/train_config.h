@@ -97,9 +97,20 @@ struct PipelineConfig {
   // Stage 3 only: false keeps a pipeline stage's parameters gathered across the micro-batches
   // of a step (FSDP2's reshard_after_forward=False), true gathers them per micro-batch.
   bool reshard_after_forward = true;
-  int data_parallel = 1;  // world.ranks / stages: the ranks of each pipeline stage
+  // world.ranks / (stages x tensor_parallel.size): the data-parallel ranks of each pipeline stage
+  int data_parallel = 1;
   bool enabled() const { return stages > 1; }
   int virtual_stages() const { return stages * virtual_chunks; }
+};
+
+// `tensor_parallel`: each GPT layer's matrix products split across `size` ranks (Megatron's
+// tensor parallelism, models/tensor_parallel_gpt.h); world.ranks = pipeline stages x data-parallel
+// ranks x size, the tensor-parallel index fastest (runtime/device_mesh.h). DeepSpeed's
+// `autotp_size` is read as `size`. Without the block, or with size 1: nothing changes.
+struct TensorParallelConfig {
+  int size = 1;
+  bool sequence_parallel = false;  // refused for now (the next slice)
+  bool enabled() const { return size > 1; }
 };
 
 struct PipelineOptions;  // pipeline/pipeline_options.h
@@ -122,11 +133,13 @@ struct TrainConfig {
   CheckpointConfig checkpoint;
   CsvMonitorConfig csv_monitor;
   PipelineConfig pipeline;
+  TensorParallelConfig tensor_parallel;
 
   std::int64_t steps = 0;
   std::int64_t micro_batch = 0;                  // train_micro_batch_size_per_gpu
   std::int64_t gradient_accumulation_steps = 1;
-  // micro_batch × accumulation × data-parallel ranks (world.ranks / pipeline.stages)
+  // micro_batch × accumulation × data-parallel ranks (world.ranks / pipeline.stages /
+  // tensor_parallel.size)
   std::int64_t train_batch_size = 0;
   // A plain progress line every this many steps (DeepSpeed's steps_per_print); on a terminal
   // one live line is redrawn every step instead.

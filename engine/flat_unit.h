@@ -64,6 +64,7 @@ struct FlatUnit {
     std::size_t flat_offset = 0;  // where the range starts in the unit's flat buffer
     std::size_t count = 0;
     bool decay = true;
+    bool norm_counted = true;  // ParamSpec::norm_counted
   };
   std::vector<UpdateRange> update_ranges;
 

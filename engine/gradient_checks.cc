@@ -40,6 +40,7 @@ void GradientChecks::inspect(const std::vector<FlatUnit>& units, const StagePlan
     if (!counted.empty() && !counted[static_cast<std::size_t>(unit.index)]) continue;
     const std::size_t base = plan.grads_first(unit.layout.shard_range(context_.rank).begin);
     for (const FlatUnit::UpdateRange& range : unit.update_ranges) {
+      if (!range.norm_counted) continue;
       const void* grads = byte_offset(unit.grads.data(), (range.flat_offset - base) * element);
       add_gradient_statistics(comm, grads, dtype_, range.count, norm);
     }

@@ -18,6 +18,7 @@
 #include "memory/allocator.h"
 #include "memory/tensor.h"
 #include "engine/unit_memory.h"
+#include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/stream.h"
 
@@ -48,6 +49,23 @@ struct ParamSpec {
   int draw_unit = -1;
   int draw_param = 0;
   std::int64_t draw_first = 0;
+  // A tensor-parallel slice (models/tensor_parallel_gpt.h) draws as the block of the whole
+  // parameter it was cut from, so that its values are the tensor-parallel-1 model's. Its row i
+  // (the last dimension is the columns; a vector is one column) is row
+  // (i / row_block) x row_stride + row_first + i % row_block of the whole parameter, which is
+  // full_columns wide, and its columns start at column_first. full_columns 0: not a slice.
+  struct DrawSlice {
+    std::int64_t full_columns = 0;
+    std::int64_t column_first = 0;
+    std::int64_t row_block = 1;
+    std::int64_t row_stride = 0;
+    std::int64_t row_first = 0;
+    bool enabled() const { return full_columns > 0; }
+  };
+  DrawSlice draw_slice{};
+  // false: another rank holds the same values and counts them in the global gradient norm (a
+  // LayerNorm replicated across a tensor-parallel group is counted by its first rank only).
+  bool norm_counted = true;
 };
 
 // One global batch slice: what this rank computes on in one micro-batch.
@@ -176,6 +194,10 @@ class Module {
   // the whole model. A part of a model (engine/sub_module.h: a pipeline stage's units) keeps the
   // whole model's indices, so that its initial values equal the single-rank run's.
   virtual int initialization_index(std::size_t unit) const { return static_cast<int>(unit); }
+  // The group of ranks this module's units split their layers across (tensor parallelism), whose
+  // collectives the units run on the compute stream; null: none. The engine sums the gradient
+  // norm (Parameters with norm_counted false left out) and agrees on an overflow over it too.
+  virtual Communicator* tensor_parallel_group() const { return nullptr; }
   // Whether unit `unit` is a copy of a unit another pipeline stage trains, held here only to lend
   // its parameters to later units (the tied embedding on the last stage): the engine runs no
   // forward or backward of it and leaves it out of the gradient norm, but reduces and updates it.

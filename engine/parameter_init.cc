@@ -1,5 +1,6 @@
 #include "engine/parameter_init.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -45,6 +46,28 @@ void fill_initial_values(const Initializer& init, std::uint64_t seed, int unit, 
         break;
       }
     }
+  }
+}
+
+void fill_slice_initial_values(const Initializer& init, const ParamSpec::DrawSlice& slice,
+                               const std::vector<std::int64_t>& shape, std::uint64_t seed,
+                               int unit, std::size_t param, std::size_t first, std::size_t count,
+                               float* out) {
+  const auto columns = static_cast<std::size_t>(shape.size() >= 2 ? shape.back() : 1);
+  const auto block = static_cast<std::size_t>(slice.row_block);
+  std::size_t done = 0;
+  // One run per row of the slice: its columns are consecutive in the whole parameter too.
+  while (done < count) {
+    const std::size_t element = first + done;
+    const std::size_t row = element / columns;
+    const std::size_t column = element % columns;
+    const std::size_t run = std::min(columns - column, count - done);
+    const std::size_t whole_row = (row / block) * static_cast<std::size_t>(slice.row_stride) +
+                                  static_cast<std::size_t>(slice.row_first) + row % block;
+    const std::size_t whole = whole_row * static_cast<std::size_t>(slice.full_columns) +
+                              static_cast<std::size_t>(slice.column_first) + column;
+    fill_initial_values(init, seed, unit, param, whole, run, out + done);
+    done += run;
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "engine/module.h"
 
@@ -13,5 +14,12 @@ namespace zest {
 // Writes `count` values of parameter `param` of unit `unit`, starting at its element `first`.
 void fill_initial_values(const Initializer& init, std::uint64_t seed, int unit, std::size_t param,
                          std::size_t first, std::size_t count, float* out);
+
+// The same for a tensor-parallel slice of shape `shape` (ParamSpec::DrawSlice): its elements
+// [first, first + count) take the values of the whole parameter's elements they were cut from.
+void fill_slice_initial_values(const Initializer& init, const ParamSpec::DrawSlice& slice,
+                               const std::vector<std::int64_t>& shape, std::uint64_t seed,
+                               int unit, std::size_t param, std::size_t first, std::size_t count,
+                               float* out);
 
 }  // namespace zest

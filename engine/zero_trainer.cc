@@ -280,6 +280,13 @@ void ZeroTrainer::initialize_parameters() {
       const std::size_t end = std::min(slot.offset + slot.numel, first + length);
       if (begin >= end) continue;
       const ParamSpec& spec = unit.specs[p];
+      if (spec.draw_slice.enabled()) {
+        fill_slice_initial_values(
+            spec.init, spec.draw_slice, spec.shape, options_.seed,
+            module_.initialization_index(static_cast<std::size_t>(unit.index)), p,
+            begin - slot.offset, end - begin, values.data() + (begin - first));
+        continue;
+      }
       const bool redrawn = spec.draw_unit >= 0;
       fill_initial_values(
           spec.init, options_.seed,

@@ -14,13 +14,17 @@ std::string rank_list_text(const std::vector<int>& ranks) {
                      ranks.size() - kShown);
 }
 
-DeviceMesh::DeviceMesh(int world_size, int pipeline_stages) {
+DeviceMesh::DeviceMesh(int world_size, int pipeline_stages, int tensor_parallel_size) {
   if (world_size < 1) {
     throw Error(ErrorKind::kConfig, fmt::format("world.ranks: must be >= 1, got {}", world_size));
   }
   if (pipeline_stages < 1) {
     throw Error(ErrorKind::kConfig,
                 fmt::format("pipeline.stages: must be >= 1, got {}", pipeline_stages));
+  }
+  if (tensor_parallel_size < 1) {
+    throw Error(ErrorKind::kConfig,
+                fmt::format("tensor_parallel.size: must be >= 1, got {}", tensor_parallel_size));
   }
   if (world_size % pipeline_stages != 0) {
     throw Error(ErrorKind::kConfig,
@@ -29,8 +33,18 @@ DeviceMesh::DeviceMesh(int world_size, int pipeline_stages) {
                             "(world.ranks a multiple of {})",
                             pipeline_stages, world_size, pipeline_stages));
   }
+  if (world_size % (pipeline_stages * tensor_parallel_size) != 0) {
+    throw Error(ErrorKind::kConfig,
+                fmt::format("tensor_parallel.size: pipeline.stages {} x tensor_parallel.size {} = "
+                            "{} does not divide world.ranks {}; world.ranks must be pipeline "
+                            "stages x data-parallel ranks x tensor-parallel ranks (a multiple of {})",
+                            pipeline_stages, tensor_parallel_size,
+                            pipeline_stages * tensor_parallel_size, world_size,
+                            pipeline_stages * tensor_parallel_size));
+  }
   pipeline_stages_ = pipeline_stages;
-  data_parallel_size_ = world_size / pipeline_stages;
+  tensor_parallel_size_ = tensor_parallel_size;
+  data_parallel_size_ = world_size / (pipeline_stages * tensor_parallel_size);
 }
 
 void DeviceMesh::check_rank(int rank) const {
@@ -42,54 +56,84 @@ void DeviceMesh::check_rank(int rank) const {
 
 MeshCoordinate DeviceMesh::coordinate(int rank) const {
   check_rank(rank);
-  return {rank / data_parallel_size_, rank % data_parallel_size_};
+  const int slice = rank / tensor_parallel_size_;
+  return {slice / data_parallel_size_, slice % data_parallel_size_, rank % tensor_parallel_size_};
 }
 
 int DeviceMesh::rank_of(MeshCoordinate coordinate) const {
   if (coordinate.pipeline_stage < 0 || coordinate.pipeline_stage >= pipeline_stages_ ||
       coordinate.data_parallel_index < 0 ||
-      coordinate.data_parallel_index >= data_parallel_size_) {
+      coordinate.data_parallel_index >= data_parallel_size_ ||
+      coordinate.tensor_parallel_index < 0 ||
+      coordinate.tensor_parallel_index >= tensor_parallel_size_) {
     throw Error(ErrorKind::kUsage,
-                fmt::format("(pipeline stage {}, data-parallel index {}) is outside the device "
-                            "mesh of {} pipeline stages x {} data-parallel ranks",
+                fmt::format("(pipeline stage {}, data-parallel index {}, tensor-parallel index {}) "
+                            "is outside the device mesh of {} pipeline stages x {} data-parallel "
+                            "ranks x {} tensor-parallel ranks",
                             coordinate.pipeline_stage, coordinate.data_parallel_index,
-                            pipeline_stages_, data_parallel_size_));
+                            coordinate.tensor_parallel_index, pipeline_stages_,
+                            data_parallel_size_, tensor_parallel_size_));
   }
-  return coordinate.pipeline_stage * data_parallel_size_ + coordinate.data_parallel_index;
+  return (coordinate.pipeline_stage * data_parallel_size_ + coordinate.data_parallel_index) *
+             tensor_parallel_size_ +
+         coordinate.tensor_parallel_index;
 }
 
-std::vector<int> DeviceMesh::data_parallel_group(int stage) const {
+std::vector<int> DeviceMesh::data_parallel_group(int stage, int tensor) const {
   std::vector<int> ranks;
-  for (int index = 0; index < data_parallel_size_; ++index) ranks.push_back(rank_of({stage, index}));
+  for (int index = 0; index < data_parallel_size_; ++index) {
+    ranks.push_back(rank_of({stage, index, tensor}));
+  }
   return ranks;
 }
 
-std::vector<int> DeviceMesh::pipeline_group(int index) const {
+std::vector<int> DeviceMesh::pipeline_group(int index, int tensor) const {
   std::vector<int> ranks;
-  for (int stage = 0; stage < pipeline_stages_; ++stage) ranks.push_back(rank_of({stage, index}));
+  for (int stage = 0; stage < pipeline_stages_; ++stage) {
+    ranks.push_back(rank_of({stage, index, tensor}));
+  }
+  return ranks;
+}
+
+std::vector<int> DeviceMesh::tensor_parallel_group(int stage, int index) const {
+  std::vector<int> ranks;
+  for (int tensor = 0; tensor < tensor_parallel_size_; ++tensor) {
+    ranks.push_back(rank_of({stage, index, tensor}));
+  }
   return ranks;
 }
 
 std::optional<int> DeviceMesh::previous_stage_rank(int rank) const {
-  const MeshCoordinate at = coordinate(rank);
+  MeshCoordinate at = coordinate(rank);
   if (at.pipeline_stage == 0) return std::nullopt;
-  return rank_of({at.pipeline_stage - 1, at.data_parallel_index});
+  --at.pipeline_stage;
+  return rank_of(at);
 }
 
 std::optional<int> DeviceMesh::next_stage_rank(int rank) const {
-  const MeshCoordinate at = coordinate(rank);
+  MeshCoordinate at = coordinate(rank);
   if (at.pipeline_stage + 1 == pipeline_stages_) return std::nullopt;
-  return rank_of({at.pipeline_stage + 1, at.data_parallel_index});
+  ++at.pipeline_stage;
+  return rank_of(at);
 }
 
-std::string DeviceMesh::data_parallel_group_name(int stage) const {
-  return fmt::format("data-parallel group of pipeline stage {} (ranks {})", stage,
-                     rank_list_text(data_parallel_group(stage)));
+std::string DeviceMesh::data_parallel_group_name(int stage, int tensor) const {
+  const std::string of_tensor =
+      tensor_parallel_size_ > 1 ? fmt::format(", tensor-parallel index {}", tensor) : "";
+  return fmt::format("data-parallel group of pipeline stage {}{} (ranks {})", stage, of_tensor,
+                     rank_list_text(data_parallel_group(stage, tensor)));
 }
 
-std::string DeviceMesh::pipeline_group_name(int index) const {
-  return fmt::format("pipeline group of data-parallel index {} (ranks {})", index,
-                     rank_list_text(pipeline_group(index)));
+std::string DeviceMesh::pipeline_group_name(int index, int tensor) const {
+  const std::string of_tensor =
+      tensor_parallel_size_ > 1 ? fmt::format(", tensor-parallel index {}", tensor) : "";
+  return fmt::format("pipeline group of data-parallel index {}{} (ranks {})", index, of_tensor,
+                     rank_list_text(pipeline_group(index, tensor)));
+}
+
+std::string DeviceMesh::tensor_parallel_group_name(int stage, int index) const {
+  return fmt::format("tensor-parallel group of pipeline stage {}, data-parallel index {} (ranks {})",
+                     stage, index, rank_list_text(tensor_parallel_group(stage, index)));
 }
 
 }  // namespace zest

@@ -29,10 +29,11 @@ int main(int argc, char** argv) try {
 
   // Validated whole: a wrong key or value is one Error naming its JSON path.
   const zest::TrainConfig config = zest::load_resolved_config(path, overrides);
-  if (config.model.type != "gpt" || config.data.type != "text" || config.pipeline.enabled()) {
+  if (config.model.type != "gpt" || config.data.type != "text" || config.pipeline.enabled() ||
+      config.tensor_parallel.enabled()) {
     throw zest::Error(zest::ErrorKind::kConfig,
                       path + ": this example trains a GPT on `text` data without pipeline "
-                             "stages; zest-train runs every other config");
+                             "stages or tensor parallelism; zest-train runs every other config");
   }
 
   // Read once, before any rank starts, and shared read-only by the ranks.

@@ -18,6 +18,7 @@
 #include "runtime/device.h"
 #include "runtime/device_mesh.h"
 #include "runtime/stream.h"
+#include "runtime/tensor_parallel_groups.h"
 #include "runtime/trace.h"
 #include "runtime/world.h"
 
@@ -59,6 +60,7 @@
 #include "models/gpt.h"
 #include "models/mlp.h"
 #include "models/registry.h"
+#include "models/tensor_parallel_gpt.h"
 
 // config/: the JSON config shared with zest-train and zest-estimate; resolve/: loading it for a
 // run (the partition, the recomputed units, the out-of-memory advice decided).

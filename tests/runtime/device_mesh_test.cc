@@ -7,6 +7,7 @@
 
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/error.h"
@@ -84,6 +85,69 @@ TEST(DeviceMesh, RanksOutsideTheMeshAreUsageErrors) {
   const DeviceMesh mesh(4, 2);
   EXPECT_EQ(capture_error([&] { (void)mesh.coordinate(4); }).kind(), ErrorKind::kUsage);
   EXPECT_EQ(capture_error([&] { (void)mesh.rank_of({2, 0}); }).kind(), ErrorKind::kUsage);
+}
+
+TEST(DeviceMesh, TensorParallelRanksAreConsecutiveAndVaryFastest) {
+  const DeviceMesh mesh(8, 1, 2);  // 4 data-parallel ranks x 2 tensor-parallel ranks
+  EXPECT_EQ(mesh.data_parallel_size(), 4);
+  EXPECT_EQ(mesh.tensor_parallel_size(), 2);
+  EXPECT_THAT(mesh.tensor_parallel_group(0, 1), ElementsAre(2, 3));
+  EXPECT_THAT(mesh.data_parallel_group(0, 1), ElementsAre(1, 3, 5, 7));
+  EXPECT_EQ(mesh.coordinate(5), (MeshCoordinate{0, 2, 1}));
+  EXPECT_EQ(mesh.rank_of({0, 2, 1}), 5);
+  const DeviceMesh staged(8, 2, 2);  // 2 pipeline stages x 2 data-parallel x 2 tensor-parallel
+  EXPECT_THAT(staged.pipeline_group(1, 1), ElementsAre(3, 7));
+  EXPECT_EQ(staged.next_stage_rank(3), 7);
+  EXPECT_EQ(staged.previous_stage_rank(6), 2);
+}
+
+TEST(DeviceMesh, EveryRankIsInExactlyOneGroupOfEachKindOnThreeAxes) {
+  for (const auto& [ranks, stages, tensor] :
+       std::vector<std::tuple<int, int, int>>{{4, 1, 4}, {8, 2, 2}, {12, 3, 2}, {16, 2, 4}}) {
+    const DeviceMesh mesh(ranks, stages, tensor);
+    std::multiset<int> in_data_parallel, in_pipeline, in_tensor;
+    for (int s = 0; s < stages; ++s) {
+      for (int t = 0; t < tensor; ++t) {
+        for (int r : mesh.data_parallel_group(s, t)) in_data_parallel.insert(r);
+      }
+      for (int d = 0; d < mesh.data_parallel_size(); ++d) {
+        for (int r : mesh.tensor_parallel_group(s, d)) {
+          in_tensor.insert(r);
+          EXPECT_EQ(mesh.coordinate(r).pipeline_stage, s);
+          EXPECT_EQ(mesh.coordinate(r).data_parallel_index, d);
+        }
+      }
+    }
+    for (int d = 0; d < mesh.data_parallel_size(); ++d) {
+      for (int t = 0; t < tensor; ++t) {
+        for (int r : mesh.pipeline_group(d, t)) in_pipeline.insert(r);
+      }
+    }
+    for (int r = 0; r < ranks; ++r) {
+      EXPECT_EQ(in_data_parallel.count(r), 1u) << r;
+      EXPECT_EQ(in_pipeline.count(r), 1u) << r;
+      EXPECT_EQ(in_tensor.count(r), 1u) << r;
+      EXPECT_EQ(mesh.rank_of(mesh.coordinate(r)), r);
+    }
+  }
+}
+
+TEST(DeviceMesh, TensorGroupsNameTheirRanks) {
+  const DeviceMesh mesh(4, 1, 2);
+  EXPECT_EQ(mesh.tensor_parallel_group_name(0, 1),
+            "tensor-parallel group of pipeline stage 0, data-parallel index 1 (ranks 2, 3)");
+  EXPECT_EQ(mesh.data_parallel_group_name(0, 1),
+            "data-parallel group of pipeline stage 0, tensor-parallel index 1 (ranks 1, 3)");
+}
+
+TEST(DeviceMesh, TensorSizeThatDoesNotDivideTheRanksIsAOneLineConfigErrorNamingTheNumbers) {
+  const Error error = capture_error([] { DeviceMesh(6, 1, 4); });
+  EXPECT_EQ(error.kind(), ErrorKind::kConfig);
+  EXPECT_THAT(error.what(), HasSubstr("tensor_parallel.size: pipeline.stages 1 x "
+                                      "tensor_parallel.size 4 = 4 does not divide world.ranks 6"));
+  EXPECT_EQ(std::string(error.what()).find('\n'), std::string::npos);
+  EXPECT_THAT(capture_error([] { DeviceMesh(8, 2, 3); }).what(), HasSubstr("= 6 does not divide"));
+  EXPECT_EQ(capture_error([] { DeviceMesh(4, 1, 0); }).kind(), ErrorKind::kConfig);
 }
 
 // A timeout at 5000 ranks waited for some 2800 of them: the message names the first 16 and counts

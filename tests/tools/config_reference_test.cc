@@ -107,6 +107,7 @@ class ConfigReference : public zest::testing::ScratchDirectoryTest {
          {R"(scheduler={"type": "WarmupDecayLR", "params": {"warmup_num_steps": 10}})",
           R"(optimizer={"type": "SGD", "params": {"lr": 0.01, "momentum": 0.9}})"}},
         {kDefaultConfig, {R"(scheduler={"type": "WarmupLR"})"}},
+        {kDefaultConfig, {R"(tensor_parallel={"size": 2})", "model.vocab_size=256"}},
         {kDefaultConfig,
          {R"(model.vocab_pieces="auto")", "model.vocab_size=1024", "model.logits_by_pieces=true",
           "data.val_fraction=0", "data.val_path=" ZEST_SOURCE_DIR "/configs/corpus/stories.txt"}},

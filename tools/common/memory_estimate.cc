@@ -97,6 +97,14 @@ std::string hybrid_note(const TrainConfig& config) {
 }  // namespace
 
 EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> model) {
+  if (config.tensor_parallel.enabled()) {
+    // Note: the planner runs the whole model's units; a tensor-parallel rank holds slices, so a
+    // plan would be wrong, and no plan is better than a wrong one.
+    throw Error(ErrorKind::kConfig,
+                "tensor_parallel.size: " + std::to_string(config.tensor_parallel.size) +
+                    " is not planned yet (the planner counts whole layers, not a tensor-parallel "
+                    "rank's slices); estimate with tensor_parallel.size 1 for an upper bound");
+  }
   EstimateJob job;
   if (!model) model = make_model(config.model);
   const std::size_t states = make_optimizer(config.optimizer)->state_count();

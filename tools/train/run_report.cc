@@ -46,8 +46,11 @@ std::string describe_run(const TrainConfig& config, std::size_t parameter_count)
       describe_model(config.model), parameter_count, config.optimizer.type, config.optimizer.lr,
       config.train_batch_size, config.micro_batch, config.gradient_accumulation_steps,
       config.gradient_accumulation_steps == 1 ? "" : "es", config.pipeline.data_parallel,
-      config.pipeline.enabled() ? "data-parallel " : "",
+      config.pipeline.enabled() || config.tensor_parallel.enabled() ? "data-parallel " : "",
       config.pipeline.data_parallel == 1 ? "" : "s", config.steps);
+  if (config.tensor_parallel.enabled()) {
+    line += fmt::format(", {} tensor-parallel ranks", config.tensor_parallel.size);
+  }
   if (config.pipeline.enabled()) {
     line += fmt::format(", {} pipeline stages ({}{})", config.pipeline.stages,
                         schedule_kind_name(config.pipeline.schedule),

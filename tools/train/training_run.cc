@@ -28,6 +28,8 @@
 #include "tools/common/batch_source_factory.h"
 #include "tools/common/memory_estimate.h"
 #include "models/registry.h"
+#include "models/tensor_parallel_gpt.h"
+#include "runtime/tensor_parallel_groups.h"
 #include "tools/common/host_limits.h"
 #include "tools/common/html_page.h"
 #include "tools/common/metrics_file.h"
@@ -81,15 +83,25 @@ struct RunState {
   std::int64_t last_step = 0;  // 0 until a step has run
 };
 
+// This rank's data-parallel index without pipeline stages: with tensor parallelism every rank of
+// a tensor-parallel group reads the same rows (rank = index x tensor_parallel.size + tensor
+// index, runtime/device_mesh.h).
+int data_parallel_index(const RankContext& context, const TrainConfig& config) {
+  return context.rank / config.tensor_parallel.size;
+}
+int data_parallel_size(const RankContext& context, const TrainConfig& config) {
+  return context.world_size / config.tensor_parallel.size;
+}
+
 // The held-out loss: the mean over data.val_batches batches of micro-batch × ranks rows each;
 // nothing when a signal stopped it (the ranks agree on that before each batch, as after a step).
 std::optional<float> evaluate(RankContext& context, Trainer& trainer, const RunState& run,
                               const TrainCheckpoints& checkpoints) {
   const TrainConfig& config = run.config;
   BatchSlice slice;
-  slice.global_rows = config.micro_batch * context.world_size;
-  slice.rank = context.rank;
-  slice.world_size = context.world_size;
+  slice.global_rows = config.micro_batch * data_parallel_size(context, config);
+  slice.rank = data_parallel_index(context, config);
+  slice.world_size = data_parallel_size(context, config);
   if (config.pipeline.enabled()) {
     // The same held-out rows, split over the data-parallel indices (each runs its share as one
     // micro-batch through the stages).
@@ -227,12 +239,26 @@ void train_rank(RankContext& context, RunState& run) {
   // still read them after forward_backward() returns. Declared before the trainer so that on
   // an error the trainer's destructor (which waits for the streams) runs before they are freed.
   std::vector<HostBatch> held;
+  TensorParallelGroups tensor_groups;  // tensor_parallel only; the model and engine borrow it
   std::unique_ptr<Module> model;
   std::unique_ptr<Engine> engine;  // outlives the trainer (Engine::shard's contract)
   std::unique_ptr<Trainer> trainer;
   const bool pipelined = config.pipeline.enabled();
   if (pipelined) {
     trainer = make_pipeline_trainer(context, config);
+  } else if (config.tensor_parallel.enabled()) {
+    // The rank's slice of the GPT over its tensor-parallel group, the ZeRO engine over its
+    // data-parallel group (models/tensor_parallel_gpt.h).
+    const int size = config.tensor_parallel.size;
+    tensor_groups = split_tensor_parallel_groups(context, DeviceMesh(context.world_size, 1, size));
+    model = std::make_unique<TensorParallelGpt>(
+        config.model.gpt,
+        TensorSlice{tensor_groups.at.tensor_parallel_index, size, tensor_groups.tensor.get()});
+    EngineOptions options = config.engine;
+    // Note: the planner's advice counts the whole model on each rank; none rather than wrong.
+    options.out_of_memory_advice = nullptr;
+    engine = std::make_unique<Engine>(*tensor_groups.data_context, options);
+    trainer = engine->shard(*model, make_optimizer(config.optimizer));
   } else {
     model = make_model(config.model);
     EngineOptions options = config.engine;
@@ -273,8 +299,8 @@ void train_rank(RankContext& context, RunState& run) {
   BatchSlice slice;
   slice.global_rows = config.train_batch_size;
   slice.accumulation = config.gradient_accumulation_steps;
-  slice.rank = context.rank;
-  slice.world_size = context.world_size;
+  slice.rank = data_parallel_index(context, config);
+  slice.world_size = data_parallel_size(context, config);
   for (std::int64_t step = first_step; step <= config.steps; ++step) {
     const Clock::time_point step_start = Clock::now();
     const WireBytes wire_before = context.wire ? context.wire->snapshot() : WireBytes{};
@@ -360,6 +386,13 @@ void train_rank(RankContext& context, RunState& run) {
 // directory given as --metrics or a file given as checkpoint.dir fails now, not after the
 // training it would have recorded. Data files are refused as they are loaded, also before it.
 void check_paths(const TrainConfig& config, const RunOptions& options, bool leader_process) {
+  if (config.tensor_parallel.enabled() && !options.export_initial.empty()) {
+    throw Error(ErrorKind::kUsage,
+                "--export-initial: not supported with tensor parallelism yet (tensor_parallel.size " +
+                    std::to_string(config.tensor_parallel.size) +
+                    "): each rank holds slices; export with tensor_parallel.size 1 (the same seed "
+                    "draws the same model)");
+  }
   if (!config.model.init_from.empty()) {
     refuse_non_regular_file(config.model.init_from, ErrorKind::kConfig, "model.init_from");
   }
@@ -468,9 +501,12 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
   }
 
   // Note: a pipeline's ranks differ in plan (planner/pipeline_plan.h, zest-estimate); the
-  // table's one plan row is the single-pipeline-stage plan, so a pipeline shows none.
+  // table's one plan row is the single-pipeline-stage plan, so a pipeline shows none. The
+  // planner does not count tensor-parallel slices yet, so tensor parallelism shows none either.
   const std::optional<PeakPrediction> planned =
-      config.pipeline.enabled() ? std::nullopt : plan_peaks(config, std::move(declared));
+      config.pipeline.enabled() || config.tensor_parallel.enabled()
+          ? std::nullopt
+          : plan_peaks(config, std::move(declared));
   print_memory_table(run.usage, run.predicted, planned);
   print_host_params(run.host_params, run.predicted);
   if (run.last_step == 0 && !run.stopped) {

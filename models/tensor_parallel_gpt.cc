@@ -1,0 +1,263 @@
+#include "models/tensor_parallel_gpt.h"
+
+#include <utility>
+
+#include "base/error.h"
+#include "kernels/embedding.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/vocab_parallel_cross_entropy.h"
+
+namespace zest {
+namespace {
+
+std::string describe_tensor(const Tensor& tensor) {
+  return std::string(dtype_name(tensor.dtype)) + " " + shape_to_string(tensor.shape);
+}
+
+// The tokens of batch().inputs, checked on the host: int32 [B, T] with 1 <= T <= seq_len.
+const std::int32_t* checked_tokens(const std::string& unit, const Tensor& tokens,
+                                   const GptConfig& config) {
+  if (tokens.dtype != DType::kInt32 || tokens.rank() != 2 || tokens.dim(0) < 1 ||
+      tokens.dim(1) < 1 || tokens.dim(1) > config.seq_len || tokens.empty()) {
+    throw Error(ErrorKind::kUsage, unit + ": inputs must be int32 [B, T] with B >= 1 and " +
+                                       "1 <= T <= seq_len (" + std::to_string(config.seq_len) +
+                                       "), got " + describe_tensor(tokens));
+  }
+  return tokens.as<const std::int32_t>();
+}
+
+// wte rows [r·V/t, (r+1)·V/t) and a copy of wpe; the group's sum is the whole embedding.
+class VocabularyParallelEmbedding final : public Unit {
+ public:
+  VocabularyParallelEmbedding(const GptConfig& config, TensorSlice slice)
+      : config_(config), slice_(slice) {}
+
+  const std::string& name() const override { return name_; }
+  bool gradients_replace_parameters() const override { return true; }
+  std::vector<ParamSpec> parameters() const override {
+    const std::int64_t C = config_.n_embd;
+    const std::int64_t rows = config_.vocab_size / slice_.size;
+    std::vector<ParamSpec> specs = {{"wte", {rows, C}, Initializer::normal(0.02f), true},
+                                    {"wpe", {config_.seq_len, C}, Initializer::normal(0.01f), true}};
+    specs[0].draw_slice = {C, 0, rows, 0, slice_.rank * rows};
+    specs[1].norm_counted = slice_.rank == 0;
+    return specs;
+  }
+
+  void forward(UnitContext& context) override {
+    const Tensor tokens = context.input();
+    const std::int32_t* ids = checked_tokens(name_, tokens, config_);
+    const std::int64_t B = tokens.dim(0);
+    const std::int64_t T = tokens.dim(1);
+    const std::int64_t C = config_.n_embd;
+    const std::int64_t rows = config_.vocab_size / slice_.size;
+    Stream& stream = context.stream();
+    float* out = context.make_output({B, T, C}, DType::kFloat32).as<float>();
+    const std::size_t count = static_cast<std::size_t>(B * T * C);
+    // Note: the first rank adds wpe, every rank its rows (zero elsewhere): one nonzero row term
+    // per token in the sum, so the all-reduce gives the whole embedding's values exactly.
+    if (slice_.rank == 0) {
+      embedding_rows_forward(stream, ids, B, T, context.param(0).as<const float>(), 0, rows,
+                             context.param(1).as<const float>(), nullptr, config_.vocab_size, C,
+                             out);
+    } else {
+      // Zeros as the base (the kernel's base and output must not alias).
+      Buffer zeros = context.allocate(count * sizeof(float), Category::kWorkspace);
+      context.device().fill_zero(stream, zeros.data(), count * sizeof(float));
+      embedding_rows_forward(stream, ids, B, T, context.param(0).as<const float>(),
+                             slice_.rank * rows, rows, nullptr, zeros.as<const float>(),
+                             config_.vocab_size, C, out);
+      context.release(std::move(zeros));
+    }
+    slice_.group->label_next("tensor-parallel embedding");
+    slice_.group->all_reduce(stream, out, out, count, DType::kFloat32);
+  }
+
+  void backward(UnitContext& context) override {
+    const Tensor tokens = context.input();
+    const std::int32_t* ids = checked_tokens(name_, tokens, config_);
+    const std::int64_t B = tokens.dim(0);
+    const std::int64_t T = tokens.dim(1);
+    const std::int64_t C = config_.n_embd;
+    const std::int64_t rows = config_.vocab_size / slice_.size;
+    const Tensor grad_output = context.grad_output();
+    if (grad_output.dtype != DType::kFloat32 ||
+        grad_output.shape != std::vector<std::int64_t>{B, T, C} || grad_output.empty()) {
+      throw Error(ErrorKind::kUsage, name_ + ": grad_output must be float32 " +
+                                         shape_to_string({B, T, C}) + ", got " +
+                                         describe_tensor(grad_output));
+    }
+    embedding_rows_backward(context.stream(), ids, B, T, grad_output.as<const float>(),
+                            slice_.rank * rows, rows, config_.vocab_size, C,
+                            context.grad(0).as<float>(), context.grad(1).as<float>());
+  }
+
+ private:
+  const std::string name_ = "embedding";
+  const GptConfig config_;
+  const TensorSlice slice_;
+};
+
+// ln_f, then this rank's columns of the logits (its wte rows, borrowed) and the
+// vocabulary-parallel cross-entropy. Saved: ln_f(x) [N, C], mean, rstd, lse [N] each, and the
+// logits' columns [N, V/t], which backward turns into their gradient in place.
+class VocabularyParallelHead final : public Unit {
+ public:
+  VocabularyParallelHead(const GptConfig& config, TensorSlice slice)
+      : config_(config), slice_(slice) {}
+
+  const std::string& name() const override { return name_; }
+  std::vector<ParamSpec> parameters() const override {
+    const std::int64_t C = config_.n_embd;
+    std::vector<ParamSpec> specs = {{"ln_f.weight", {C}, Initializer::ones(), false},
+                                    {"ln_f.bias", {C}, Initializer::zeros(), false}};
+    for (ParamSpec& spec : specs) spec.norm_counted = slice_.rank == 0;
+    return specs;
+  }
+  std::vector<int> borrowed_units() const override { return {0}; }
+
+  void forward(UnitContext& context) override {
+    const Tensor input = context.input();
+    const std::int64_t C = config_.n_embd;
+    if (input.dtype != DType::kFloat32 || input.rank() != 3 || input.dim(2) != C ||
+        input.empty()) {
+      throw Error(ErrorKind::kUsage, name_ + ": input must be float32 [B, T, " +
+                                         std::to_string(C) + "], got " + describe_tensor(input));
+    }
+    const std::int64_t B = input.dim(0);
+    const std::int64_t T = input.dim(1);
+    const std::int32_t* targets = checked_head_targets(name_, context.batch(), B, T);
+    const std::int64_t N = B * T;
+    const std::int64_t Vl = config_.vocab_size / slice_.size;
+    Stream& stream = context.stream();
+    Communicator& group = *slice_.group;
+
+    if (!saved_.empty()) context.release(std::move(saved_));
+    saved_ = context.allocate(static_cast<std::size_t>(N * C + 3 * N + N * Vl) * sizeof(float),
+                              Category::kActivations);
+    saved_batch_ = B;
+    saved_seq_ = T;
+    float* ln = saved_.as<float>();
+    float* mean = ln + N * C;
+    float* rstd = mean + N;
+    float* lse = rstd + N;
+    float* logits = lse + N;
+    const auto t = static_cast<std::size_t>(slice_.size);
+    Buffer workspace = context.allocate((t + 3) * static_cast<std::size_t>(N) * sizeof(float),
+                                        Category::kWorkspace);
+    float* gathered = workspace.as<float>();  // [t, N] row maxima
+    float* max = gathered + t * N;            // [N]
+    float* partial = max + N;                 // [2, N]: exp-sums, target logits
+    layernorm_forward(stream, input.as<const float>(), context.param(0).as<const float>(),
+                      context.param(1).as<const float>(), N, C, kLayerNormEps, ln, mean, rstd);
+    matmul(stream, false, true, N, Vl, C, 1.0f, ln, context.borrowed_param(0, 0).as<const float>(),
+           0.0f, logits);
+    vocab_parallel_row_max(stream, logits, N, Vl, max);
+    group.label_next("tensor-parallel logits' row maxima");
+    group.all_gather(stream, max, gathered, static_cast<std::size_t>(N), DType::kFloat32);
+    vocab_parallel_partials(stream, logits, targets, N, Vl, slice_.rank * Vl, config_.vocab_size,
+                            gathered, slice_.size, max, partial);
+    group.label_next("tensor-parallel exp-sums and target logits");
+    group.all_reduce(stream, partial, partial, static_cast<std::size_t>(2 * N), DType::kFloat32);
+    vocab_parallel_finish(stream, max, partial, N, lse, context.loss());
+    context.release(std::move(workspace));
+    if (!context.backward_follows()) context.release(std::move(saved_));
+  }
+
+  void backward(UnitContext& context) override {
+    if (saved_.empty()) throw Error(ErrorKind::kUsage, name_ + ": backward without a forward");
+    const std::int64_t B = saved_batch_;
+    const std::int64_t T = saved_seq_;
+    const std::int64_t N = B * T;
+    const std::int64_t C = config_.n_embd;
+    const std::int64_t Vl = config_.vocab_size / slice_.size;
+    const std::int32_t* targets = checked_head_targets(name_, context.batch(), B, T);
+    Stream& stream = context.stream();
+    float* ln = saved_.as<float>();
+    float* mean = ln + N * C;
+    float* rstd = mean + N;
+    float* lse = rstd + N;
+    float* logits = lse + N;
+    const float* wte = context.borrowed_param(0, 0).as<const float>();
+    Buffer workspace = context.allocate(static_cast<std::size_t>(N * C) * sizeof(float),
+                                        Category::kWorkspace);
+    float* dln = workspace.as<float>();
+    float* dx = context.make_grad_input({B, T, C}, DType::kFloat32).as<float>();
+
+    vocab_parallel_cross_entropy_backward(stream, logits, targets, N, Vl, slice_.rank * Vl, lse,
+                                          context.loss_scale(), logits);
+    // wte is read before its gradient is asked for (Unit::gradients_replace_parameters).
+    matmul(stream, false, false, N, C, Vl, 1.0f, logits, wte, 0.0f, dln);
+    matmul(stream, true, false, Vl, C, N, 1.0f, logits, ln, 1.0f,
+           context.borrowed_grad(0, 0).as<float>());
+    slice_.group->label_next("tensor-parallel d(ln_f output)");
+    slice_.group->all_reduce(stream, dln, dln, static_cast<std::size_t>(N * C), DType::kFloat32);
+    context.device().fill_zero(stream, dx, static_cast<std::size_t>(N * C) * sizeof(float));
+    layernorm_backward(stream, dln, context.input().as<const float>(),
+                       context.param(0).as<const float>(), mean, rstd, N, C, dx,
+                       context.grad(0).as<float>(), context.grad(1).as<float>());
+    context.release(std::move(workspace));
+    context.release(std::move(saved_));
+  }
+
+ private:
+  const std::string name_ = "head";
+  const GptConfig config_;
+  const TensorSlice slice_;
+  Buffer saved_;
+  std::int64_t saved_batch_ = 0;
+  std::int64_t saved_seq_ = 0;
+};
+
+void check_divides(const char* key, int value, const char* what, int size) {
+  if (value % size == 0) return;
+  throw Error(ErrorKind::kConfig,
+              std::string("model.") + key + ": " + std::to_string(value) + " " + what +
+                  " do not divide among tensor_parallel.size " + std::to_string(size) +
+                  " ranks; choose a tensor_parallel.size that divides model." + key);
+}
+
+}  // namespace
+
+void validate_tensor_parallel(const GptConfig& config, int size) {
+  if (size < 1) {
+    throw Error(ErrorKind::kConfig,
+                "tensor_parallel.size: must be >= 1, got " + std::to_string(size));
+  }
+  check_divides("n_embd", config.n_embd, "channels", size);
+  check_divides("n_head", config.n_head, "attention heads", size);
+  check_divides("vocab_size", config.vocab_size, "vocabulary rows", size);
+  if (config.vocab_pieces != 1 && size > 1) {
+    throw Error(ErrorKind::kConfig,
+                "model.vocab_pieces: must be 1 with tensor_parallel.size " + std::to_string(size) +
+                    " (the vocabulary is split across the tensor-parallel ranks instead)");
+  }
+}
+
+TensorParallelGpt::TensorParallelGpt(GptConfig config, TensorSlice slice)
+    : config_(config), slice_(slice) {
+  validate(config_);
+  validate_tensor_parallel(config_, slice_.size);
+  if (slice_.group == nullptr || slice_.group->world_size() != slice_.size ||
+      slice_.group->rank() != slice_.rank) {
+    throw Error(ErrorKind::kUsage, "TensorParallelGpt: the group must have tensor_parallel.size " +
+                                       std::to_string(slice_.size) + " ranks, this one rank " +
+                                       std::to_string(slice_.rank));
+  }
+  units_.push_back(std::make_unique<VocabularyParallelEmbedding>(config_, slice_));
+  for (int layer = 0; layer < config_.n_layer; ++layer) {
+    units_.push_back(std::make_unique<TensorParallelBlock>(layer, config_, slice_));
+  }
+  units_.push_back(std::make_unique<VocabularyParallelHead>(config_, slice_));
+}
+
+TensorParallelGpt::~TensorParallelGpt() = default;
+
+std::vector<Unit*> TensorParallelGpt::units() {
+  std::vector<Unit*> units;
+  for (const auto& unit : units_) units.push_back(unit.get());
+  return units;
+}
+
+}  // namespace zest

@@ -1,0 +1,91 @@
+// zest-train with a `tensor_parallel` block, ranks as threads: 4 ranks as 2 data-parallel x 2
+// tensor-parallel train the losses and gradient norms, step by step, of the same job on 2 ranks
+// without it (the same global batch, the same seed: the slices start as the whole model's
+// values); the description says the layout; a size that does not divide the ranks, and
+// zest-estimate on a tensor-parallel config, are one input error each.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/support/scratch_directory.h"
+#include "tests/support/subprocess.h"
+#include "tests/tools/zest_train_support.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using zest::testing::lines_of;
+using zest::testing::ProcessResult;
+using zest::testing::StepLoss;
+
+// The default job made small; the vocabulary (the text's bytes) divides by 2.
+const std::vector<std::string> kOverrides = {
+    "data.path=" ZEST_SOURCE_DIR "/configs/corpus/stories.txt",
+    "model.n_layer=2", "model.n_head=2", "model.n_embd=64", "model.vocab_size=256", "steps=3",
+    "scheduler={}", "eval_every=0", "train_micro_batch_size_per_gpu=4"};
+
+class ZestTrainTensorParallel : public zest::testing::ScratchDirectoryTest {
+ protected:
+  ProcessResult train(const std::vector<std::string>& extra,
+                      const std::vector<std::string>& flags = {}) const {
+    std::vector<std::string> assignments = kOverrides;
+    assignments.insert(assignments.end(), extra.begin(), extra.end());
+    return zest::testing::train_default_config(assignments, flags,
+                                               {path("stdout.txt"), path("stderr.txt")});
+  }
+
+  std::vector<StepLoss> steps_of(const std::vector<std::string>& extra) const {
+    const std::string metrics = path("metrics.jsonl");
+    const ProcessResult result = train(extra, {"--metrics", metrics});
+    EXPECT_EQ(result.status, 0) << result.err;
+    return zest::testing::step_losses(metrics);
+  }
+};
+
+TEST_F(ZestTrainTensorParallel, TrainsAsTheSameJobOnItsDataParallelRanksAlone) {
+  const std::vector<StepLoss> reference = steps_of({"world.ranks=2"});
+  ASSERT_EQ(reference.size(), 3u);
+  for (const char* stage : {"zero_optimization.stage=1", "zero_optimization.stage=3"}) {
+    const std::vector<StepLoss> steps =
+        steps_of({"world.ranks=4", R"(tensor_parallel={"size": 2})", stage});
+    ASSERT_EQ(steps.size(), reference.size()) << stage;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      // fp32; the group sums the row-parallel products and the vocabulary's exp-sums in another
+      // order, and the metrics print 8 significant digits: a few ulps of the step.
+      EXPECT_NEAR(steps[i].loss, reference[i].loss, 1e-5 * std::fabs(reference[i].loss))
+          << stage << ", step " << i + 1;
+      EXPECT_NEAR(steps[i].grad_norm, reference[i].grad_norm, 1e-5 * reference[i].grad_norm)
+          << stage << ", step " << i + 1;
+    }
+  }
+  const ProcessResult shown = train({"world.ranks=4", R"(tensor_parallel={"size": 2})"});
+  ASSERT_EQ(shown.status, 0) << shown.err;
+  EXPECT_THAT(shown.out, HasSubstr("x 2 data-parallel ranks, 3 steps, 2 tensor-parallel ranks"));
+}
+
+TEST_F(ZestTrainTensorParallel, ASizeThatDoesNotDivideTheRanksIsOneInputError) {
+  const ProcessResult result = train({"world.ranks=4", R"(tensor_parallel={"size": 3})"});
+  EXPECT_EQ(result.status, 2) << result.err;
+  const std::vector<std::string> lines = lines_of(result.err);
+  ASSERT_EQ(lines.size(), 1u) << result.err;
+  EXPECT_THAT(lines[0], StartsWith("zest-train: error: "));
+  EXPECT_THAT(lines[0], HasSubstr("tensor_parallel.size 3 = 3 does not divide world.ranks 4"));
+}
+
+TEST_F(ZestTrainTensorParallel, ZestEstimateRefusesATensorParallelConfig) {
+  std::vector<std::string> args = {"--config", ZEST_SOURCE_DIR "/configs/default.json"};
+  for (const std::string& assignment : kOverrides) args.insert(args.end(), {"--set", assignment});
+  args.insert(args.end(), {"--set", R"(tensor_parallel={"size": 2})"});
+  const ProcessResult result = zest::testing::run_program(
+      ZEST_BINARY_DIR "/bin/zest-estimate", args, {path("stdout.txt"), path("stderr.txt")});
+  EXPECT_EQ(result.status, 2) << result.err;
+  const std::vector<std::string> lines = lines_of(result.err);
+  ASSERT_EQ(lines.size(), 1u) << result.err;
+  EXPECT_THAT(lines[0], HasSubstr("tensor_parallel.size: 2 is not planned yet"));
+}
+
+}  // namespace
