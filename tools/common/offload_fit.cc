@@ -1,10 +1,13 @@
 #include "tools/common/offload_fit.h"
 
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -14,7 +17,7 @@
 namespace zest {
 namespace {
 
-// Where a rung puts a state (OffloadDevice has no NVMe member until the storage tier lands).
+// Where a rung puts a state.
 enum class Tier { kDevice, kCpu, kNvme };
 
 struct RungSetting {
@@ -43,7 +46,48 @@ const char* device_text(Tier tier) {
 }
 
 OffloadDevice engine_device(Tier tier) {
-  return tier == Tier::kCpu ? OffloadDevice::kCpu : OffloadDevice::kNone;
+  switch (tier) {
+    case Tier::kDevice: return OffloadDevice::kNone;
+    case Tier::kCpu: return OffloadDevice::kCpu;
+    case Tier::kNvme: return OffloadDevice::kNvme;
+  }
+  return OffloadDevice::kNone;
+}
+
+// The folder an NVMe rung's swap files go under: --nvme's; without it the config's own, else a
+// stand-in (the shape-only device reserves the files without making them, so any path plans).
+std::string rung_nvme_path(const EngineOptions& engine, const TierCapacities& capacities) {
+  if (!capacities.nvme_path.empty()) return capacities.nvme_path;
+  if (!engine.offload_optimizer.nvme_path.empty()) return engine.offload_optimizer.nvme_path;
+  if (!engine.offload_param.nvme_path.empty()) return engine.offload_param.nvme_path;
+  return "NVME_PATH";
+}
+
+bool uses_nvme(const EngineOptions& engine) {
+  return engine.offload_optimizer.on_nvme() || engine.offload_param.device == OffloadDevice::kNvme;
+}
+
+// A rung's plan. Note: with the model state only (--params), the memory table counts an
+// offloaded optimizer's state as host memory wherever it lives, and knows nothing of the NVMe
+// tier's host buffers; so an NVMe rung takes its device bytes from the table, as the other rungs
+// do, and its host and NVMe tiers from the engine trained on the shape-only device (which
+// reserves the swap files and the buffers exactly as a run would).
+PeakPrediction plan_tiers(const PeakPlanInput& input) {
+  if (!input.model_state_only || !uses_nvme(input.engine)) return predict_peak(input);
+  PeakPlanInput trained = input;
+  trained.model_state_only = false;
+  const PeakPrediction engine = predict_peak(trained);
+  PeakPrediction prediction = predict_peak(input);
+  const auto offload = static_cast<std::size_t>(Category::kOffload);
+  prediction.peak[offload] = engine.peak[offload];
+  prediction.host_peak = engine.host_peak;
+  prediction.host_peak_total = engine.host_peak_total;
+  prediction.nvme = engine.nvme;
+  prediction.model_state.offload = engine.model_state.offload;
+  prediction.model_state.host_params = engine.model_state.host_params;
+  prediction.model_state.nvme = engine.model_state.nvme;
+  prediction.model_state.nvme_params = engine.model_state.nvme_params;
+  return prediction;
 }
 
 OffloadRung plan_rung(const PeakPlanInput& input, const RungSetting& setting,
@@ -59,19 +103,29 @@ OffloadRung plan_rung(const PeakPlanInput& input, const RungSetting& setting,
     rung.keys.push_back(fmt::format("zero_optimization.stage {}", stage));
   }
   engine.stage = stage;
+  const std::string nvme_path = rung_nvme_path(input.engine, capacities);
   engine.offload_optimizer.device = engine_device(setting.optimizer);
   engine.offload_param.device = engine_device(setting.parameters);
   rung.keys.push_back(fmt::format("zero_optimization.offload_optimizer.device \"{}\"",
                                   device_text(setting.optimizer)));
+  if (setting.optimizer == Tier::kNvme) {
+    engine.offload_optimizer.nvme_path = nvme_path;
+    rung.keys.push_back(
+        fmt::format("zero_optimization.offload_optimizer.nvme_path \"{}\"", nvme_path));
+  }
   rung.keys.push_back(fmt::format("zero_optimization.offload_param.device \"{}\"",
                                   device_text(setting.parameters)));
-  if (setting.optimizer == Tier::kNvme || setting.parameters == Tier::kNvme) {
-    rung.unavailable = "--fit does not plan the NVMe rungs yet (zest-estimate plans a config "
-                       "whose offload_optimizer or offload_param device is \"nvme\")";
-    return rung;
+  if (setting.parameters == Tier::kNvme) {
+    // Note: max_in_cpu's default (1e9 elements) keeps the shards of any smaller model in host
+    // memory, which the rung before this one already proposes; this rung puts them on NVMe.
+    engine.offload_param.nvme_path = nvme_path;
+    engine.offload_param.max_in_cpu = 0;
+    rung.keys.push_back(
+        fmt::format("zero_optimization.offload_param.nvme_path \"{}\"", nvme_path));
+    rung.keys.push_back("zero_optimization.offload_param.max_in_cpu 0");
   }
   try {
-    rung.prediction = predict_peak(changed);
+    rung.prediction = plan_tiers(changed);
   } catch (const Error& error) {
     if (error.kind() != ErrorKind::kConfig) throw;
     rung.unavailable = error.what();
@@ -94,7 +148,30 @@ std::string tiers_text(const OffloadRung& rung, const TierCapacities& capacities
                                  capacity_text(capacities.host));
   if (p.nvme_total() > 0) {
     text += fmt::format(", nvme {} of {}", format_bytes(p.nvme_total()),
-                        format_bytes(capacities.nvme));
+                        !capacities.nvme_given ? std::string("none given")
+                                                     : format_bytes(capacities.nvme));
+  }
+  return text;
+}
+
+// "host short by 3.00 MiB, nvme short by 1.20 GiB (no --nvme given)": each tier the rung
+// overflows, by how much.
+std::string shortfall_text(const OffloadRung& rung, const TierCapacities& capacities) {
+  const PeakPrediction& p = rung.prediction;
+  const std::pair<const char*, std::pair<std::size_t, std::size_t>> tiers[] = {
+      {"device", {p.device_total, capacities.device}},
+      {"host", {p.host_total(), capacities.host}},
+      {"nvme", {p.nvme_total(), capacities.nvme}},
+  };
+  std::string text;
+  for (const auto& [tier, bytes] : tiers) {
+    const auto [needed, capacity] = bytes;
+    if (needed <= capacity) continue;
+    text += fmt::format("{}{} short by {}", text.empty() ? "" : ", ", tier,
+                        format_bytes(needed - capacity));
+    if (std::string(tier) == "nvme" && !capacities.nvme_given) {
+      text += " (no --nvme given: name a directory on the NVMe file system)";
+    }
   }
   return text;
 }
@@ -135,18 +212,35 @@ std::string offload_proposal(const std::vector<OffloadRung>& ladder,
     }
   }
   if (!closest) return "offload: no rung of the ladder can run this job" + skipped;
-  return fmt::format("offload: nothing fits; the closest, {}, needs {}{}", closest->name,
-                     tiers_text(*closest, capacities), skipped);
+  return fmt::format("offload: nothing fits; the closest, {}, needs {}: {}{}", closest->name,
+                     tiers_text(*closest, capacities), shortfall_text(*closest, capacities),
+                     skipped);
 }
 
 std::size_t free_bytes(const std::string& path, const std::string& option) {
   struct statvfs fs {};
   if (::statvfs(path.c_str(), &fs) != 0) {
     throw Error(ErrorKind::kUsage, fmt::format("{}: cannot read the free space of '{}': {}; give "
-                                               "an existing directory on the NVMe file system",
+                                               "an existing directory on the NVMe file system, "
+                                               "or its free bytes (\"200GiB\")",
                                                option, path, std::strerror(errno)));
   }
   return static_cast<std::size_t>(fs.f_bavail) * static_cast<std::size_t>(fs.f_frsize);
+}
+
+void set_nvme_capacity(TierCapacities& capacities, const std::string& value,
+                       const std::string& option) {
+  struct stat info {};
+  if (::stat(value.c_str(), &info) != 0) {
+    if (const std::optional<std::size_t> bytes = parse_byte_size(value)) {
+      capacities.nvme = *bytes;
+      capacities.nvme_given = true;
+      return;
+    }
+  }
+  capacities.nvme = free_bytes(value, option);
+  capacities.nvme_given = true;
+  capacities.nvme_path = value;
 }
 
 }  // namespace zest
