@@ -90,6 +90,43 @@ PeakPrediction plan_tiers(const PeakPlanInput& input) {
   return prediction;
 }
 
+bool fits(const PeakPrediction& p, const TierCapacities& capacities) {
+  return p.device_total <= capacities.device && p.host_total() <= capacities.host &&
+         (p.nvme_total() == 0 || p.nvme_total() <= capacities.nvme);
+}
+
+// The elements of the rank's largest unit shard: the most one sub-group can hold.
+std::size_t largest_shard(const PeakPlanInput& input) {
+  std::size_t largest = 0;
+  for (const UnitShapes& unit : input.model.units) {
+    std::size_t elements = 0;
+    for (const ParamShape& param : unit.params) {
+      std::size_t count = 1;
+      for (std::int64_t extent : param.shape) count *= static_cast<std::size_t>(extent);
+      elements += count;
+    }
+    largest = std::max(largest, elements / static_cast<std::size_t>(std::max(input.world_size, 1)));
+  }
+  return largest;
+}
+
+// Note: the NVMe optimizer holds buffer_count sub-groups in host memory, and sub_group_size's
+// default (1e9 elements) makes a sub-group a whole unit's shard; where that overflows the host,
+// the rung is planned again with sub-groups of 1/16 of the largest shard (DeepSpeed's lever for
+// the same), and proposes that sub_group_size when it needs less host memory.
+void smaller_sub_groups(PeakPlanInput& changed, const TierCapacities& capacities,
+                        OffloadRung& rung) {
+  constexpr std::size_t kPieces = 16;
+  const std::size_t size = std::max<std::size_t>(1, largest_shard(changed) / kPieces);
+  if (size >= changed.engine.offload_optimizer.sub_group_size) return;
+  changed.engine.offload_optimizer.sub_group_size = size;
+  const PeakPrediction smaller = plan_tiers(changed);
+  if (smaller.host_total() >= rung.prediction.host_total()) return;
+  rung.prediction = smaller;
+  rung.fits = fits(smaller, capacities);
+  rung.keys.push_back(fmt::format("zero_optimization.sub_group_size {}", size));
+}
+
 OffloadRung plan_rung(const PeakPlanInput& input, const RungSetting& setting,
                       const TierCapacities& capacities) {
   OffloadRung rung;
@@ -126,14 +163,12 @@ OffloadRung plan_rung(const PeakPlanInput& input, const RungSetting& setting,
   }
   try {
     rung.prediction = plan_tiers(changed);
+    rung.fits = fits(rung.prediction, capacities);
+    if (!rung.fits && setting.optimizer == Tier::kNvme) smaller_sub_groups(changed, capacities, rung);
   } catch (const Error& error) {
     if (error.kind() != ErrorKind::kConfig) throw;
     rung.unavailable = error.what();
-    return rung;
   }
-  const PeakPrediction& p = rung.prediction;
-  rung.fits = p.device_total <= capacities.device && p.host_total() <= capacities.host &&
-              (p.nvme_total() == 0 || p.nvme_total() <= capacities.nvme);
   return rung;
 }
 
@@ -152,6 +187,15 @@ std::string tiers_text(const OffloadRung& rung, const TierCapacities& capacities
                                                      : format_bytes(capacities.nvme));
   }
   return text;
+}
+
+// The bytes over capacity, summed over the tiers.
+std::size_t bytes_short(const PeakPrediction& p, const TierCapacities& capacities) {
+  const auto over = [](std::size_t needed, std::size_t capacity) {
+    return needed > capacity ? needed - capacity : 0;
+  };
+  return over(p.device_total, capacities.device) + over(p.host_total(), capacities.host) +
+         over(p.nvme_total(), capacities.nvme);
 }
 
 // "host short by 3.00 MiB, nvme short by 1.20 GiB (no --nvme given)": each tier the rung
@@ -201,20 +245,34 @@ std::string offload_proposal(const std::vector<OffloadRung>& ladder,
     return fmt::format("offload: fits with {} ({}): set {}", rung.name, tiers_text(rung, capacities),
                        keys_text(rung.keys));
   }
-  // None fits: the most offloaded rung this build ran is the closest.
+  // None fits: the closest is the rung short by the fewest bytes over its tiers (the more
+  // offloaded of two alike).
   const OffloadRung* closest = nullptr;
+  std::size_t closest_short = 0;
   std::string skipped;
   for (const OffloadRung& rung : ladder) {
-    if (rung.unavailable.empty()) {
+    if (!rung.unavailable.empty()) {
+      if (skipped.empty()) skipped = fmt::format("; {}: {}", rung.name, rung.unavailable);
+      continue;
+    }
+    const std::size_t short_bytes = bytes_short(rung.prediction, capacities);
+    if (!closest || short_bytes <= closest_short) {
       closest = &rung;
-    } else if (skipped.empty()) {
-      skipped = fmt::format("; {} and beyond: {}", rung.name, rung.unavailable);
+      closest_short = short_bytes;
     }
   }
   if (!closest) return "offload: no rung of the ladder can run this job" + skipped;
-  return fmt::format("offload: nothing fits; the closest, {}, needs {}: {}{}", closest->name,
+  // The last rung that ran (the most offloaded) too, so that a short NVMe tier is named.
+  const OffloadRung* last = nullptr;
+  for (const OffloadRung& rung : ladder) {
+    if (rung.unavailable.empty()) last = &rung;
+  }
+  const std::string most_offloaded =
+      last == closest ? std::string()
+                      : fmt::format("; with {}: {}", last->name, shortfall_text(*last, capacities));
+  return fmt::format("offload: nothing fits; the closest, {}, needs {}: {}{}{}", closest->name,
                      tiers_text(*closest, capacities), shortfall_text(*closest, capacities),
-                     skipped);
+                     most_offloaded, skipped);
 }
 
 std::size_t free_bytes(const std::string& path, const std::string& option) {
