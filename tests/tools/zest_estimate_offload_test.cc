@@ -1,6 +1,7 @@
 // Runs the built zest-estimate binary on the offload tiers: the host tier by category with the
 // parameters offloaded, and --fit's offload proposal, the first rung of none → optimizer cpu →
-// parameters cpu → NVMe that fits --device-memory and --host-memory, in one line with its keys.
+// parameters cpu → optimizer nvme → parameters nvme that fits --device-memory, --host-memory and
+// --nvme, in one line with its keys, or which tier is short by how much.
 // Model state only (--params), 1M parameters in fp32 on one rank: 16 MB of training state, of
 // which the parameters and the gradients are 4 MB each (plus their padding).
 #include <string>
@@ -27,11 +28,13 @@ class ZestEstimateOffload : public zest::testing::ScratchDirectoryTest {
   ProcessResult run(std::vector<std::string> args) const {
     return zest::testing::run_program(kEstimate, args, {path("stdout.txt"), path("stderr.txt")});
   }
-  // The line --fit proposes, for 1M parameters at stage 3 on one rank.
-  std::string proposal(const std::string& device, const std::string& host) const {
-    const ProcessResult result =
-        run({"--params", "1000000", "--world", "1", "--stage", "3", "--device-memory", device,
-             "--host-memory", host, "--fit"});
+  // The line --fit proposes, for 1M parameters at stage 3 on one rank; `nvme` is --nvme's value.
+  std::string proposal(const std::string& device, const std::string& host,
+                       const std::string& nvme = "") const {
+    std::vector<std::string> args = {"--params", "1000000", "--world", "1", "--stage", "3",
+                                     "--device-memory", device, "--host-memory", host, "--fit"};
+    if (!nvme.empty()) args.insert(args.end(), {"--nvme", nvme});
+    const ProcessResult result = run(args);
     EXPECT_EQ(result.status, 0) << result.err;
     for (const std::string& line : lines_of(result.out)) {
       if (line.rfind("offload: ", 0) == 0) return line;
@@ -52,10 +55,58 @@ TEST_F(ZestEstimateOffload, FitProposesTheFirstRungThatFits) {
   const std::string parameters = proposal("6MB", "1GB");
   EXPECT_THAT(parameters, HasSubstr("fits with optimizer cpu, parameters cpu ("));
   EXPECT_THAT(parameters, HasSubstr("zero_optimization.offload_param.device \"cpu\""));
-  // A host too small for what moves: nothing fits, and the NVMe rungs say why they did not run.
+  // A host too small for what moves, and no --nvme: nothing fits; the closest rung says which
+  // tier is short, and the most offloaded one that the NVMe tier is missing.
   const std::string none = proposal("6MB", "8MB");
-  EXPECT_THAT(none, HasSubstr("offload: nothing fits; the closest, optimizer cpu, parameters cpu"));
-  EXPECT_THAT(none, HasSubstr("--fit does not plan the NVMe rungs yet"));
+  // The closest is short by the fewest bytes: the optimizer on the host leaves 8 MB on the
+  // 6 MB device and puts 16 MB on the 8 MB host (9.54 MiB short), where moving the parameters
+  // too would put 20 MB there (11.44 MiB short).
+  EXPECT_THAT(none, HasSubstr("offload: nothing fits; the closest, optimizer cpu, needs"));
+  EXPECT_THAT(none, HasSubstr("device short by 1.91 MiB, host short by 7.63 MiB"));
+  EXPECT_THAT(none, HasSubstr("with optimizer nvme, parameters nvme: "));
+  EXPECT_THAT(none, HasSubstr("(no --nvme given: name a directory on the NVMe file system)"));
+}
+
+// 12 MB of host holds neither the optimizer's 16 MB nor the parameters' 4 MB beside it; with
+// the optimizer on NVMe it holds the parameters, the transfer shard and buffer_count (4)
+// sub-groups of 1/16 of the shard each (4 x 62,500 x 12 bytes), so only the NVMe rung fits, with
+// the sub_group_size it needs and the swap files under --nvme's directory.
+TEST_F(ZestEstimateOffload, FitProposesTheOptimizerOnNvmeWhereOnlyThatFits) {
+  const std::string nvme = proposal("6MB", "12MB", path("."));
+  EXPECT_THAT(nvme, HasSubstr("offload: fits with optimizer nvme, parameters cpu ("));
+  EXPECT_THAT(nvme, HasSubstr("zero_optimization.offload_optimizer.device \"nvme\""));
+  EXPECT_THAT(nvme, HasSubstr("zero_optimization.offload_optimizer.nvme_path \"" + path(".")));
+  EXPECT_THAT(nvme, HasSubstr("zero_optimization.sub_group_size 62500"));
+  // The master and the two moments: 12 MB, each sub-group's tensors padded to 4096 bytes.
+  EXPECT_THAT(nvme, HasSubstr("nvme 11.62 MiB of "));
+  // A byte count is the tier's size as well.
+  EXPECT_THAT(proposal("6MB", "12MB", "1GB"), HasSubstr("fits with optimizer nvme, parameters cpu"));
+  // The same without --nvme fits nowhere.
+  EXPECT_THAT(proposal("6MB", "12MB"), HasSubstr("offload: nothing fits"));
+}
+
+TEST_F(ZestEstimateOffload, ANvmeTierTooSmallIsNamedWithItsShortfall) {
+  const std::string small = proposal("6MB", "12MB", "1MB");
+  EXPECT_THAT(small, HasSubstr("offload: nothing fits"));
+  EXPECT_THAT(small, HasSubstr("nvme short by "));
+  EXPECT_THAT(small, ::testing::Not(HasSubstr("no --nvme given")));
+}
+
+// The JSON carries every rung planned, the NVMe rungs' swap files among them.
+TEST_F(ZestEstimateOffload, TheJsonListsTheNvmeRungsWithTheirTiers) {
+  const ProcessResult result =
+      run({"--params", "1000000", "--world", "1", "--stage", "3", "--device-memory", "6MB",
+           "--host-memory", "8MB", "--fit", "--nvme", "1GB", "--json"});
+  ASSERT_EQ(result.status, 0) << result.err;
+  const json rungs = json::parse(result.out)["offload_fit"]["rungs"];
+  ASSERT_EQ(rungs.size(), 5u);
+  EXPECT_EQ(rungs[3]["rung"], "optimizer nvme, parameters cpu");
+  EXPECT_GT(rungs[3]["nvme_total"].get<std::size_t>(), 12000000u);
+  EXPECT_EQ(rungs[4]["rung"], "optimizer nvme, parameters nvme");
+  // The parameters' 4 MB join the NVMe tier.
+  EXPECT_GT(rungs[4]["nvme_total"].get<std::size_t>(),
+            rungs[3]["nvme_total"].get<std::size_t>() + 4000000u);
+  EXPECT_EQ(rungs[4]["fits"], false);
 }
 
 TEST_F(ZestEstimateOffload, ARaisedStageIsPartOfTheKeys) {

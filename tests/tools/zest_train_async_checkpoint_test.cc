@@ -1,7 +1,8 @@
 // zest-train with `checkpoint.async`: the background writer saves the same rank files as the
 // synchronous save and training goes on with the same losses, at every ZeRO stage; an async
 // checkpoint resumes at another world size; a kill -9 while the writer runs leaves a `latest` that
-// resumes; a value that is not a boolean is one config error naming the key.
+// resumes; every step's metrics record says how long the loop waited for the save; a value that
+// is not a boolean is one config error naming the key.
 #include <signal.h>
 #include <sys/types.h>
 
@@ -96,6 +97,49 @@ TEST_F(ZestTrainAsyncCheckpoint, WritesTheSameRankFilesAndLossesAsTheSynchronous
       }
     }
   }
+}
+
+// checkpoint_wait_s: in every step's record, the time the loop spent in the save after the
+// previous step — > 0 after every step that was saved (a snapshot copies the state; a
+// synchronous save writes it), 0 at the first step (nothing saved before it) — and the run's
+// total in the summary, at least the sum of the steps' (the last save is after the last record).
+TEST_F(ZestTrainAsyncCheckpoint, EveryStepRecordSaysHowLongTheLoopWaitedForTheSave) {
+  constexpr int kSteps = 3;
+  for (bool async : {true, false}) {
+    SCOPED_TRACE(async ? "async" : "sync");
+    const std::string dir = async ? "wait_async" : "wait_sync";
+    const ProcessResult result = save_every_step(2, dir, async, kSteps);
+    ASSERT_EQ(result.status, 0) << result.err;
+    std::istringstream stream(testing::read_whole_file(path(dir + ".jsonl")));
+    double sum = 0.0;
+    int steps = 0;
+    double total = -1.0;
+    for (std::string line; std::getline(stream, line);) {
+      const nlohmann::json value = nlohmann::json::parse(line);
+      if (value.contains("summary")) {
+        ASSERT_TRUE(value["summary"].contains("checkpoint_wait_s")) << line;
+        total = value["summary"]["checkpoint_wait_s"].get<double>();
+        continue;
+      }
+      if (!value.contains("loss")) continue;
+      ASSERT_TRUE(value.contains("checkpoint_wait_s")) << line;
+      const double wait = value["checkpoint_wait_s"].get<double>();
+      if (value["step"] == 1) {
+        EXPECT_EQ(wait, 0.0) << line;
+      } else {
+        EXPECT_GT(wait, 0.0) << line;
+      }
+      sum += wait;
+      ++steps;
+    }
+    EXPECT_EQ(steps, kSteps);
+    EXPECT_GE(total + 1e-5, sum);  // each rounded to microseconds
+  }
+  // Without checkpoint.dir the field is left out.
+  const ProcessResult plain = run(2, 2, {"--set", "steps=1", "--metrics", path("plain.jsonl")});
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_THAT(testing::read_whole_file(path("plain.jsonl")),
+              ::testing::Not(HasSubstr("checkpoint_wait_s")));
 }
 
 TEST_F(ZestTrainAsyncCheckpoint, ResumesAtAnotherWorldSizeAndStage) {

@@ -134,6 +134,8 @@ void print_offload_fit(const std::vector<OffloadRung>& ladder, const TierCapacit
   if (!capacities.nvme_path.empty()) {
     std::cout << fmt::format("nvme: {} free at {}\n", format_bytes(capacities.nvme),
                              capacities.nvme_path);
+  } else if (capacities.nvme_given) {
+    std::cout << fmt::format("nvme: {} (--nvme)\n", format_bytes(capacities.nvme));
   }
   std::cout << offload_proposal(ladder, capacities) << "\n";
 }

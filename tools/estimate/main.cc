@@ -6,10 +6,10 @@
 // (tools/estimate/estimate_page.h).
 //
 //   zest-estimate --config FILE [--set dotted.key=value ...] [--device-memory SIZE]
-//                 [--host-memory SIZE] [--fit [--nvme PATH]] [--json] [--html FILE]
+//                 [--host-memory SIZE] [--fit [--nvme PATH|SIZE]] [--json] [--html FILE]
 //   zest-estimate --params N --world N --stage S [--dtype fp32|bf16|fp16] [--offload]
 //                 [--offload-param] [--device-memory SIZE] [--host-memory SIZE]
-//                 [--fit [--nvme PATH]] [--json] [--html FILE]
+//                 [--fit [--nvme PATH|SIZE]] [--json] [--html FILE]
 //
 // The config is read and validated as zest-train reads it, and the model is built through the
 // same factory (units declare shapes; no weights are allocated). --params plans the model state
@@ -143,8 +143,9 @@ int estimate(const Options& options, bool parameter_mode) {
     }
     fits = parameter_mode ? zest::fit_parameters(options.bare, capacity, host_capacity)
                           : zest::fit_config(*config, capacity, host_capacity);
-    tiers = {capacity, host_capacity, 0, options.nvme_path};
-    if (!options.nvme_path.empty()) tiers.nvme = zest::free_bytes(options.nvme_path, "--nvme");
+    tiers.device = capacity;
+    tiers.host = host_capacity;
+    if (!options.nvme_path.empty()) zest::set_nvme_capacity(tiers, options.nvme_path, "--nvme");
     ladder = zest::offload_ladder(job.input, tiers);
   }
   if (!options.html_path.empty()) {
@@ -193,7 +194,8 @@ int run(int argc, char** argv) {
   app.add_option("--host-memory", options.host_memory,
                  "host memory per rank for offloaded state (\"24GiB\"); default: world.host_memory");
   app.add_option("--nvme", options.nvme_path,
-                 "with --fit: a directory on the NVMe file system, whose free space is the NVMe tier");
+                 "with --fit: the NVMe tier per rank, a directory on the NVMe file system (its "
+                 "free space) or a byte count (\"200GiB\")");
   app.add_flag("--fit", options.fit,
                "the first offload that fits (none, optimizer cpu, parameters cpu, optimizer "
                "nvme, parameters nvme), and the largest GPT / parameter count that fits, per stage");

@@ -98,6 +98,7 @@ void TrainCheckpoints::finish(RankContext& context) {
   const std::optional<SavedCheckpoint> saved = async_->finish(context);
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  add_save_wait(ms / 1e3);
   if (saved) announce(context, *saved, ms);
 }
 
@@ -193,8 +194,9 @@ void TrainCheckpoints::save(RankContext& context, Trainer& trainer, std::int64_t
     }();
     last_saved_ = step;
     if (published) announce(context, *published, 0.0);
+    const AsyncSaveStats& stats = async_->stats();
+    add_save_wait(stats.snapshot_s + stats.wait_s);
     if (context.rank == 0) {
-      const AsyncSaveStats& stats = async_->stats();
       Console::say(fmt::format("zest-train: checkpoint of step {} snapshot ({}, {:.0f} ms; waited "
                                "{:.0f} ms for the previous writer), writing in the background",
                                step, format_bytes(stats.snapshot_bytes), stats.snapshot_s * 1e3,
@@ -209,7 +211,19 @@ void TrainCheckpoints::save(RankContext& context, Trainer& trainer, std::int64_t
   last_saved_ = step;
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  add_save_wait(ms / 1e3);
   announce(context, saved, ms);
+}
+
+void TrainCheckpoints::add_save_wait(double seconds) {
+  save_wait_s_ += seconds;
+  total_save_wait_s_ += seconds;
+}
+
+double TrainCheckpoints::take_save_wait_s() {
+  const double seconds = save_wait_s_;
+  save_wait_s_ = 0.0;
+  return seconds;
 }
 
 void TrainCheckpoints::announce(const RankContext& context, const SavedCheckpoint& saved,

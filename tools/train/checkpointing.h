@@ -55,20 +55,26 @@ class TrainCheckpoints {
   // A collective after the last step: waits for a background write (checkpoint.async) and
   // publishes it.
   void finish(RankContext& context);
-  // Seconds the step loop waited for the previous save's writer, over the run (async only).
-  double wait_s() const { return async_ ? async_->stats().total_wait_s : 0.0; }
+  // Seconds the step loop spent in the saves since the last call, and over the run: a
+  // synchronous save's whole time; with checkpoint.async the snapshot and the wait for the
+  // previous save's writer (the background write itself overlaps the next steps).
+  double take_save_wait_s();
+  double total_save_wait_s() const { return total_save_wait_s_; }
   // Runs on this rank just before each save (zest-train syncs its metrics log there).
   void before_save(std::function<void()> hook) { before_save_ = std::move(hook); }
 
  private:
   void save(RankContext& context, Trainer& trainer, std::int64_t step);
   void announce(const RankContext& context, const SavedCheckpoint& saved, double ms) const;
+  void add_save_wait(double seconds);
 
   const TrainConfig& config_;
   std::function<void()> before_save_;
   std::int64_t last_saved_ = -1;
   std::unique_ptr<AsyncCheckpointWriter> async_;  // checkpoint.async
   int rank_ = 0;
+  double save_wait_s_ = 0.0;  // since take_save_wait_s()
+  double total_save_wait_s_ = 0.0;
 };
 
 }  // namespace zest

@@ -184,6 +184,9 @@ nlohmann::ordered_json summary_record(const RunSummary& summary,
                        {"tokens_per_s", std::round(summary.tokens_per_s * 10.0) / 10.0},
                        {"step_ms", std::round(summary.mean_step_ms * 1000.0) / 1000.0}};
   if (summary.evaluated) record["summary"]["val_loss"] = shortest_json(summary.final_val_loss);
+  if (summary.checkpoint_wait_s >= 0.0) {
+    record["summary"]["checkpoint_wait_s"] = std::round(summary.checkpoint_wait_s * 1e6) / 1e6;
+  }
   ordered_json peaks = ordered_json::array();
   ordered_json predictions = ordered_json::array();
   for (std::size_t rank = 0; rank < usage.size(); ++rank) {

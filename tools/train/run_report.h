@@ -58,6 +58,9 @@ struct RunSummary {
   double mean_step_ms = 0.0;
   bool evaluated = false;
   float final_val_loss = 0.0f;
+  // Seconds the step loop spent in checkpoint saves (TrainCheckpoints::total_save_wait_s); a
+  // negative value: no checkpoint.dir, left out of the record.
+  double checkpoint_wait_s = -1.0;
 };
 
 void print_summary(const RunSummary& summary);

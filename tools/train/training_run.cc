@@ -328,6 +328,11 @@ void train_rank(RankContext& context, RunState& run) {
       ordered_json line =
           step_record(config, stats, step_ms, progress.tokens_per_s(), tokens_per_step);
       if (context.wire != nullptr) add_wire_bytes(line, context.wire->snapshot() - wire_before);
+      // Note: the save after the previous step (it comes after that step's record, which must
+      // be on disk before the checkpoint that holds the step).
+      if (!config.checkpoint.dir.empty()) {
+        line["checkpoint_wait_s"] = std::round(checkpoints.take_save_wait_s() * 1e6) / 1e6;
+      }
       record(run, metrics, line);
       if (csv != nullptr) {
         csv->record_step(step, stats.loss, stats.lr, stats.grad_norm,
@@ -363,6 +368,9 @@ void train_rank(RankContext& context, RunState& run) {
     run.summary.steps = progress.steps_run();
     run.summary.tokens_per_s = progress.tokens_per_s();
     run.summary.mean_step_ms = progress.mean_step_ms();
+    if (!config.checkpoint.dir.empty()) {
+      run.summary.checkpoint_wait_s = checkpoints.total_save_wait_s();
+    }
   }
   context.synchronize();
   // Every rank's peaks reach rank 0 through the communicator. all_gather moves bits, whatever
