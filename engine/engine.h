@@ -277,6 +277,11 @@ class Engine {
   std::shared_ptr<OuterGroups> outer_;    // the same, for the outer loop's groups
 };
 
+struct SwapTraffic {
+  std::uint64_t read = 0;
+  std::uint64_t written = 0;
+};
+
 class Trainer {
  public:
   virtual ~Trainer() = default;
@@ -316,6 +321,9 @@ class Trainer {
   // Bytes of this rank's swap files (the NVMe tier), as reserved: on the shape-only device what a
   // run would make, on a real one their size on disk. 0 without the tier.
   virtual std::size_t swap_bytes() const { return 0; }
+  // Bytes this rank has read from and written to its swap files since it was made (the metrics'
+  // NVMe traffic per step is the difference between two calls).
+  virtual SwapTraffic swap_traffic() const { return {}; }
 };
 
 }  // namespace zest

@@ -89,6 +89,7 @@ class OuterLoop final : public Trainer {
   void set_counters(const TrainerCounters& counters) override;
   std::optional<CheckpointPlacement> checkpoint_placement() const override;
   std::size_t swap_bytes() const override { return inner_->swap_bytes(); }
+  SwapTraffic swap_traffic() const override { return inner_->swap_traffic(); }
 
   std::int64_t meetings() const { return meetings_; }
 

@@ -60,6 +60,7 @@ class ZeroTrainer final : public Trainer {
   // Hybrid sharding's: the shard group's shard, one of `replicas` copies; none otherwise.
   std::optional<CheckpointPlacement> checkpoint_placement() const override;
   std::size_t swap_bytes() const override;
+  SwapTraffic swap_traffic() const override;
 
   // For tests: how many units the gather ring holds now (stage 3; 0 otherwise).
   std::size_t gathered_units() const { return gatherer_->gathered_units(); }

@@ -94,6 +94,18 @@ std::size_t ZeroTrainer::swap_bytes() const {
          (swapped_params_ ? swapped_params_->swap_bytes() : 0);
 }
 
+SwapTraffic ZeroTrainer::swap_traffic() const {
+  SwapTraffic traffic;
+  for (const SwapStore* store :
+       {host_ && host_->swapped() ? &host_->swapped()->store() : nullptr,
+        swapped_params_ ? &swapped_params_->store() : nullptr}) {
+    if (store == nullptr) continue;
+    traffic.read += store->bytes_read();
+    traffic.written += store->bytes_written();
+  }
+  return traffic;
+}
+
 void ZeroTrainer::state_loaded() {
   Stream& comm = context_.comm;
   for (FlatUnit& unit : units_) {

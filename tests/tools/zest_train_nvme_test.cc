@@ -4,7 +4,8 @@
 // is intact, the killed run's swap folder is removed at the next start, and the run resumed from
 // the checkpoint trains bit for bit as the uninterrupted run. Where the kernel refuses io_uring
 // (here: a queue deeper than io_uring's 32768 entries, refused with EINVAL) the tier falls back
-// to pread/pwrite threads, says so once for the whole process, and trains the same bits.
+// to pread/pwrite threads, says so once for the whole process, and trains the same bits. Every
+// step record carries the tier's traffic.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -79,6 +80,11 @@ class ZestTrainNvmeCrash : public ::testing::Test {
       if (!value.contains("step")) continue;
       value.erase("step_ms");
       value.erase("tokens_per_s");
+      value.erase("checkpoint_wait_s");
+      // The tier's traffic since the previous record counts a save's reads too: not the
+      // training's bits.
+      value.erase("nvme_read_bytes");
+      value.erase("nvme_written_bytes");
       lines.push_back(value.dump());
     }
     return lines;
@@ -159,6 +165,46 @@ TEST_F(ZestTrainNvmeCrash, RefusedIoUringFallsBackToThreadsSaidOnceWithTheSameBi
   EXPECT_EQ(said, 1u) << threads.err;
   EXPECT_EQ(step_lines(path("threads.jsonl")), step_lines(path("uring.jsonl")));
   EXPECT_EQ(step_lines(path("uring.jsonl")).size(), 3u);
+}
+
+// Each step record carries rank 0's NVMe traffic since the previous one. A step writes the
+// optimizer's swap files zest-estimate plans whole, and the parameter shards (their bytes, not
+// their blocks' padding: at most the parameters' swap files), and reads both tiers' files (the
+// first step reads no moments: none were written yet). The write-back runs on beside the next
+// step, so a record counts the writes that completed before it; but the next step reads what
+// the last wrote, so by step n's record at least n - 1 steps' writes have landed, and at most n.
+TEST_F(ZestTrainNvmeCrash, EveryStepRecordsItsNvmeTrafficTheStateWrittenOnceAStep) {
+  const std::string plain = write_config(nullptr);
+  const ProcessResult estimate = testing::run_program(
+      ZEST_BINARY_DIR "/bin/zest-estimate", {"--config", plain, "--json"}, files("estimate"));
+  ASSERT_EQ(estimate.status, 0) << estimate.err;
+  const json nvme = json::parse(estimate.out)["per_rank_bytes"]["nvme"];
+  const std::uint64_t planned = nvme["total"].get<std::uint64_t>();
+  const std::uint64_t optimizer = nvme["optimizer"].get<std::uint64_t>();
+  ASSERT_GT(nvme["params"].get<std::uint64_t>(), 0u);
+  ASSERT_GT(nvme["optimizer"].get<std::uint64_t>(), 0u);
+  const ProcessResult run = testing::run_program(
+      kBinary, {"--config", plain, "--set", "steps=4", "--set", "checkpoint={}", "--metrics",
+                path("traffic.jsonl")},
+      files("traffic"));
+  ASSERT_EQ(run.status, 0) << run.err;
+  std::uint64_t written = 0;
+  std::uint64_t read = 0;
+  std::uint64_t steps = 0;
+  for (const std::string& line : testing::lines_of(testing::read_whole_file(path("traffic.jsonl")))) {
+    const json record = json::parse(line);
+    if (!record.contains("step")) continue;
+    SCOPED_TRACE(line);
+    ++steps;
+    written += record["nvme_written_bytes"].get<std::uint64_t>();
+    read += record["nvme_read_bytes"].get<std::uint64_t>();
+    EXPECT_GE(written, (steps - 1) * optimizer);
+    EXPECT_LE(written, steps * planned);
+    if (steps > 1) {
+      EXPECT_GE(read, (steps - 1) * planned);
+    }
+  }
+  EXPECT_EQ(steps, 4u);
 }
 
 }  // namespace

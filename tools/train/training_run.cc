@@ -301,6 +301,7 @@ void train_rank(RankContext& context, RunState& run) {
   slice.accumulation = config.gradient_accumulation_steps;
   slice.rank = data_parallel_index(context, config);
   slice.world_size = data_parallel_size(context, config);
+  SwapTraffic swap_recorded = trainer->swap_traffic();  // the start-up's (a resume's) left out
   for (std::int64_t step = first_step; step <= config.steps; ++step) {
     const Clock::time_point step_start = Clock::now();
     const WireBytes wire_before = context.wire ? context.wire->snapshot() : WireBytes{};
@@ -328,6 +329,14 @@ void train_rank(RankContext& context, RunState& run) {
       ordered_json line =
           step_record(config, stats, step_ms, progress.tokens_per_s(), tokens_per_step);
       if (context.wire != nullptr) add_wire_bytes(line, context.wire->snapshot() - wire_before);
+      if (trainer->swap_bytes() > 0) {
+        // Rank 0's NVMe tier since the previous record: this step's reads and writes, and a
+        // save's reads between the two (checkpoints read the swapped state a sub-group at a time).
+        const SwapTraffic traffic = trainer->swap_traffic();
+        line["nvme_read_bytes"] = traffic.read - swap_recorded.read;
+        line["nvme_written_bytes"] = traffic.written - swap_recorded.written;
+        swap_recorded = traffic;
+      }
       // Note: the save after the previous step (it comes after that step's record, which must
       // be on disk before the checkpoint that holds the step).
       if (!config.checkpoint.dir.empty()) {
