@@ -150,7 +150,21 @@ PeakPrediction replay_engine(const PeakPlanInput& input) {
     }
     replay.step();
   }
-  return replay.result();
+  PeakPrediction prediction = replay.result();
+  if (input.engine.offload_optimizer.on_nvme()) {
+    // The optimizer's swap files and the host buffers its sub-groups stream through are laid out
+    // by the engine alone, the same on either device: the real engine on the shape-only device
+    // gives them (the replay does not know them).
+    PeakPlanInput on_cpu = input;
+    on_cpu.device = DeviceKind::kCpu;
+    const PeakPrediction swapped = train_on_shape_device(on_cpu);
+    prediction.nvme = swapped.nvme;
+    prediction.model_state.nvme = swapped.model_state.nvme;
+    prediction.host_peak = swapped.host_peak;
+    prediction.host_peak_total = swapped.host_peak_total;
+    prediction.peak[static_cast<std::size_t>(Category::kOffload)] = swapped.of(Category::kOffload);
+  }
+  return prediction;
 }
 
 }  // namespace

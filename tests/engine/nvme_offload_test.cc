@@ -201,6 +201,16 @@ TEST(NvmePlan, PlannedSwapAndHostBytesAreTheRunsExactly) {
   EXPECT_EQ(plan.model_state.nvme, swap_bytes);
   EXPECT_EQ(plan.of(Category::kOffload), run.host_usage[0].peak_of(Category::kOffload));
   EXPECT_FALSE(swap_left(scratch.path("nvme")));  // the plan made no folder either
+  // The CUDA device's plan (still a replay of the engine's order on the device) holds the same
+  // swap files and host buffers: the engine lays them out alike on either device.
+  PeakPlanInput on_cuda = plan_input(model, {spec.global_batch / spec.world, spec.sizes.front()},
+                                     options, 2, spec.world);
+  on_cuda.device = DeviceKind::kCuda;
+  const PeakPrediction cuda = predict_peak(on_cuda);
+  EXPECT_EQ(cuda.nvme, plan.nvme);
+  EXPECT_EQ(cuda.model_state.nvme, swap_bytes);
+  EXPECT_EQ(cuda.host_peak_total, plan.host_peak_total);
+  EXPECT_EQ(cuda.of(Category::kOffload), plan.of(Category::kOffload));
 }
 
 // ---------------------------------------------------------------------------------------------
