@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "models/describe_tensor.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
@@ -14,10 +15,6 @@
 
 namespace zest {
 namespace {
-
-std::string describe_tensor(const Tensor& tensor) {
-  return std::string(dtype_name(tensor.dtype)) + " " + shape_to_string(tensor.shape);
-}
 
 // The tokens of batch().inputs, checked on the host: int32 [B, T] with 1 <= T <= seq_len.
 const std::int32_t* checked_tokens(const std::string& unit, const Tensor& tokens,

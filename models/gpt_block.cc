@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "base/error.h"
+#include "models/describe_tensor.h"
+#include "models/gpt_block_layout.h"
 #include "kernels/attention.h"
 #include "kernels/convert.h"
 #include "kernels/bias.h"
@@ -15,29 +17,7 @@
 namespace zest {
 namespace {
 
-// Parameter indices, in declaration order.
-enum Param : std::size_t {
-  kLn1Weight, kLn1Bias, kAttnWeight, kAttnBias, kAttnProjWeight, kAttnProjBias,
-  kLn2Weight, kLn2Bias, kFcWeight, kFcBias, kMlpProjWeight, kMlpProjBias,
-};
-
-// Where each saved activation lives in the block's activations buffer (offsets in floats).
-struct Saved {
-  std::size_t ln1, mean1, rstd1, split, probs, y, x1, ln2, mean2, rstd2, h, g, total;
-
-  explicit Saved(const AttentionShape& a) {
-    const std::size_t n = static_cast<std::size_t>(a.batch * a.seq);
-    const std::size_t nc = n * static_cast<std::size_t>(a.channels());
-    std::size_t at = 0;
-    auto take = [&at](std::size_t count) { const std::size_t here = at; at += count; return here; };
-    ln1 = take(nc); mean1 = take(n); rstd1 = take(n);
-    split = take(a.split_elements()); probs = take(a.probs_elements());
-    y = take(nc); x1 = take(nc);
-    ln2 = take(nc); mean2 = take(n); rstd2 = take(n);
-    h = take(4 * nc); g = take(4 * nc);
-    total = at;
-  }
-};
+using namespace gpt_block_layout;
 
 // Selective recomputation (Korthikanti et al. 2022): the block keeps the products' outputs (qkv
 // rather than its per-head split, since attention's forward starts from qkv), the attention
@@ -103,10 +83,6 @@ std::size_t forward_workspace_elements(const AttentionShape& a) {
 std::size_t backward_workspace_elements(const AttentionShape& a, bool with_attention_scratch) {
   const std::size_t nc = static_cast<std::size_t>(a.batch * a.seq * a.channels());
   return 10 * nc + (with_attention_scratch ? a.backward_scratch_elements() : 0);
-}
-
-std::string describe_tensor(const Tensor& tensor) {
-  return std::string(dtype_name(tensor.dtype)) + " " + shape_to_string(tensor.shape);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "models/describe_tensor.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/cross_entropy_pieces.h"
 #include "kernels/embedding.h"
@@ -14,10 +15,6 @@
 
 namespace zest {
 namespace {
-
-std::string describe_tensor(const Tensor& tensor) {
-  return std::string(dtype_name(tensor.dtype)) + " " + shape_to_string(tensor.shape);
-}
 
 // What the head keeps for backward and the pieces read in theirs: ln_f(x) [N, C], its mean and
 // rstd [N] each, and the logits [N, V], which the head's backward turns into d(logits); with the

@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "base/error.h"
+#include "models/describe_tensor.h"
+#include "models/gpt_block_layout.h"
 #include "kernels/attention.h"
 #include "kernels/bias.h"
 #include "kernels/gelu.h"
@@ -14,35 +16,7 @@
 namespace zest {
 namespace {
 
-// Parameter indices, in declaration order (GptBlock's).
-enum Param : std::size_t {
-  kLn1Weight, kLn1Bias, kAttnWeight, kAttnBias, kAttnProjWeight, kAttnProjBias,
-  kLn2Weight, kLn2Bias, kFcWeight, kFcBias, kMlpProjWeight, kMlpProjBias,
-};
-
-// Where each saved activation lives in the block's activations buffer (offsets in floats); the
-// per-rank ones are a t-th of the whole block's (C_l = C / t).
-struct Saved {
-  std::size_t ln1, mean1, rstd1, split, probs, y, x1, ln2, mean2, rstd2, h, g, total;
-
-  Saved(const AttentionShape& a, std::int64_t channels) {
-    const std::size_t n = static_cast<std::size_t>(a.batch * a.seq);
-    const std::size_t nc = n * static_cast<std::size_t>(channels);
-    const std::size_t ncl = n * static_cast<std::size_t>(a.channels());
-    std::size_t at = 0;
-    auto take = [&at](std::size_t count) { const std::size_t here = at; at += count; return here; };
-    ln1 = take(nc); mean1 = take(n); rstd1 = take(n);
-    split = take(a.split_elements()); probs = take(a.probs_elements());
-    y = take(ncl); x1 = take(nc);
-    ln2 = take(nc); mean2 = take(n); rstd2 = take(n);
-    h = take(4 * ncl); g = take(4 * ncl);
-    total = at;
-  }
-};
-
-std::string describe_tensor(const Tensor& tensor) {
-  return std::string(dtype_name(tensor.dtype)) + " " + shape_to_string(tensor.shape);
-}
+using namespace gpt_block_layout;
 
 // The slice of a whole [rows, columns] parameter (a vector: columns 1) that rank `rank` holds.
 ParamSpec::DrawSlice rows_of(std::int64_t columns, std::int64_t block, std::int64_t stride,

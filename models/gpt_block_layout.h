@@ -1,0 +1,43 @@
+// The GPT block's parameters and saved activations, laid out once for the block
+// (models/gpt_block.h) and its tensor-parallel slice (models/tensor_parallel_block.h), which
+// declare the same parameters in the same order and keep the same activations, a slice's
+// per-head and MLP ones a t-th of the whole block's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/attention.h"
+#include "memory/tensor.h"
+
+namespace zest::gpt_block_layout {
+
+// Parameter indices, in declaration order.
+enum Param : std::size_t {
+  kLn1Weight, kLn1Bias, kAttnWeight, kAttnBias, kAttnProjWeight, kAttnProjBias,
+  kLn2Weight, kLn2Bias, kFcWeight, kFcBias, kMlpProjWeight, kMlpProjBias,
+};
+
+// Where each saved activation lives in the block's activations buffer (offsets in floats):
+// `channels` wide for the residual stream and the LayerNorms, `a.channels()` (the block's heads:
+// all of them, or a tensor-parallel slice's) for the attention output and the MLP.
+struct Saved {
+  std::size_t ln1, mean1, rstd1, split, probs, y, x1, ln2, mean2, rstd2, h, g, total;
+
+  explicit Saved(const AttentionShape& a) : Saved(a, a.channels()) {}
+  Saved(const AttentionShape& a, std::int64_t channels) {
+    const std::size_t n = static_cast<std::size_t>(a.batch * a.seq);
+    const std::size_t nc = n * static_cast<std::size_t>(channels);
+    const std::size_t ncl = n * static_cast<std::size_t>(a.channels());
+    std::size_t at = 0;
+    auto take = [&at](std::size_t count) { const std::size_t here = at; at += count; return here; };
+    ln1 = take(nc); mean1 = take(n); rstd1 = take(n);
+    split = take(a.split_elements()); probs = take(a.probs_elements());
+    y = take(ncl); x1 = take(nc);
+    ln2 = take(nc); mean2 = take(n); rstd2 = take(n);
+    h = take(4 * ncl); g = take(4 * ncl);
+    total = at;
+  }
+};
+
+}  // namespace zest::gpt_block_layout
