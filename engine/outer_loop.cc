@@ -291,14 +291,15 @@ void OuterLoop::set_counters(const TrainerCounters& counters) {
 std::vector<StateShard> OuterLoop::state_shards(std::size_t unit) {
   if (in_flight_ >= 0) meeting_stream_->synchronize();  // the pending mean is whole
   std::vector<StateShard> shards = inner_->state_shards(unit);
-  const StateShard& first = shards.front();
-  shards.push_back({"outer.anchor", DType::kFloat32, shards_.at(unit).anchor.data(),
-                    first.begin, first.end});
-  shards.push_back({"outer.momentum", DType::kFloat32, shards_.at(unit).momentum.data(),
-                    first.begin, first.end});
+  // Copied, not referenced: the push_backs below may move the vector's elements.
+  const std::size_t begin = shards.front().begin;
+  const std::size_t end = shards.front().end;
+  shards.push_back({"outer.anchor", DType::kFloat32, shards_.at(unit).anchor.data(), begin, end});
+  shards.push_back(
+      {"outer.momentum", DType::kFloat32, shards_.at(unit).momentum.data(), begin, end});
   if (overlapped()) {
-    shards.push_back({"outer.pending", DType::kFloat32, shards_.at(unit).pending.data(),
-                      first.begin, first.end});
+    shards.push_back(
+        {"outer.pending", DType::kFloat32, shards_.at(unit).pending.data(), begin, end});
   }
   return shards;
 }
