@@ -29,7 +29,7 @@ struct PeakPlanInput {
   bool model_state_only = false;
   // The device the rank trains on. CUDA adds what the CPU device does not have: the compute
   // stream's scratch (UnitMemory::*_stream_scratch), the batch copied in (batch_bytes), and
-  // frees accounted when they are enqueued (PeakLedger's frees_at_release).
+  // device memory freed when the free is enqueued (the stream-ordered pool's accounting).
   DeviceKind device = DeviceKind::kCpu;
   // A micro-batch's inputs and targets, which a CUDA device copies in (activations) for the
   // micro-batch; linear in its rows. Ignored on the CPU device, which reads them in place.

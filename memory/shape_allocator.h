@@ -15,13 +15,20 @@ namespace zest {
 
 class ShapeAllocator final : public Allocator {
  public:
-  explicit ShapeAllocator(std::string device_name, std::size_t capacity = kUnlimitedCapacity);
+  // `region`: 0 or 1; the two regions' addresses never meet, so a device's and its host's
+  // allocators can tell their buffers apart (owns()).
+  explicit ShapeAllocator(std::string device_name, std::size_t capacity = kUnlimitedCapacity,
+                          int region = 0);
+
+  // Whether `data` was handed out by this allocator.
+  bool owns(const void* data) const;
 
  protected:
   void* raw_allocate(std::size_t bytes) override;
   void raw_free(void* data, std::size_t bytes) override;
 
  private:
+  const std::uintptr_t first_;
   std::atomic<std::uintptr_t> next_;  // the next address handed out; addresses are never reused
 };
 

@@ -10,8 +10,6 @@
 #include "engine/secondary_partition.h"
 #include "engine/stage_plan.h"
 #include "optim/optimizer.h"
-#include "planner/engine_replay.h"
-#include "planner/peak_ledger.h"
 #include "planner/shape_module.h"
 #include "runtime/hybrid_communicator.h"
 #include "runtime/shape_communicator.h"
@@ -37,10 +35,6 @@ PeakPrediction model_state_peaks(const PeakPlanInput& input) {
   prediction.nvme[static_cast<std::size_t>(Category::kParams)] = state.nvme_params;
   return prediction;
 }
-
-// Whether the real engine on the shape-only device plans this job. Not yet: the CUDA device
-// (its stream scratch and frees at release).
-bool runs_on_shape_device(const PeakPlanInput& input) { return input.device == DeviceKind::kCpu; }
 
 // The groups the engine splits off the shard group, as rank 0 joins them: hpZ's (the first
 // hpz_partition_size ranks; engine/secondary_partition.h).
@@ -82,7 +76,7 @@ ShapeCommunicators shape_communicators(const PeakPlanInput& input) {
 // One rank that believes it is rank 0 of the shard group trains two steps on the shape-only
 // device; its allocators are the ledger. Ranks are alike: every shard has the same length.
 PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
-  shape::ShapeDevice device(0);
+  shape::ShapeDevice device(0, input.device);
   const auto compute = device.create_stream("compute");
   const auto comm = device.create_stream("comm");
   const auto prefetch = device.create_stream("prefetch");
@@ -100,6 +94,7 @@ PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
   options.recompute_plan = input.recompute;
   if (input.units.empty()) options.activation_checkpointing = {};  // no activations to drop
   ShapeModule module(input);
+  ShapeBatch batch(input.batch_bytes);
   Engine engine(context, options);
   std::size_t swap_bytes = 0;
   std::size_t parameter_swap_bytes = 0;
@@ -109,7 +104,7 @@ PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
     // Two steps: the second starts while the first's optimizer scratch may still be queued.
     for (int step = 0; step < 2; ++step) {
       for (int micro = 0; micro < options.gradient_accumulation_steps; ++micro) {
-        trainer->forward_backward(Batch{});
+        trainer->forward_backward(batch.batch());
       }
       trainer->step();
       if (input.synchronize_between_steps) context.comm.synchronize();
@@ -135,35 +130,6 @@ PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
     prediction.host_peak[static_cast<std::size_t>(category)] = host.peak_of(category);
   }
   prediction.host_peak_total = host.total_peak;
-  return prediction;
-}
-
-PeakPrediction replay_engine(const PeakPlanInput& input) {
-  PeakLedger ledger(input.device == DeviceKind::kCuda);
-  EngineReplay replay(input, ledger);
-  replay.construct();
-  // Two steps: the second starts while the first's optimizer scratch may still be queued.
-  for (int step = 0; step < 2; ++step) {
-    const int micro_batches = std::max(input.engine.gradient_accumulation_steps, 1);
-    for (int micro = 0; micro < micro_batches; ++micro) {
-      replay.micro_batch(micro + 1 == micro_batches);
-    }
-    replay.step();
-  }
-  PeakPrediction prediction = replay.result();
-  if (input.engine.offload_optimizer.on_nvme()) {
-    // The optimizer's swap files and the host buffers its sub-groups stream through are laid out
-    // by the engine alone, the same on either device: the real engine on the shape-only device
-    // gives them (the replay does not know them).
-    PeakPlanInput on_cpu = input;
-    on_cpu.device = DeviceKind::kCpu;
-    const PeakPrediction swapped = train_on_shape_device(on_cpu);
-    prediction.nvme = swapped.nvme;
-    prediction.model_state.nvme = swapped.model_state.nvme;
-    prediction.host_peak = swapped.host_peak;
-    prediction.host_peak_total = swapped.host_peak_total;
-    prediction.peak[static_cast<std::size_t>(Category::kOffload)] = swapped.of(Category::kOffload);
-  }
   return prediction;
 }
 
@@ -193,8 +159,7 @@ PeakPrediction predict_peak(const PeakPlanInput& input) {
                                         std::to_string(input.world_size));
   }
   if (input.model_state_only) return model_state_peaks(input);
-  if (runs_on_shape_device(input)) return train_on_shape_device(input);
-  return replay_engine(input);
+  return train_on_shape_device(input);
 }
 
 PeakPlanInput plan_input(Module& module, const std::vector<std::int64_t>& input_shape,

@@ -1,12 +1,10 @@
 // The memory planner: the peak bytes one rank reaches in every category while training, from the
 // model's unit shapes and per-micro-batch allocations (Module::unit_memory), the stage, world
 // size, dtypes, offload and the options that size ZeRO-3's gather ring and the reduction
-// buckets. For the CPU device (recomputation, hpZ and qgZ across replicas included) it trains
-// the real engine two steps on the shape-only device (runtime/shape_device.h) over a ShapeModule
-// (planner/shape_module.h) and reads the allocators; for the CUDA device it still replays the
-// engine's allocation order (planner/engine_replay.h). Either way the
-// prediction is what the allocator measures when the host runs ahead of the streams (the usual
-// case; a host that falls behind only lowers the peaks).
+// buckets. It trains the real engine two steps on the shape-only device (runtime/shape_device.h),
+// standing in for the CPU or the CUDA device, over a ShapeModule (planner/shape_module.h) and
+// reads the allocators. The prediction is what the allocator measures when the host runs ahead
+// of the streams (the usual case; a host that falls behind only lowers the peaks).
 #pragma once
 
 #include <algorithm>

@@ -16,7 +16,6 @@
 #include "pipeline/pipeline_options.h"
 #include "pipeline/pipeline_trainer.h"
 #include "pipeline/schedule_simulator.h"
-#include "planner/pipeline_replay.h"
 #include "planner/shape_module.h"
 #include "runtime/shape_communicator.h"
 #include "runtime/shape_device.h"
@@ -155,7 +154,7 @@ PeakPrediction train_stage_on_shape_device(const PipelinePlanInput& input, int s
   const Schedule& schedule = input.schedule;
   const int data_parallel = model.world_size * model.replicas;
   const int world = schedule.stages * data_parallel;
-  shape::ShapeDevice device(0);
+  shape::ShapeDevice device(0, model.device);
   const auto compute = device.create_stream("compute");
   const auto comm = device.create_stream("comm");
   const auto prefetch = device.create_stream("prefetch");
@@ -193,12 +192,9 @@ PeakPrediction train_stage_on_shape_device(const PipelinePlanInput& input, int s
       return Tensor{nullptr, {bytes}, DType::kInt8};
     });
     if (!model.model_state_only) {
-      // Every micro-batch's row; only their count is read.
-      std::vector<std::int32_t> rows(static_cast<std::size_t>(schedule.micro_batches), 0);
-      Batch batch;
-      batch.inputs = Tensor{rows.data(), {schedule.micro_batches}, DType::kInt32};
+      const ShapeBatch batch(model.batch_bytes, schedule.micro_batches);
       for (int step = 0; step < 2; ++step) {
-        trainer.forward_backward(batch);
+        trainer.forward_backward(batch.batch());
         trainer.step();
         if (model.synchronize_between_steps) context.comm.synchronize();
       }
@@ -296,8 +292,7 @@ std::vector<PipelineStagePeak> predict_pipeline_peaks(const PipelinePlanInput& i
         peak.gathered_for_step += layout.flat_length() * element_size(input.model);
       }
     }
-    peak.peak = cuda ? replay_cuda_stage(input, stage, boundaries, recompute)
-                     : train_stage_on_shape_device(input, stage, boundaries);
+    peak.peak = train_stage_on_shape_device(input, stage, boundaries);
     peaks.push_back(std::move(peak));
   }
   return peaks;

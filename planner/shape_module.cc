@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "runtime/shape_stream.h"
+
 namespace zest {
 namespace {
 // Activations of any byte count: the shape-only device never reads them, so one byte each.
@@ -46,6 +48,7 @@ class ShapeModule::ShapeUnit final : public Unit {
         Category::kWorkspace);
     borrow_in_turn(context, false);
     context.make_output(bytes_shape(memory_.output), DType::kInt8);
+    stream_workspace(context, memory_.forward_stream_scratch);
     // A first forward that backward does not follow (full recomputation) keeps nothing.
     if (!context.backward_follows()) context.release(std::move(saved_));
     context.release(std::move(rebuilt));
@@ -55,13 +58,14 @@ class ShapeModule::ShapeUnit final : public Unit {
   void recompute(UnitContext& context) override {
     rebuilt_ = context.allocate(memory_.selective_rebuilt, Category::kActivations);
     context.release(context.allocate(memory_.rebuild_workspace, Category::kWorkspace));
+    stream_workspace(context, memory_.rebuild_stream_scratch);
   }
 
   void backward(UnitContext& context) override {
     if (memory_.grad_input > 0) {
       context.make_grad_input(bytes_shape(memory_.grad_input), DType::kInt8);
     }
-    Buffer workspace = context.allocate(memory_.backward_workspace, Category::kWorkspace);
+    Buffer workspace = context.allocate(backward_workspace(context), Category::kWorkspace);
     borrow_in_turn(context, true);
     // A gradient that lives in its gather slot is made at the unit's first ask, after its own
     // allocations; every other gradient target exists already and these ask for nothing.
@@ -69,6 +73,7 @@ class ShapeModule::ShapeUnit final : public Unit {
     if (!shapes_.borrows_in_turn) {
       for (std::size_t b = 0; b < shapes_.borrowed.size(); ++b) context.borrowed_grad(b, 0);
     }
+    stream_workspace(context, memory_.backward_stream_scratch);
     release_saved(context);
     context.release(std::move(rebuilt_));
     context.release(std::move(workspace));
@@ -78,20 +83,37 @@ class ShapeModule::ShapeUnit final : public Unit {
   // it), then the input gradient is made; backward_weight frees what was kept with `saved`.
   void backward_input(UnitContext& context) override {
     std::size_t kept = memory_.split_kept;
-    if (memory_.split_keeps_workspace) kept += memory_.backward_workspace;
+    if (memory_.split_keeps_workspace) kept += backward_workspace(context);
     kept_ = context.allocate(kept, Category::kActivations);
     if (memory_.grad_input > 0) {
       context.make_grad_input(bytes_shape(memory_.grad_input), DType::kInt8);
     }
+    stream_workspace(context, memory_.backward_stream_scratch);
   }
 
   void backward_weight(UnitContext& context) override {
+    stream_workspace(context, memory_.backward_stream_scratch);
     if (!shapes_.params.empty()) context.grad(0);
     context.release(std::move(kept_));
     release_saved(context);
   }
 
  private:
+  // On the CUDA device, attention's scratch comes from the stream (stream_workspace), not the
+  // call's workspace (UnitMemory::backward_workspace_cpu_only).
+  std::size_t backward_workspace(UnitContext& context) const {
+    const bool cuda = context.device().kind() == DeviceKind::kCuda;
+    return memory_.backward_workspace - (cuda ? memory_.backward_workspace_cpu_only : 0);
+  }
+
+  // What the call's CUDA kernels take from the compute stream (CudaStream::workspace), which
+  // the shape-only device's stream charges in their place; nothing on the CPU device.
+  static void stream_workspace(UnitContext& context, std::size_t bytes) {
+    if (auto* stream = dynamic_cast<shape::ShapeStream*>(&context.stream())) {
+      stream->workspace(bytes);
+    }
+  }
+
   // A unit that borrows in turn reads each borrowed unit alone: forward in order, backward in
   // reverse (the GPT's head tied to the vocabulary pieces).
   void borrow_in_turn(UnitContext& context, bool backward) {
@@ -137,6 +159,13 @@ ShapeModule::ShapeModule(const PeakPlanInput& input) : held_(input.model.units.s
 }
 
 ShapeModule::~ShapeModule() = default;
+
+ShapeBatch::ShapeBatch(std::size_t row_bytes, std::int64_t rows) {
+  // At least a byte: an address, so the rows are counted even where they hold nothing.
+  held_ = loader_.allocate(std::max<std::size_t>(row_bytes * static_cast<std::size_t>(rows), 1),
+                           Category::kActivations);
+  batch_.inputs = {held_.data(), {rows, static_cast<std::int64_t>(row_bytes)}, DType::kInt8};
+}
 
 OptimizerOptions shape_optimizer(std::size_t states) {
   OptimizerOptions options;

@@ -8,11 +8,13 @@
 // plan holds for every model whose unit_memory() holds.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "engine/job_shape.h"
 #include "engine/module.h"
+#include "memory/shape_allocator.h"
 #include "optim/optimizer.h"
 
 namespace zest {
@@ -31,6 +33,22 @@ class ShapeModule final : public Module {
   // Per unit: the saved activations of later units that its backward frees
   // (UnitMemory::saved_freed_by).
   std::vector<std::vector<Buffer>> held_;
+};
+
+// `rows` micro-batches of `row_bytes` each in host memory that is never read, for the
+// ShapeModule: the data loader's buffers, which no allocator of the engine's holds. On the CUDA device the engine
+// copies it in first (engine/device_batch.h), charged to activations; on the CPU device it is
+// used where it is. Note: one tensor where a model has inputs and targets, so the copy is one
+// allocation where the engine makes two; they differ by the alignment's rounding at most.
+class ShapeBatch {
+ public:
+  explicit ShapeBatch(std::size_t row_bytes, std::int64_t rows = 1);
+  const Batch& batch() const { return batch_; }
+
+ private:
+  ShapeAllocator loader_{"data loader"};
+  Buffer held_;
+  Batch batch_;
 };
 
 // The optimizer the planner trains a ShapeModule with: one with the shape's state arrays

@@ -10,6 +10,11 @@ namespace zest {
 
 void release_after(Device& device, Stream& stream, Buffer buffer) {
   if (buffer.empty()) return;
+  // Before the CUDA device's path: the shape-only device may stand in for CUDA.
+  if (auto* shape_stream = dynamic_cast<shape::ShapeStream*>(&stream)) {
+    shape_stream->release_after(std::move(buffer));  // held until proven, or the pool's at once
+    return;
+  }
 #if ZEST_HAVE_CUDA
   if (device.kind() == DeviceKind::kCuda) {
     cuda::release_after(device, stream, std::move(buffer));
@@ -22,8 +27,6 @@ void release_after(Device& device, Stream& stream, Buffer buffer) {
   auto free = [owned] { owned->reset(); };
   if (auto* cpu_stream = dynamic_cast<cpu::CpuStream*>(&stream)) {
     cpu_stream->enqueue_free(std::move(free));  // parked until proven, when the world says so
-  } else if (auto* shape_stream = dynamic_cast<shape::ShapeStream*>(&stream)) {
-    shape_stream->enqueue_free(std::move(free));  // held until proven: it runs nothing else
   } else {
     stream.enqueue(std::move(free));
   }

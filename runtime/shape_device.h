@@ -2,10 +2,13 @@
 // ordering rules that run nothing (runtime/shape_stream.h), and memory that is accounted but
 // never backed (memory/shape_allocator.h), device and host alike. The memory planner runs the
 // real engine on it and reads the allocators' peaks: what a rank would allocate, in its order,
-// without the time or the memory of training. It stands in for the CPU device: kind() is kCpu,
-// so the engine and the models take the CPU device's paths. Invariant: nothing may read its
-// memory; runs_work() says which device this is, and the few host reads of device values (the
-// loss, the gradient norm: runtime/host_copies.h) get zeros.
+// without the time or the memory of training. It stands in for the CPU or the CUDA device:
+// kind() is that device's, so the engine and the models take its paths (on CUDA: the batch
+// copied in, a stream-ordered free accounted at once as the pool does, no CPU-only scratch),
+// while its streams show kernels the CPU device, whose bodies are closures the stream drops —
+// no kernel needs to know about this device. Invariant: nothing may read its memory;
+// runs_work() says which device this is, and the few host reads of device values (the loss,
+// the gradient norm: runtime/host_copies.h) get zeros.
 #pragma once
 
 #include <string>
@@ -17,10 +20,12 @@ namespace zest::shape {
 
 class ShapeDevice final : public Device {
  public:
-  explicit ShapeDevice(int index, std::size_t capacity = kUnlimitedCapacity,
+  // `stands_for`: the device whose paths the engine takes (kCpu or kCuda).
+  explicit ShapeDevice(int index, DeviceKind stands_for = DeviceKind::kCpu,
+                       std::size_t capacity = kUnlimitedCapacity,
                        std::size_t host_capacity = kUnlimitedCapacity);
 
-  DeviceKind kind() const override { return DeviceKind::kCpu; }
+  DeviceKind kind() const override { return stands_for_; }
   const std::string& name() const override { return name_; }
   Allocator& allocator() override { return allocator_; }
   Allocator& host_allocator() override { return host_allocator_; }
@@ -35,6 +40,7 @@ class ShapeDevice final : public Device {
   void fill_zero(Stream&, void*, std::size_t) override {}
 
  private:
+  DeviceKind stands_for_;
   std::string name_;
   ShapeAllocator allocator_;
   ShapeAllocator host_allocator_;

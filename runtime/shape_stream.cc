@@ -33,8 +33,11 @@ void ShapeEvent::synchronize() {
   if (queue_) queue_->run_through(position_);
 }
 
-ShapeStream::ShapeStream(std::string name, DeviceKind kind)
-    : name_(std::move(name)), kind_(kind), queue_(std::make_shared<StreamQueue>()) {}
+ShapeStream::ShapeStream(std::string name, DeviceKind stands_for, ShapeAllocator& allocator)
+    : name_(std::move(name)),
+      stands_for_(stands_for),
+      allocator_(allocator),
+      queue_(std::make_shared<StreamQueue>()) {}
 
 ShapeStream::~ShapeStream() { queue_->run_through(queue_->position()); }
 
@@ -59,6 +62,20 @@ void ShapeStream::wait(Event& event) {
 
 void ShapeStream::synchronize() { queue_->run_through(queue_->position()); }
 
-void ShapeStream::enqueue_free(std::function<void()> free) { queue_->add_free(std::move(free)); }
+void ShapeStream::release_after(Buffer buffer) {
+  if (stands_for_ == DeviceKind::kCuda && allocator_.owns(buffer.data())) {
+    buffer.reset();
+    return;
+  }
+  // Note: std::function needs a copyable closure; the shared_ptr makes the move-only Buffer one.
+  auto owned = std::make_shared<Buffer>(std::move(buffer));
+  queue_->add_free([owned] { owned->reset(); });
+}
+
+void ShapeStream::workspace(std::size_t bytes) {
+  if (stands_for_ != DeviceKind::kCuda || bytes <= workspace_.bytes()) return;
+  workspace_.reset();
+  workspace_ = allocator_.allocate(bytes, Category::kWorkspace);
+}
 
 }  // namespace zest::shape

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "memory/shape_allocator.h"
 #include "runtime/stream.h"
 
 namespace zest::shape {
@@ -52,27 +53,42 @@ class ShapeEvent final : public Event {
 
 class ShapeStream final : public Stream {
  public:
-  // `kind`: the device the shape-only device stands in for, as kernels see it. A kernel's CPU
-  // body is a closure, which this stream drops: no kernel needs to know about this device.
-  ShapeStream(std::string name, DeviceKind kind);
+  // `stands_for`: the device the shape-only device stands in for. Kernels see the CPU device
+  // whatever it is: a CPU body is a closure, which this stream drops, while a CUDA body would
+  // be launched. `allocator`: the device's (not its host's), for the CUDA kernels' scratch
+  // (workspace()) and to tell device buffers from host ones; it must outlive the stream.
+  ShapeStream(std::string name, DeviceKind stands_for, ShapeAllocator& allocator);
   ~ShapeStream() override;  // runs the frees still held
 
   ShapeStream(const ShapeStream&) = delete;
   ShapeStream& operator=(const ShapeStream&) = delete;
 
   const std::string& name() const override { return name_; }
-  DeviceKind device_kind() const override { return kind_; }
+  DeviceKind device_kind() const override { return DeviceKind::kCpu; }
   void enqueue(std::function<void()> work) override;  // dropped
   void record(Event& event) override;
   void wait(Event& event) override;
   void synchronize() override;
 
-  // A stream-ordered free (runtime/release_after.h): held until a wait proves it.
-  void enqueue_free(std::function<void()> free);
+  // A stream-ordered free (runtime/release_after.h). Standing in for CUDA, device memory is
+  // freed at once: the stream-ordered pool accounts the bytes free at the release
+  // (cudaFreeAsync) and only keeps them from reuse until the stream gets there. Host memory,
+  // and every buffer standing in for the CPU device, is held until a wait proves the stream
+  // passed the release.
+  void release_after(Buffer buffer);
+
+  // Standing in for CUDA, the scratch a kernel of `bytes` takes from its stream
+  // (runtime/cuda_stream.h, CudaStream::workspace): one region per stream that only grows, the
+  // old one freed first. The CUDA kernels that ask are not run here, so the planner's units ask
+  // for the scratch their UnitMemory declares. Nothing on the CPU device, whose kernels take
+  // their scratch from the model.
+  void workspace(std::size_t bytes);
 
  private:
   const std::string name_;
-  const DeviceKind kind_;
+  const DeviceKind stands_for_;
+  ShapeAllocator& allocator_;
+  Buffer workspace_;
   std::shared_ptr<StreamQueue> queue_;
 };
 

@@ -16,7 +16,6 @@
 #include "kernels/matmul.h"
 #include "models/mlp.h"
 #include "engine/engine.h"
-#include "planner/peak_ledger.h"
 #include "planner/peak_plan.h"
 #include "runtime/world.h"
 
@@ -93,7 +92,7 @@ std::vector<MemoryUsage> train(const PeakCase& job) {
   std::vector<MemoryUsage> usage(job.world);
   WorldOptions world_options;
   world_options.ranks = job.world;
-  world_options.hold_frees = true;  // frees when a wait proves them, as the plan replays
+  world_options.hold_frees = true;  // frees when a wait proves them, as the shape device does
   World(world_options).run([&](RankContext& context) {
     std::unique_ptr<Module> model = make(job);
     EngineOptions options = engine_options(job);
@@ -150,9 +149,9 @@ void keep_largest(const std::vector<MemoryUsage>& more, std::vector<MemoryUsage>
   }
 }
 
-// The planner replays the engine's allocations as the host makes them, with each stream freeing
-// only what a synchronization of the host proves it has run: the peak when the host runs ahead
-// of its streams, as it does here (enqueuing a unit's work costs far less than running it).
+// The planner trains the engine on the shape-only device, whose streams free only what a
+// synchronization of the host proves they have run: the peak when the host runs ahead of its
+// streams, as it does here (enqueuing a unit's work costs far less than running it).
 // A host that falls behind its streams can only measure less, so measured <= predicted holds
 // exactly, every run. On a loaded machine a descheduled host now and then lets its streams
 // catch up and measures up to a unit's scratch less, so the check takes the largest peaks of up
@@ -328,18 +327,6 @@ TEST(PeakPlanRecompute, ActivationsFallWithEachPolicy) {
   const std::size_t full = plan(job).of(Category::kActivations);
   EXPECT_LT(selective, none);
   EXPECT_LT(full, selective);
-}
-
-TEST(PeakLedger, AReleaseWaitsForItsStreamUnlessFreedAtRelease) {
-  for (bool at_release : {false, true}) {
-    PeakLedger ledger(at_release);
-    const PeakLedger::Handle first = ledger.allocate(100, Category::kActivations);
-    ledger.release_on(PeakLedger::Stream::kCompute, first);
-    ledger.allocate(50, Category::kActivations);
-    // The CPU device frees when the stream reaches the release, which the host has not waited
-    // for; CUDA's pool accounts the free when it is enqueued.
-    EXPECT_EQ(ledger.peak_of(Category::kActivations), at_release ? 100u : 150u);
-  }
 }
 
 TEST(PeakPlanCuda, CountsTheStreamScratchAndTheCopiedBatch) {

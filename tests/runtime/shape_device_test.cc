@@ -21,6 +21,24 @@ namespace {
 
 constexpr std::size_t kTebibyte = std::size_t{1} << 40;
 
+// Buffers of one alignment each, released on shape streams; freed() counts those freed so far.
+class Blocks {
+ public:
+  Buffer take() {
+    ++taken_;
+    return memory_.allocate(kAllocationAlignment, Category::kWorkspace);
+  }
+  int freed() const {
+    const std::size_t held = memory_.usage().current_of(Category::kWorkspace);
+    return taken_ - static_cast<int>(held / kAllocationAlignment);
+  }
+  ShapeAllocator& memory() { return memory_; }
+
+ private:
+  ShapeAllocator memory_{"blocks"};
+  int taken_ = 0;
+};
+
 long max_resident_kib() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -45,7 +63,7 @@ TEST(ShapeDevice, AccountsATebibyteByCategoryWithoutBackingIt) {
 }
 
 TEST(ShapeDevice, KeepsItsCapacity) {
-  ShapeDevice device(0, /*capacity=*/1 << 20);
+  ShapeDevice device(0, DeviceKind::kCpu, /*capacity=*/1 << 20);
   EXPECT_THROW(device.allocator().allocate((1 << 20) + 1, Category::kActivations), OutOfMemory);
 }
 
@@ -66,78 +84,78 @@ TEST(ShapeDevice, RunsNoWorkAndReadsZeros) {
 }
 
 TEST(ShapeStream, AFreeWaitsForTheHostToProveItsStreamPassedIt) {
-  ShapeStream stream("s", DeviceKind::kCpu);
+  Blocks blocks;  // before the streams, whose destructors free into it
+  ShapeStream stream("s", DeviceKind::kCpu, blocks.memory());
   ShapeEvent before;
   ShapeEvent after;
-  int freed = 0;
   stream.record(before);
-  stream.enqueue_free([&] { ++freed; });
+  stream.release_after(blocks.take());
   stream.record(after);
   before.synchronize();
-  EXPECT_EQ(freed, 0);  // a record before the free proves nothing about it
+  EXPECT_EQ(blocks.freed(), 0);  // a record before the free proves nothing about it
   after.synchronize();
-  EXPECT_EQ(freed, 1);
+  EXPECT_EQ(blocks.freed(), 1);
   stream.synchronize();
-  EXPECT_EQ(freed, 1);  // once
+  EXPECT_EQ(blocks.freed(), 1);  // once
 }
 
 TEST(ShapeStream, AStreamThatWaitedPassesTheProofOnToTheHost) {
-  ShapeStream producer("producer", DeviceKind::kCpu);
-  ShapeStream consumer("consumer", DeviceKind::kCpu);
+  Blocks blocks;  // before the streams, whose destructors free into it
+  ShapeStream producer("producer", DeviceKind::kCpu, blocks.memory());
+  ShapeStream consumer("consumer", DeviceKind::kCpu, blocks.memory());
   ShapeEvent produced;
   ShapeEvent consumed;
-  int freed = 0;
-  producer.enqueue_free([&] { ++freed; });
+  producer.release_after(blocks.take());
   producer.record(produced);
   consumer.wait(produced);
   consumer.record(consumed);
-  EXPECT_EQ(freed, 0);  // the consumer's wait proves it to the consumer only
+  EXPECT_EQ(blocks.freed(), 0);  // the consumer's wait proves it to the consumer only
   consumed.synchronize();
-  EXPECT_EQ(freed, 1);
+  EXPECT_EQ(blocks.freed(), 1);
   producer.synchronize();
-  EXPECT_EQ(freed, 1);
+  EXPECT_EQ(blocks.freed(), 1);
 }
 
 TEST(ShapeStream, AWaitProvesNothingEnqueuedAfterTheRecord) {
-  int freed = 0;  // before the streams: the producer's destructor runs the free it still holds
-  ShapeStream producer("producer", DeviceKind::kCpu);
-  ShapeStream consumer("consumer", DeviceKind::kCpu);
+  Blocks blocks;  // before the streams: the producer's destructor runs the free it still holds
+  ShapeStream producer("producer", DeviceKind::kCpu, blocks.memory());
+  ShapeStream consumer("consumer", DeviceKind::kCpu, blocks.memory());
   ShapeEvent produced;
   producer.record(produced);
-  producer.enqueue_free([&] { ++freed; });
+  producer.release_after(blocks.take());
   consumer.wait(produced);
   consumer.synchronize();
-  EXPECT_EQ(freed, 0);
+  EXPECT_EQ(blocks.freed(), 0);
 }
 
 TEST(ShapeStream, StreamsWaitingOnEachOtherHoldEachFreeOnce) {
-  ShapeStream compute("compute", DeviceKind::kCpu);
-  ShapeStream comm("comm", DeviceKind::kCpu);
+  Blocks blocks;  // before the streams, whose destructors free into it
+  ShapeStream compute("compute", DeviceKind::kCpu, blocks.memory());
+  ShapeStream comm("comm", DeviceKind::kCpu, blocks.memory());
   ShapeEvent on_compute;
   ShapeEvent on_comm;
-  int freed = 0;
   for (int round = 0; round < 200; ++round) {  // a gather ring's back-and-forth
-    compute.enqueue_free([&] { ++freed; });
+    compute.release_after(blocks.take());
     compute.record(on_compute);
     comm.wait(on_compute);
-    comm.enqueue_free([&] { ++freed; });
+    comm.release_after(blocks.take());
     comm.record(on_comm);
     compute.wait(on_comm);
   }
   compute.synchronize();
-  EXPECT_EQ(freed, 400);
+  EXPECT_EQ(blocks.freed(), 400);
   comm.synchronize();
-  EXPECT_EQ(freed, 400);
+  EXPECT_EQ(blocks.freed(), 400);
 }
 
 TEST(ShapeStream, DestroyingTheStreamRunsWhatNobodyProved) {
-  int freed = 0;
+  Blocks blocks;
   {
-    ShapeStream stream("s", DeviceKind::kCpu);
-    stream.enqueue_free([&] { ++freed; });
-    EXPECT_EQ(freed, 0);
+    ShapeStream stream("s", DeviceKind::kCpu, blocks.memory());
+    stream.release_after(blocks.take());
+    EXPECT_EQ(blocks.freed(), 0);
   }
-  EXPECT_EQ(freed, 1);
+  EXPECT_EQ(blocks.freed(), 1);
 }
 
 TEST(ShapeStream, ReleaseAfterFreesAtTheProof) {
@@ -149,6 +167,48 @@ TEST(ShapeStream, ReleaseAfterFreesAtTheProof) {
   EXPECT_EQ(device.allocator().usage().current_of(Category::kWorkspace), 4096u);
   event->synchronize();
   EXPECT_EQ(device.allocator().usage().current_of(Category::kWorkspace), 0u);
+}
+
+TEST(ShapeDevice, StandingInForCudaTakesCudaPathsWhileKernelsSeeTheCpu) {
+  ShapeDevice device(0, DeviceKind::kCuda);
+  EXPECT_EQ(device.kind(), DeviceKind::kCuda);  // the engine's paths: the batch copied in, ...
+  auto stream = device.create_stream("compute");
+  EXPECT_EQ(stream->device_kind(), DeviceKind::kCpu);  // ... a kernel's body: a dropped closure
+  bool ran = false;
+  stream->enqueue([&] { ran = true; });
+  stream->synchronize();
+  EXPECT_FALSE(ran);
+}
+
+TEST(ShapeStream, StandingInForCudaFreesDeviceMemoryAtTheReleaseAndHostMemoryAtTheProof) {
+  ShapeDevice device(0, DeviceKind::kCuda);
+  auto stream = device.create_stream("s");
+  release_after(device, *stream, device.allocator().allocate(4096, Category::kWorkspace));
+  EXPECT_EQ(device.allocator().usage().current_of(Category::kWorkspace), 0u);  // the pool's way
+  EXPECT_EQ(device.allocator().usage().peak_of(Category::kWorkspace), 4096u);
+  release_after(device, *stream, device.host_allocator().allocate(4096, Category::kOffload));
+  EXPECT_EQ(device.host_allocator().usage().current_of(Category::kOffload), 4096u);
+  stream->synchronize();
+  EXPECT_EQ(device.host_allocator().usage().current_of(Category::kOffload), 0u);
+}
+
+TEST(ShapeStream, StandingInForCudaAKernelsScratchOnlyGrowsAndTheOldGoesFirst) {
+  ShapeDevice device(0, DeviceKind::kCuda);
+  auto stream = device.create_stream("compute");
+  auto& shape_stream = dynamic_cast<ShapeStream&>(*stream);
+  shape_stream.workspace(1 << 20);
+  shape_stream.workspace(1 << 10);  // fits: nothing new
+  EXPECT_EQ(device.allocator().usage().current_of(Category::kWorkspace), 1u << 20);
+  shape_stream.workspace(3 << 20);
+  EXPECT_EQ(device.allocator().usage().current_of(Category::kWorkspace), 3u << 20);
+  EXPECT_EQ(device.allocator().usage().peak_of(Category::kWorkspace), 3u << 20);
+}
+
+TEST(ShapeStream, StandingInForTheCpuNoKernelTakesScratchFromTheStream) {
+  ShapeDevice device(0);
+  auto stream = device.create_stream("compute");
+  dynamic_cast<ShapeStream&>(*stream).workspace(1 << 20);
+  EXPECT_EQ(device.allocator().usage().peak_of(Category::kWorkspace), 0u);
 }
 
 TEST(ShapeCommunicator, IsOneRankOfTheWorldItStandsFor) {
