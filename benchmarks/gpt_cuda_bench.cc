@@ -53,6 +53,7 @@
 #include "memory/cuda_pool_allocator.h"
 #include "models/gpt.h"
 #include "engine/engine.h"
+#include "engine/stage_plan.h"
 #include "runtime/world.h"
 
 namespace zest {
@@ -291,7 +292,7 @@ void run_gpt_step(benchmark::State& state, const BenchModel* bench_model, bool o
   state.counters["device_used_MiB"] = static_cast<double>(result.device_used) / kMiB;
   state.counters["host_offload_MiB"] =
       static_cast<double>(result.host_usage.peak_of(Category::kOffload)) / kMiB;
-  if (!offload && stage == 3) {
+  if (!offload && stage == StagePlan::kFullySharded) {
     stage3_rows[bench_model->name] = {result.usage.total_peak,
                                       result.usage.peak_of(Category::kOptimizer), step_seconds};
   }

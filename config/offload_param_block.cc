@@ -1,6 +1,7 @@
 // DeepSpeed's zero_optimization.offload_param: {"device": "none" | "cpu" | "nvme", "nvme_path",
 // "buffer_count", "buffer_size", "max_in_cpu", "pin_memory"}; stage 3 only, as in DeepSpeed.
 #include "config/blocks.h"
+#include "engine/stage_plan.h"
 
 namespace zest::config_blocks {
 
@@ -19,12 +20,11 @@ OffloadDevice read_param_device(Block& block) {
 // What the parameters may not be offloaded with, each named by its key.
 void refuse_combinations(const Block& block, const TrainConfig& out) {
   const EngineOptions& engine = out.engine;
-  if (engine.stage != 3) {
+  const StagePlan plan = StagePlan::of(engine.stage);
+  if (!plan.can_offload_parameters()) {
     config_error(block.path("device"),
-                 "offloading parameters needs zero_optimization.stage 3 (got " +
-                     std::to_string(engine.stage) +
-                     "): only stage 3 shards the parameters, and a full copy would not leave "
-                     "the device; set the stage to 3 or the device to \"none\"");
+                 "offloading parameters " + plan.refusal(StageFeature::kOffloadParameters) +
+                     "; set the stage to 3 or the device to \"none\"");
   }
   if (engine.quantized_weights || engine.hpz_partition_size > 1) {
     config_error(block.path("device"),

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "engine/stage_plan.h"
 #include "runtime/release_after.h"
 
 namespace zest {
@@ -11,12 +12,11 @@ void check_parameter_offload(const EngineOptions& options) {
   const OffloadParamOptions& offload = options.offload_param;
   if (!offload.enabled()) return;
   const std::string key = "zero_optimization.offload_param.device";
-  if (options.stage != 3) {
+  const StagePlan plan = StagePlan::of(options.stage);
+  if (!plan.can_offload_parameters()) {
     throw Error(ErrorKind::kConfig,
-                key + ": offloading parameters needs zero_optimization.stage 3 (got " +
-                    std::to_string(options.stage) +
-                    "): only stage 3 shards the parameters; set the stage to 3 or the device "
-                    "to \"none\"");
+                key + ": offloading parameters " + plan.refusal(StageFeature::kOffloadParameters) +
+                    "; set the stage to 3 or the device to \"none\"");
   }
   if (offload.device == OffloadDevice::kNvme && offload.nvme_path.empty()) {
     throw Error(ErrorKind::kConfig,

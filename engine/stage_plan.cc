@@ -24,6 +24,8 @@ std::string reason(StageFeature feature, int stage) {
   switch (feature) {
     case StageFeature::kOffloadOptimizer:
       return "only a sharded optimizer state is offloaded";
+    case StageFeature::kOffloadParameters:
+      return "only stage 3 shards the parameters, and a full copy would not leave the device";
     case StageFeature::kQuantizedWeights:
       return "only stage 3 gathers parameters before each use";
     case StageFeature::kQuantizedGradients:
@@ -55,6 +57,8 @@ bool StagePlan::serves(StageFeature feature) const {
   switch (feature) {
     case StageFeature::kOffloadOptimizer:
       return optimizer_sharded;
+    case StageFeature::kOffloadParameters:
+      return params_sharded;
     case StageFeature::kQuantizedGradients:
       return reduction == GradientReduction::kReduceScatter;
     case StageFeature::kQuantizedWeights:

@@ -1,6 +1,6 @@
 // The stage plan: what a ZeRO stage keeps full or sharded, and when it reduces gradients and
 // gathers parameters. Made once from zero_optimization.stage; the engine, the model-state
-// prediction, the planner's replay and the tools ask it instead of comparing stage numbers.
+// prediction, the planner and the tools ask it instead of comparing stage numbers.
 // Invariant: a plan exists only for stages 0-3 (StagePlan::of throws a kConfig Error otherwise).
 //
 //   stage | params | grads | optimizer | reduced by     | reduced           | in       | params gathered
@@ -30,6 +30,7 @@ enum class ParameterGathers { kNever, kAfterStep, kBeforeEachUse };
 // A feature that only some stages serve, and the column of the table it needs.
 enum class StageFeature {
   kOffloadOptimizer,    // offload_optimizer: moves a shard of the optimizer state (optimizer)
+  kOffloadParameters,   // offload_param: moves a shard of the parameters (params)
   kQuantizedWeights,    // zero_quantized_weights (qwZ): the gathers before each use (gathers)
   kQuantizedGradients,  // zero_quantized_gradients (qgZ): a reduce-scatter (reduced by)
   kSecondaryShard,      // zero_hpz_partition_size (hpZ): the gathers in backward (gathers)
@@ -56,6 +57,7 @@ struct StagePlan {
   bool gathers_before_each_use() const { return gathers == ParameterGathers::kBeforeEachUse; }
   bool gathers_after_step() const { return gathers == ParameterGathers::kAfterStep; }
   bool can_offload_optimizer() const { return serves(StageFeature::kOffloadOptimizer); }
+  bool can_offload_parameters() const { return serves(StageFeature::kOffloadParameters); }
 
   bool serves(StageFeature feature) const;
   // Why this stage does not serve `feature`, the stages that do named from the table: "needs

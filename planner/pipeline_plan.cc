@@ -127,7 +127,7 @@ StageUnits stage_units(const PipelinePlanInput& input, int stage,
 // The splits rank (stage, 0) of the mesh makes (PipelineTrainer::build_groups, in its order):
 // its data-parallel group, whose own splits are the hybrid shard and replica groups or each
 // chunk trainer's hpZ group; the two pipeline groups; the tied units' group.
-std::deque<shape::ShapeGroup> pipeline_splits(const PipelinePlanInput& input, int stage) {
+std::deque<shape::ShapeGroup> pipeline_splits(const PipelinePlanInput& input, int pipeline_stage) {
   const PeakPlanInput& model = input.model;
   const Schedule& schedule = input.schedule;
   std::vector<shape::ShapeGroup> data_parallel_splits;
@@ -139,9 +139,9 @@ std::deque<shape::ShapeGroup> pipeline_splits(const PipelinePlanInput& input, in
     if (hpz > 0) data_parallel_splits.assign(static_cast<std::size_t>(schedule.chunks), {0, hpz});
   }
   return {{0, model.world_size * model.replicas, std::move(data_parallel_splits)},
-          {stage, schedule.stages},
-          {stage, schedule.stages},
-          {stage == 0 ? 0 : 1, 2}};
+          {pipeline_stage, schedule.stages},
+          {pipeline_stage, schedule.stages},
+          {pipeline_stage == 0 ? 0 : 1, 2}};
 }
 
 // Rank (stage, 0) of the mesh trains two steps on the shape-only device (runtime/shape_device.h):

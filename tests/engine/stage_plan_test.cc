@@ -102,6 +102,7 @@ TEST(StagePlan, ServesEachFeatureAtTheStagesDeepSpeedAllows) {
     int lowest;  // served from this stage up
   };
   const Rule rules[] = {{StageFeature::kOffloadOptimizer, 1},
+                        {StageFeature::kOffloadParameters, 3},
                         {StageFeature::kQuantizedGradients, 1},
                         {StageFeature::kQuantizedWeights, 3},
                         {StageFeature::kSecondaryShard, 3},
@@ -121,6 +122,9 @@ TEST(StagePlan, RefusalNamesTheStagesThatServeAndWhy) {
   EXPECT_EQ(StagePlan::of(0).refusal(StageFeature::kOffloadOptimizer),
             "needs zero_optimization.stage 1, 2 or 3 (got 0): only a sharded optimizer state is "
             "offloaded");
+  EXPECT_EQ(StagePlan::of(2).refusal(StageFeature::kOffloadParameters),
+            "needs zero_optimization.stage 3 (got 2): only stage 3 shards the parameters, and a "
+            "full copy would not leave the device");
   EXPECT_EQ(StagePlan::of(0).refusal(StageFeature::kQuantizedGradients),
             "needs zero_optimization.stage 1, 2 or 3 (got 0): stage 0 all-reduces gradients "
             "instead of reduce-scattering them");
