@@ -83,8 +83,8 @@ std::vector<CheckpointUnit> describe_units(const std::vector<ShardLayout>& layou
     const ShardLayout& layout = layouts[u];
     CheckpointUnit unit{
         layout.unit_name(), layout.numel(), layout.flat_length(), layout.shard_length(), {}};
-    for (const ParamSlot& slot : layout.params()) {
-      unit.params.push_back({slot.name, slot.shape, slot.offset, slot.numel});
+    for (const ParamPlace& place : layout.params()) {
+      unit.params.push_back({place.name, place.shape, place.offset, place.numel});
     }
     unit.pipeline_stage = u < parts.size() ? parts[u] : 0;
     units.push_back(std::move(unit));

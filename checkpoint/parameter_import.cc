@@ -34,8 +34,8 @@ struct FileSource {
   std::vector<std::int64_t> shape;  // the file tensor's
 };
 
-bool vocab_piece(const std::string& unit, const ParamSlot& slot) {
-  return slot.name == "wte" && slot.shape.size() == 2 &&
+bool vocab_piece(const std::string& unit, const ParamPlace& place) {
+  return place.name == "wte" && place.shape.size() == 2 &&
          (unit == "embedding" || unit.rfind("wte_piece", 0) == 0);
 }
 
@@ -45,21 +45,21 @@ std::map<std::string, FileSource> file_sources(const std::vector<ShardLayout>& l
   std::int64_t rows = 0;
   for (const ShardLayout& layout : layouts) {
     cut = cut || layout.unit_name().rfind("wte_piece", 0) == 0;
-    for (const ParamSlot& slot : layout.params()) {
-      if (vocab_piece(layout.unit_name(), slot)) rows += slot.shape[0];
+    for (const ParamPlace& place : layout.params()) {
+      if (vocab_piece(layout.unit_name(), place)) rows += place.shape[0];
     }
   }
   std::map<std::string, FileSource> sources;
   std::size_t first = 0;
   for (const ShardLayout& layout : layouts) {
-    for (const ParamSlot& slot : layout.params()) {
-      const std::string name = layout.unit_name() + "." + slot.name;
-      if (!cut || !vocab_piece(layout.unit_name(), slot)) {
-        sources[name] = {name, 0, slot.shape};
+    for (const ParamPlace& place : layout.params()) {
+      const std::string name = layout.unit_name() + "." + place.name;
+      if (!cut || !vocab_piece(layout.unit_name(), place)) {
+        sources[name] = {name, 0, place.shape};
         continue;
       }
-      sources[name] = {"embedding.wte", first, {rows, slot.shape[1]}};
-      first += slot.numel;
+      sources[name] = {"embedding.wte", first, {rows, place.shape[1]}};
+      first += place.numel;
     }
   }
   return sources;
@@ -72,8 +72,8 @@ std::vector<std::string> differences(const SafetensorsReader& file,
   std::map<std::string, bool> wanted;
   const std::map<std::string, FileSource> sources = file_sources(layouts);
   for (const ShardLayout& layout : layouts) {
-    for (const ParamSlot& slot : layout.params()) {
-      const FileSource& source = sources.at(layout.unit_name() + "." + slot.name);
+    for (const ParamPlace& place : layout.params()) {
+      const FileSource& source = sources.at(layout.unit_name() + "." + place.name);
       const std::string& name = source.name;
       if (wanted.count(name)) continue;  // the pieces' table, checked once
       wanted[name] = true;
@@ -114,16 +114,16 @@ void check_fits(const SafetensorsReader& file, const std::vector<ShardLayout>& l
 void fill_unit(const RankContext& context, int shard_index, const SafetensorsReader& file,
                const ShardLayout& layout, const std::vector<StateShard>& shards,
                const std::map<std::string, FileSource>& sources) {
-  for (const ShardPiece& piece : layout.pieces(shard_index)) {
-    const ParamSlot& slot = layout.params()[piece.param_index];
-    const FileSource& from = sources.at(layout.unit_name() + "." + slot.name);
+  for (const ParamInShard& part : layout.params_in_shard(shard_index)) {
+    const ParamPlace& place = layout.params()[part.param_index];
+    const FileSource& from = sources.at(layout.unit_name() + "." + place.name);
     const std::vector<float> values = file.read_float32(from.name);
-    const float* source = values.data() + from.first + piece.param_elements.begin;
+    const float* source = values.data() + from.first + part.param_elements.begin;
     for (const StateShard& shard : shards) {
       if (shard.name != "params" && shard.name != "master") continue;
       // Note: rounded to nearest even into a 2-byte compute copy; the master keeps the fp32
       // value itself, as a fresh initialization does.
-      write_state_elements(context, shard, piece.shard_offset, piece.param_elements.size(),
+      write_state_elements(context, shard, part.shard_offset, part.param_elements.size(),
                            [&](void* host, std::size_t first, std::size_t count) {
                              cpu::convert(source + first, DType::kFloat32, host, shard.dtype,
                                           count);

@@ -26,7 +26,7 @@ void refuse_combinations(const Block& block, const TrainConfig& out) {
                  "offloading parameters " + plan.refusal(StageFeature::kOffloadParameters) +
                      "; set the stage to 3 or the device to \"none\"");
   }
-  if (engine.quantized_weights || engine.hpz_partition_size > 1) {
+  if (engine.quantized_weights || engine.hpz_group_size > 1) {
     config_error(block.path("device"),
                  "not with zero_optimization.zero_quantized_weights or zero_hpz_partition_size, "
                  "whose gathers read the shard in device memory; turn those off or set the "

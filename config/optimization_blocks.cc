@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/secondary_partition.h"
+#include "engine/secondary_shard.h"
 #include "engine/stage_plan.h"
 #include "optim/lr_schedule.h"
 #include "config/blocks.h"
@@ -255,7 +255,7 @@ static void parse_quantized(Block& block, TrainConfig& out) {
 }
 
 // zero_optimization.zero_hpz_partition_size (DeepSpeed's ZeRO++ key): 1 is off; a larger group
-// of consecutive ranks inside a node keeps the secondary partition (engine/secondary_partition.h).
+// of consecutive ranks inside a node keeps the secondary shard (engine/secondary_shard.h).
 // Stage 3 only, and not with hybrid sharding, whose gathers stay in the node already. With
 // zero_quantized_weights the gathers across nodes are the int8 ones (ZeRO++'s qwZ + hpZ).
 static void parse_hpz_partition_size(Block& block, TrainConfig& out) {
@@ -268,11 +268,11 @@ static void parse_hpz_partition_size(Block& block, TrainConfig& out) {
   if (size < 1 || size > 65536) {
     config_error(path, "must be 1 (off) or a number of ranks inside a node, got " + value.dump());
   }
-  out.engine.hpz_partition_size = static_cast<int>(size);
+  out.engine.hpz_group_size = static_cast<int>(size);
   if (size == 1) return;
   // world.ranks_per_node "auto" (0) is taken as one node here; the engine checks the nodes the
   // launcher reports.
-  hpz_partition_size(static_cast<int>(size), out.engine.stage, out.world.ranks,
+  hpz_group_size(static_cast<int>(size), out.engine.stage, out.world.ranks,
                      out.world.ranks_per_node);
   if (out.engine.hybrid_shard_size != 0) {
     config_error(path, value.dump() + " with zero_optimization.hybrid_shard_size: a hybrid shard "

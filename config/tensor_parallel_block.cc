@@ -90,8 +90,8 @@ void refuse_tensor_parallel_compositions(const TrainConfig& out) {
   if (engine.hybrid_shard_size != 0 && engine.hybrid_shard_size != out.pipeline.data_parallel) {
     refuse("zero_optimization.hybrid_shard_size", out, "hybrid sharding");
   }
-  if (engine.hpz_partition_size != 1) {
-    refuse("zero_optimization.zero_hpz_partition_size", out, "the secondary partition (hpZ)");
+  if (engine.hpz_group_size != 1) {
+    refuse("zero_optimization.zero_hpz_partition_size", out, "the secondary shard (hpZ)");
   }
   if (engine.quantized_weights || engine.quantized_gradients) {
     refuse("zero_optimization.zero_quantized_weights", out, "quantized collectives (qwZ, qgZ)");

@@ -313,9 +313,9 @@ static void refuse_quantized_gradients_pipeline(const TrainConfig& out) {
 // Note: hpZ inside pipeline stages would need each pipeline stage's data-parallel groups to lie
 // inside nodes in groups of zero_hpz_partition_size; untested, so refused as hybrid sharding is.
 static void refuse_hpz_pipeline(const TrainConfig& out) {
-  if (!out.pipeline.enabled() || out.engine.hpz_partition_size == 1) return;
+  if (!out.pipeline.enabled() || out.engine.hpz_group_size == 1) return;
   config_error("zero_optimization.zero_hpz_partition_size",
-               "the secondary partition inside pipeline stages is not supported yet, and "
+               "the secondary shard inside pipeline stages is not supported yet, and "
                "pipeline.stages is " + std::to_string(out.pipeline.stages) +
                    "; set zero_hpz_partition_size to 1 or leave the pipeline block out");
 }

@@ -165,11 +165,11 @@ struct EngineOptions {
   bool quantized_gradients = false;
   std::size_t quantization_block = 256;  // zero_optimization.zero_quantized_block_size
   int quantized_gradient_bits = 8;       // zero_optimization.zero_quantized_gradients_bits
-  // zero_optimization.zero_hpz_partition_size (ZeRO++'s hpZ, engine/secondary_partition.h):
+  // zero_optimization.zero_hpz_partition_size (ZeRO++'s hpZ, engine/secondary_shard.h):
   // stage 3 keeps a secondary shard of each unit over groups of this many consecutive ranks
   // inside a node, and gathers from it after a unit's first gather of a step, so backward's
   // gathers stay inside the node. 1: off.
-  int hpz_partition_size = 1;
+  int hpz_group_size = 1;
   FaultInjection fault;         // debug: none unless a test or debug.fault asks
   OutOfMemoryAdvice out_of_memory_advice;
 };

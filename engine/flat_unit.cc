@@ -19,15 +19,15 @@ FlatUnit plan_flat_unit(Unit& unit, int index, const StagePlan& plan, int rank, 
   if (!plan.optimizer_sharded) {
     // DDP: every rank updates every parameter (padding is never touched).
     for (std::size_t i = 0; i < flat.specs.size(); ++i) {
-      const ParamSlot& slot = flat.layout.params()[i];
+      const ParamPlace& place = flat.layout.params()[i];
       flat.update_ranges.push_back(
-          {slot.offset, slot.numel, flat.specs[i].weight_decay, flat.specs[i].norm_counted});
+          {place.offset, place.numel, flat.specs[i].weight_decay, flat.specs[i].norm_counted});
     }
   } else {
     const std::size_t shard_begin = flat.layout.shard_range(rank).begin;
-    for (const ShardPiece& piece : flat.layout.pieces(rank)) {
-      const ParamSpec& spec = flat.specs[piece.param_index];
-      flat.update_ranges.push_back({shard_begin + piece.shard_offset, piece.param_elements.size(),
+    for (const ParamInShard& part : flat.layout.params_in_shard(rank)) {
+      const ParamSpec& spec = flat.specs[part.param_index];
+      flat.update_ranges.push_back({shard_begin + part.shard_offset, part.param_elements.size(),
                                     spec.weight_decay, spec.norm_counted});
     }
   }

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "base/error.h"
-#include "engine/secondary_partition.h"
+#include "engine/secondary_shard.h"
 
 namespace zest {
 
@@ -140,7 +140,7 @@ GatherRing::Slot& GatherRing::take_free_slot(int unit_index) {
 }
 
 void* GatherRing::pin(const FlatUnit& unit, Stream& comm, Stream& compute,
-                      Communicator& communicator, SecondaryPartition* secondary) {
+                      Communicator& communicator, SecondaryShard* secondary) {
   Slot* slot = find(unit.index);
   if (!slot) {
     slot = &take_free_slot(unit.index);

@@ -23,7 +23,7 @@
 
 namespace zest {
 
-class SecondaryPartition;  // engine/secondary_partition.h
+class SecondaryShard;  // engine/secondary_shard.h
 
 // What sizes the ring, from the stage-3 options (engine/engine.h) and the units.
 struct GatherRingSizing {
@@ -73,7 +73,7 @@ class GatherRing {
   // the unit into the slot instead of `communicator` (with qwZ, its gathers across the group
   // through quantize_gathers' buffer).
   void* pin(const FlatUnit& unit, Stream& comm, Stream& compute, Communicator& communicator,
-            SecondaryPartition* secondary = nullptr);
+            SecondaryShard* secondary = nullptr);
   // The compute work enqueued so far is the last to read `unit`'s slot.
   void unpin(const FlatUnit& unit, Stream& compute);
   // `unit`'s slot (it must be resident) becomes its gradient bucket: zeroed on `compute` now,

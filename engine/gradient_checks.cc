@@ -16,24 +16,24 @@ const char* byte_offset(const void* base, std::size_t bytes) {
 
 GradientChecks::GradientChecks(RankContext& context, DType dtype, std::size_t unit_count)
     : context_(context), dtype_(dtype), read_(unit_count + 1, GradientStatistics{}) {
-  slots_ = context_.allocator().allocate(read_.size() * sizeof(GradientStatistics),
+  results_ = context_.allocator().allocate(read_.size() * sizeof(GradientStatistics),
                                          Category::kWorkspace);
-  context_.device.fill_zero(context_.compute, slots_.data(), slots_.bytes());
+  context_.device.fill_zero(context_.compute, results_.data(), results_.bytes());
 }
 
 void GradientChecks::check_before_reduction(const FlatUnit& unit, const void* local,
                                             std::size_t count) {
   add_gradient_statistics(context_.compute, local, dtype_, count,
-                          slot(static_cast<std::size_t>(unit.index)));
+                          result(static_cast<std::size_t>(unit.index)));
 }
 
 void GradientChecks::inspect(const std::vector<FlatUnit>& units, const StagePlan& plan,
                              const std::vector<bool>& counted) {
   // The reduced gradients were last written on the comm stream; the per-unit checks ran on
-  // compute before each reduction, which comm waited for. So, on comm: the norm's slot is
-  // zeroed and summed over this rank's update ranges, then every slot is read back at once.
+  // compute before each reduction, which comm waited for. So, on comm: the norm's result is
+  // zeroed and summed over this rank's update ranges, then every result is read back at once.
   Stream& comm = context_.comm;
-  GradientStatistics* norm = slot(units.size());
+  GradientStatistics* norm = result(units.size());
   const std::size_t element = dtype_size(dtype_);
   context_.device.fill_zero(comm, norm, sizeof(GradientStatistics));
   for (const FlatUnit& unit : units) {
@@ -45,7 +45,7 @@ void GradientChecks::inspect(const std::vector<FlatUnit>& units, const StagePlan
       add_gradient_statistics(comm, grads, dtype_, range.count, norm);
     }
   }
-  read_to_host(context_.device, comm, read_.data(), slots_.data(), slots_.bytes());
+  read_to_host(context_.device, comm, read_.data(), results_.data(), results_.bytes());
 }
 
 bool GradientChecks::any_non_finite() const {
@@ -56,7 +56,7 @@ bool GradientChecks::any_non_finite() const {
 }
 
 void GradientChecks::reset() {
-  context_.device.fill_zero(context_.compute, slots_.data(), slots_.bytes());
+  context_.device.fill_zero(context_.compute, results_.data(), results_.bytes());
 }
 
 void GradientChecks::raise_divergence(std::int64_t step, const std::vector<FlatUnit>& units,

@@ -11,9 +11,9 @@ ParameterGatherer::ParameterGatherer(RankContext& context, const EngineOptions& 
   for (std::size_t i = 0; i < unit_count; ++i) ready_.push_back(context.device.create_event());
   optimizer_done_ = context.device.create_event();
   serialize_ = context.device.create_event();
-  const int hpz = hpz_partition_size(options.hpz_partition_size, plan.stage, context.world_size,
+  const int hpz = hpz_group_size(options.hpz_group_size, plan.stage, context.world_size,
                                      context.topology.ranks_per_node());
-  if (hpz > 0) secondary_ = std::make_unique<SecondaryPartition>(context, hpz, options.compute_dtype);
+  if (hpz > 0) secondary_ = std::make_unique<SecondaryShard>(context, hpz, options.compute_dtype);
 }
 
 void ParameterGatherer::allocate_ring(const std::vector<FlatUnit>& units, ShardFetch fetch_shard) {

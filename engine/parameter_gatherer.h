@@ -16,7 +16,7 @@
 #include "engine/engine.h"
 #include "engine/flat_unit.h"
 #include "engine/gather_ring.h"
-#include "engine/secondary_partition.h"
+#include "engine/secondary_shard.h"
 #include "engine/stage_plan.h"
 #include "runtime/world.h"
 
@@ -32,7 +32,7 @@ class ParameterGatherer {
                     std::size_t unit_count);
 
   // Stage 3: allocates the ring (category gather), laid out by gather_ring_layout from the
-  // options and the units, and with hpZ the secondary partition (category secondary); no ring
+  // options and the units, and with hpZ the secondary shard (category secondary); no ring
   // in a shard group of one rank (gathers_at), where pin() hands out the shard, which is the
   // whole unit.
   // With offload_param, `fetch_shard` puts a unit's shard into its slot (parameter_offload.h).
@@ -64,8 +64,8 @@ class ParameterGatherer {
 
   // For tests: how many units the gather ring holds now (stage 3; 0 otherwise).
   std::size_t gathered_units() const { return ring_ ? ring_->resident_count() : 0; }
-  // hpZ (engine/secondary_partition.h); null when zero_hpz_partition_size is off.
-  const SecondaryPartition* secondary() const { return secondary_.get(); }
+  // hpZ (engine/secondary_shard.h); null when zero_hpz_partition_size is off.
+  const SecondaryShard* secondary() const { return secondary_.get(); }
 
  private:
   RankContext& context_;
@@ -73,7 +73,7 @@ class ParameterGatherer {
   const StagePlan& plan_;
   std::unique_ptr<QuantizedGather> quantized_;  // qwZ; before ring_, which points to it
   std::unique_ptr<GatherRing> ring_;
-  std::unique_ptr<SecondaryPartition> secondary_;  // stage 3 with hpZ
+  std::unique_ptr<SecondaryShard> secondary_;  // stage 3 with hpZ
   GatherRingLayout layout_;
   std::vector<std::unique_ptr<Event>> ready_;  // per unit: recorded on comm after its update
   std::vector<bool> awaiting_;                 // per unit: the next pin() waits for ready_

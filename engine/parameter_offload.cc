@@ -28,7 +28,7 @@ void check_parameter_offload(const EngineOptions& options) {
                 key + ": \"nvme\" is not supported with outer_loop, which reads the parameter "
                       "shards in place; set the device to \"cpu\" or \"none\"");
   }
-  if (options.quantized_weights || options.hpz_partition_size > 1) {
+  if (options.quantized_weights || options.hpz_group_size > 1) {
     throw Error(ErrorKind::kConfig,
                 key + ": not with zero_optimization.zero_quantized_weights or "
                       "zero_hpz_partition_size, whose gathers read the shard on the device; "

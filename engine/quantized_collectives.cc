@@ -70,7 +70,7 @@ std::vector<std::size_t> quantized_reduction_bytes(std::size_t largest_shard, in
 std::vector<QuantizedRun> quantized_runs(const ShardLayout& layout, int rank, std::size_t block) {
   const ElementRange shard = layout.shard_range(rank);
   std::vector<std::size_t> starts = {0};
-  for (const ParamSlot& param : layout.params()) {  // in flat order
+  for (const ParamPlace& param : layout.params()) {  // in flat order
     if (param.offset > shard.begin && param.offset < shard.end) {
       starts.push_back(param.offset - shard.begin);
     }

@@ -63,9 +63,9 @@ ParameterSwapLayout parameter_swap_layout(const std::vector<std::size_t>& shard_
   }
   if (largest == 0) return layout;
   // Note: a buffer holds buffer_size elements, in whole O_DIRECT blocks, and never more than the
-  // largest region: a shard larger than a buffer moves in pieces, one buffer each.
+  // largest region: a shard larger than a buffer moves in chunks, one buffer each.
   const std::size_t wanted = options.buffer_size * element_size;
-  layout.piece_bytes =
+  layout.chunk_bytes =
       std::min(largest, std::max(kSwapAlignment, wanted / kSwapAlignment * kSwapAlignment));
   layout.buffers = std::max<std::size_t>(1, options.buffer_count);
   return layout;
@@ -78,7 +78,7 @@ std::size_t ParameterSwapLayout::swap_bytes() const {
 }
 
 std::size_t ParameterSwapLayout::buffer_bytes() const {
-  return piece_bytes == 0 ? 0 : buffers * (piece_bytes + kSwapAlignment);
+  return chunk_bytes == 0 ? 0 : buffers * (chunk_bytes + kSwapAlignment);
 }
 
 void account_parameter_swap(MemoryPrediction& prediction, const ParameterSwapLayout& layout,
@@ -105,26 +105,26 @@ void SwappedParameters::allocate(const std::vector<FlatUnit>& units) {
                            ? std::make_unique<SwapRegion>(store_.reserve(shards[u] * element_size_))
                            : nullptr);
   }
-  piece_bytes_ = layout.piece_bytes;
+  chunk_bytes_ = layout.chunk_bytes;
   Allocator& host = context_.device.host_allocator();
   for (std::size_t s = 0; s < layout.buffers; ++s) {
-    Slot slot;
+    StagingBuffer staging;
     // Note: the allocator aligns to 64 bytes; O_DIRECT wants 4096, so one page more is asked for
     // and the buffer used from its first aligned byte.
-    slot.buffer = host.allocate(piece_bytes_ + kSwapAlignment, Category::kParams);
-    const auto address = reinterpret_cast<std::uintptr_t>(slot.buffer.data());
-    slot.data = slot.buffer.as<char>() + (round_up(address, kSwapAlignment) - address);
-    slot.read = context_.device.create_host_event();
-    slot.copied = context_.device.create_event();
-    slot.written = context_.device.create_host_event();
-    slots_.push_back(std::move(slot));
+    staging.buffer = host.allocate(chunk_bytes_ + kSwapAlignment, Category::kParams);
+    const auto address = reinterpret_cast<std::uintptr_t>(staging.buffer.data());
+    staging.data = staging.buffer.as<char>() + (round_up(address, kSwapAlignment) - address);
+    staging.read = context_.device.create_host_event();
+    staging.copied = context_.device.create_event();
+    staging.written = context_.device.create_host_event();
+    staging_.push_back(std::move(staging));
   }
   store_.open();
 }
 
 std::size_t SwappedParameters::host_bytes() const {
   std::size_t bytes = 0;
-  for (const Slot& slot : slots_) bytes += slot.buffer.bytes();
+  for (const StagingBuffer& staging : staging_) bytes += staging.buffer.bytes();
   return bytes;
 }
 
@@ -133,10 +133,10 @@ const SwapRegion* SwappedParameters::region_of(const FlatUnit& unit) const {
   return index < regions_.size() ? regions_[index].get() : nullptr;
 }
 
-SwappedParameters::Slot& SwappedParameters::next_slot() {
-  Slot& slot = slots_.at(next_slot_);
-  next_slot_ = (next_slot_ + 1) % slots_.size();
-  return slot;
+SwappedParameters::StagingBuffer& SwappedParameters::next_staging() {
+  StagingBuffer& staging = staging_.at(next_staging_);
+  next_staging_ = (next_staging_ + 1) % staging_.size();
+  return staging;
 }
 
 SwapTrace SwappedParameters::trace(const char* what, const FlatUnit& unit,
@@ -152,20 +152,20 @@ void SwappedParameters::fetch(const FlatUnit& unit, Stream& stream, void* device
   const auto index = static_cast<std::size_t>(unit.index);
   const std::size_t shard_bytes = unit.layout.shard_length() * element_size_;
   reads_->wait(*last_written_[index]);  // the shard's last update is on disk
-  for (std::size_t offset = 0; offset < region.bytes; offset += piece_bytes_) {
-    Slot& slot = next_slot();
-    const std::size_t bytes = std::min(piece_bytes_, region.bytes - offset);
-    if (slot.released) reads_->wait(*slot.released);
-    enqueue_swap_read(*reads_, store_, region, offset, slot.data, bytes,
+  for (std::size_t offset = 0; offset < region.bytes; offset += chunk_bytes_) {
+    StagingBuffer& staging = next_staging();
+    const std::size_t bytes = std::min(chunk_bytes_, region.bytes - offset);
+    if (staging.released) reads_->wait(*staging.released);
+    enqueue_swap_read(*reads_, store_, region, offset, staging.data, bytes,
                       trace("read", unit, offset));
-    reads_->record(*slot.read);
-    stream.wait(*slot.read);
+    reads_->record(*staging.read);
+    stream.wait(*staging.read);
     if (offset < shard_bytes) {
-      context_.device.copy(stream, static_cast<char*>(device) + offset, slot.data,
+      context_.device.copy(stream, static_cast<char*>(device) + offset, staging.data,
                            std::min(bytes, shard_bytes - offset));
     }
-    stream.record(*slot.copied);
-    slot.released = slot.copied.get();
+    stream.record(*staging.copied);
+    staging.released = staging.copied.get();
   }
   reads_->record(*last_read_[index]);
 }
@@ -175,20 +175,20 @@ void SwappedParameters::store(const FlatUnit& unit, Stream& stream, const void* 
   const auto index = static_cast<std::size_t>(unit.index);
   const std::size_t shard_bytes = unit.layout.shard_length() * element_size_;
   writes_->wait(*last_read_[index]);  // no read of the old shard is still running
-  // Note: only the shard's bytes are copied; a last piece's tail past them (the region's
+  // Note: only the shard's bytes are copied; a last chunk's tail past them (the region's
   // rounding to whole blocks) is written as the buffer holds it and never read back.
-  for (std::size_t offset = 0; offset < shard_bytes; offset += piece_bytes_) {
-    Slot& slot = next_slot();
-    const std::size_t bytes = std::min(piece_bytes_, region.bytes - offset);
-    if (slot.released) stream.wait(*slot.released);
-    context_.device.copy(stream, slot.data, static_cast<const char*>(device) + offset,
+  for (std::size_t offset = 0; offset < shard_bytes; offset += chunk_bytes_) {
+    StagingBuffer& staging = next_staging();
+    const std::size_t bytes = std::min(chunk_bytes_, region.bytes - offset);
+    if (staging.released) stream.wait(*staging.released);
+    context_.device.copy(stream, staging.data, static_cast<const char*>(device) + offset,
                          std::min(bytes, shard_bytes - offset));
-    stream.record(*slot.copied);
-    writes_->wait(*slot.copied);
-    enqueue_swap_write(*writes_, store_, region, offset, slot.data, bytes,
+    stream.record(*staging.copied);
+    writes_->wait(*staging.copied);
+    enqueue_swap_write(*writes_, store_, region, offset, staging.data, bytes,
                        trace("write", unit, offset));
-    writes_->record(*slot.written);
-    slot.released = slot.written.get();
+    writes_->record(*staging.written);
+    staging.released = staging.written.get();
   }
   writes_->record(*last_written_[index]);
 }

@@ -1,8 +1,8 @@
 // offload_param.device "nvme" (stage 3): a rank's parameter shards live in its swap files
 // (memory/swap_store.h, under offload_param.nvme_path), one region per unit, and move through
-// `buffer_count` host buffers of up to `buffer_size` elements each: a read stream brings a piece
+// `buffer_count` host buffers of up to `buffer_size` elements each: a read stream brings a chunk
 // of a shard into a buffer and the caller's stream copies it to the device; the caller's stream
-// copies a piece into a buffer and a write stream writes it. Units, in order, stay in host memory as
+// copies a chunk into a buffer and a write stream writes it. Units, in order, stay in host memory as
 // with "cpu" while their shards fit in what is left of `max_in_cpu` elements (holds() says which
 // are on NVMe).
 // Owns the store, the buffers, the two I/O streams and the events between them and the caller's
@@ -28,7 +28,7 @@ namespace zest {
 struct ParameterSwapLayout {
   std::vector<bool> on_nvme;              // per unit; false: kept in host memory (max_in_cpu)
   std::vector<std::size_t> region_bytes;  // per unit on NVMe: its shard rounded to whole blocks
-  std::size_t piece_bytes = 0;            // what one host buffer holds (0: no unit on NVMe)
+  std::size_t chunk_bytes = 0;            // what one host buffer holds (0: no unit on NVMe)
   std::size_t buffers = 0;                // how many host buffers
   std::size_t swap_bytes() const;         // the swap files' size
   std::size_t buffer_bytes() const;       // the host buffers', each a block more for alignment
@@ -79,7 +79,7 @@ class SwappedParameters {
   const SwapStore& store() const { return store_; }
 
  private:
-  struct Slot {
+  struct StagingBuffer {
     Buffer buffer;
     char* data = nullptr;            // aligned to kSwapAlignment inside buffer
     std::unique_ptr<Event> read;     // host: the read stream filled it
@@ -88,7 +88,7 @@ class SwappedParameters {
     Event* released = nullptr;       // the last of those that ends a use
   };
   const SwapRegion* region_of(const FlatUnit& unit) const;
-  Slot& next_slot();
+  StagingBuffer& next_staging();
   SwapTrace trace(const char* what, const FlatUnit& unit, std::size_t offset) const;
 
   RankContext& context_;
@@ -96,12 +96,12 @@ class SwappedParameters {
   std::size_t element_size_ = 4;
   SwapStore store_;
   std::vector<std::unique_ptr<SwapRegion>> regions_;  // per unit; null: in host memory
-  std::size_t piece_bytes_ = kSwapAlignment;          // what one buffer holds
-  std::vector<Slot> slots_;
-  std::size_t next_slot_ = 0;
+  std::size_t chunk_bytes_ = kSwapAlignment;          // what one buffer holds
+  std::vector<StagingBuffer> staging_;
+  std::size_t next_staging_ = 0;
   std::vector<std::unique_ptr<Event>> last_read_;     // per unit, by the read stream
   std::vector<std::unique_ptr<Event>> last_written_;  // per unit, by the write stream
-  std::unique_ptr<Stream> reads_;  // Note: streams last, so they drain before the slots go
+  std::unique_ptr<Stream> reads_;  // Note: streams last, so they drain before the staging buffers go
   std::unique_ptr<Stream> writes_;
 };
 

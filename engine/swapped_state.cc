@@ -69,23 +69,23 @@ void SwappedState::allocate(const std::vector<FlatUnit>& units, std::size_t opti
   Allocator& host = context_.device.host_allocator();
   const std::size_t count = std::max<std::size_t>(1, options_.offload_optimizer.buffer_count);
   for (std::size_t s = 0; s < count && largest > 0; ++s) {
-    Slot slot;
+    StagingBuffer staging;
     // Note: the allocator aligns to 64 bytes; O_DIRECT wants 4096, so one page more is asked for
     // and the buffer used from its first aligned byte.
-    slot.buffer = host.allocate(largest + kSwapAlignment, Category::kOffload);
-    const auto address = reinterpret_cast<std::uintptr_t>(slot.buffer.data());
-    slot.data = slot.buffer.as<char>() + (round_up(address, kSwapAlignment) - address);
-    slot.read = context_.device.create_host_event();
-    slot.updated = context_.device.create_host_event();
-    slot.written = context_.device.create_host_event();
-    slots_.push_back(std::move(slot));
+    staging.buffer = host.allocate(largest + kSwapAlignment, Category::kOffload);
+    const auto address = reinterpret_cast<std::uintptr_t>(staging.buffer.data());
+    staging.data = staging.buffer.as<char>() + (round_up(address, kSwapAlignment) - address);
+    staging.read = context_.device.create_host_event();
+    staging.updated = context_.device.create_host_event();
+    staging.written = context_.device.create_host_event();
+    staging_.push_back(std::move(staging));
   }
   store_.open();
 }
 
 std::size_t SwappedState::host_bytes() const {
   std::size_t bytes = 0;
-  for (const Slot& slot : slots_) bytes += slot.buffer.bytes();
+  for (const StagingBuffer& staging : staging_) bytes += staging.buffer.bytes();
   return bytes;
 }
 
@@ -100,9 +100,9 @@ void SwappedState::write_tensor(const SubGroup& group, std::size_t tensor, const
 }
 
 void SwappedState::initialize(const FlatUnit& unit, const float* master) {
-  if (!store_.backed() || slots_.empty()) return;
+  if (!store_.backed() || staging_.empty()) return;
   synchronize();
-  char* buffer = slots_.front().data;
+  char* buffer = staging_.front().data;
   for (const SubGroup& group : groups_.at(static_cast<std::size_t>(unit.index))) {
     const std::size_t bytes = (group.end - group.begin) * sizeof(float);
     std::memset(buffer, 0, group.stride * tensors_);
@@ -128,23 +128,23 @@ void SwappedState::update(const FlatUnit& unit, const SubGroupWork& work, double
   const std::vector<SubGroup>& groups = groups_.at(index);
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const SubGroup& group = groups[g];
-    Slot& slot = slots_.at(next_slot_);
-    next_slot_ = (next_slot_ + 1) % slots_.size();
-    reads_->wait(*slot.written);  // the slot's previous sub-group is back on disk
-    enqueue_swap_read(*reads_, store_, group.region, 0, slot.data, group.region.bytes,
+    StagingBuffer& staging = staging_.at(next_staging_);
+    next_staging_ = (next_staging_ + 1) % staging_.size();
+    reads_->wait(*staging.written);  // the staging buffer's previous sub-group is back on disk
+    enqueue_swap_read(*reads_, store_, group.region, 0, staging.data, group.region.bytes,
                       trace("read", index, g));
-    reads_->record(*slot.read);
-    host_.wait(*slot.read);
+    reads_->record(*staging.read);
+    host_.wait(*staging.read);
     std::vector<float*> states;
     for (std::size_t t = 1; t < tensors_; ++t) {
-      states.push_back(reinterpret_cast<float*>(slot.data + t * group.stride));
+      states.push_back(reinterpret_cast<float*>(staging.data + t * group.stride));
     }
-    work(group.begin, group.end, reinterpret_cast<float*>(slot.data), states);
-    host_.record(*slot.updated);
-    writes_->wait(*slot.updated);
-    enqueue_swap_write(*writes_, store_, group.region, 0, slot.data, group.region.bytes,
+    work(group.begin, group.end, reinterpret_cast<float*>(staging.data), states);
+    host_.record(*staging.updated);
+    writes_->wait(*staging.updated);
+    enqueue_swap_write(*writes_, store_, group.region, 0, staging.data, group.region.bytes,
                        trace("write", index, g));
-    writes_->record(*slot.written);
+    writes_->record(*staging.written);
   }
 }
 
@@ -156,21 +156,21 @@ std::function<void(bool, std::size_t, std::size_t, void*)> SwappedState::access(
       const std::size_t end = std::min(first + count, group.end);
       if (begin >= end) continue;
       const std::size_t offset = tensor * group.stride + (begin - group.begin) * sizeof(float);
-      char* piece = static_cast<char*>(host) + (begin - first) * sizeof(float);
+      char* chunk = static_cast<char*>(host) + (begin - first) * sizeof(float);
       const std::size_t bytes = (end - begin) * sizeof(float);
       if (write) {
-        store_.write(group.region, offset, piece, bytes);
+        store_.write(group.region, offset, chunk, bytes);
       } else {
-        store_.read(group.region, offset, piece, bytes);
+        store_.read(group.region, offset, chunk, bytes);
       }
     }
   };
 }
 
 void SwappedState::master_from_parameters(const FlatUnit& unit, const float* params) {
-  if (!store_.backed() || slots_.empty()) return;
+  if (!store_.backed() || staging_.empty()) return;
   synchronize();
-  char* buffer = slots_.front().data;
+  char* buffer = staging_.front().data;
   for (const SubGroup& group : groups_.at(static_cast<std::size_t>(unit.index))) {
     const std::size_t bytes = (group.end - group.begin) * sizeof(float);
     std::memset(buffer, 0, group.stride);

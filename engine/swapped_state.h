@@ -3,7 +3,7 @@
 // sub_group_size elements. An update streams them through `buffer_count` host buffers: a read
 // stream brings sub-group i+1 in while the host stream updates i and a write stream writes i−1
 // back, so host memory holds buffer_count sub-groups, never the state. Each sub-group's tensors
-// lie end to end in one region (each padded to 4096 bytes), read and written in one piece.
+// lie end to end in one region (each padded to 4096 bytes), read and written in one chunk.
 // Owns the store, the host buffers, the two I/O streams and the events between them and the
 // host stream. Invariant: a host buffer is refilled only after its previous sub-group was
 // written back, and the host stream touches it only after its read.
@@ -49,7 +49,7 @@ class SwappedState {
   void update(const FlatUnit& unit, const SubGroupWork& work, double stall_seconds = 0.0);
 
   // Checkpoint access (StateShard::swap) to tensor `tensor` of the unit's state (0: master,
-  // 1 + s: state s), a piece at a time, blocking. Call between steps, after synchronize().
+  // 1 + s: state s), a chunk at a time, blocking. Call between steps, after synchronize().
   std::function<void(bool, std::size_t, std::size_t, void*)> access(std::size_t unit,
                                                                     std::size_t tensor);
 
@@ -69,12 +69,12 @@ class SwappedState {
     std::size_t stride = 0;  // bytes from one tensor to the next in the region
     SwapRegion region;
   };
-  struct Slot {
+  struct StagingBuffer {
     Buffer buffer;
     char* data = nullptr;  // aligned to kSwapAlignment inside buffer
     std::unique_ptr<Event> read;     // by the read stream: the sub-group is in
     std::unique_ptr<Event> updated;  // by the host stream: the update is done
-    std::unique_ptr<Event> written;  // by the write stream: the slot may be refilled
+    std::unique_ptr<Event> written;  // by the write stream: the staging buffer may be refilled
   };
   void write_tensor(const SubGroup& group, std::size_t tensor, const void* host);
   SwapTrace trace(const std::string& what, std::size_t unit, std::size_t group) const;
@@ -85,9 +85,9 @@ class SwappedState {
   SwapStore store_;
   std::size_t tensors_ = 1;  // master + states
   std::vector<std::vector<SubGroup>> groups_;  // per unit
-  std::vector<Slot> slots_;
-  std::size_t next_slot_ = 0;
-  std::unique_ptr<Stream> reads_;  // Note: streams last, so they drain before the slots go
+  std::vector<StagingBuffer> staging_;
+  std::size_t next_staging_ = 0;
+  std::unique_ptr<Stream> reads_;  // Note: streams last, so they drain before the staging buffers go
   std::unique_ptr<Stream> writes_;
 };
 

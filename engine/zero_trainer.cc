@@ -102,8 +102,8 @@ class ZeroTrainer::Context final : public UnitContext {
     throw Error(ErrorKind::kUsage, "unit '" + unit_.layout.unit_name() + "': " + why);
   }
   static Tensor view(const FlatUnit& unit, float* base, std::size_t index) {
-    const ParamSlot& slot = unit.layout.params().at(index);
-    return Tensor{base + slot.offset, slot.shape, DType::kFloat32};
+    const ParamPlace& place = unit.layout.params().at(index);
+    return Tensor{base + place.offset, place.shape, DType::kFloat32};
   }
   Tensor make(Buffer& buffer, Tensor& view, const std::vector<std::int64_t>& shape, DType dtype) {
     Tensor tensor{nullptr, shape, dtype};
@@ -275,16 +275,16 @@ void ZeroTrainer::initialize_parameters() {
         plan_.params_length(unit.layout.flat_length(), unit.layout.shard_length());
     std::vector<float> values(length, 0.0f);
     for (std::size_t p = 0; p < unit.specs.size(); ++p) {
-      const ParamSlot& slot = unit.layout.params()[p];
-      const std::size_t begin = std::max(slot.offset, first);
-      const std::size_t end = std::min(slot.offset + slot.numel, first + length);
+      const ParamPlace& place = unit.layout.params()[p];
+      const std::size_t begin = std::max(place.offset, first);
+      const std::size_t end = std::min(place.offset + place.numel, first + length);
       if (begin >= end) continue;
       const ParamSpec& spec = unit.specs[p];
       if (spec.draw_slice.enabled()) {
         fill_slice_initial_values(
             spec.init, spec.draw_slice, spec.shape, options_.seed,
             module_.initialization_index(static_cast<std::size_t>(unit.index)), p,
-            begin - slot.offset, end - begin, values.data() + (begin - first));
+            begin - place.offset, end - begin, values.data() + (begin - first));
         continue;
       }
       const bool redrawn = spec.draw_unit >= 0;
@@ -293,7 +293,7 @@ void ZeroTrainer::initialize_parameters() {
           redrawn ? spec.draw_unit
                   : module_.initialization_index(static_cast<std::size_t>(unit.index)),
           redrawn ? static_cast<std::size_t>(spec.draw_param) : p,
-          static_cast<std::size_t>(redrawn ? spec.draw_first : 0) + (begin - slot.offset),
+          static_cast<std::size_t>(redrawn ? spec.draw_first : 0) + (begin - place.offset),
           end - begin, values.data() + (begin - first));
     }
     // Drawn on the host, written in compute-stream order (a copy to the device on CUDA).
@@ -473,7 +473,7 @@ ModelStateShape ZeroTrainer::model_state_shape() const {
     UnitShapes shapes{unit.layout.unit_name(), {}, unit.borrowed,
                       unit.gradients_replace_parameters, unit.borrows_in_turn,
                       unit.backward_reads_parameters};
-    for (const ParamSlot& slot : unit.layout.params()) shapes.params.push_back({slot.name, slot.shape});
+    for (const ParamPlace& place : unit.layout.params()) shapes.params.push_back({place.name, place.shape});
     shape.units.push_back(std::move(shapes));
   }
   return shape;

@@ -64,8 +64,8 @@ class ZeroTrainer final : public Trainer {
 
   // For tests: how many units the gather ring holds now (stage 3; 0 otherwise).
   std::size_t gathered_units() const { return gatherer_->gathered_units(); }
-  // For tests: hpZ's secondary partition (null when zero_hpz_partition_size is off).
-  const SecondaryPartition* secondary_partition() const { return gatherer_->secondary(); }
+  // For tests: hpZ's secondary shard (null when zero_hpz_partition_size is off).
+  const SecondaryShard* secondary_shard() const { return gatherer_->secondary(); }
 
   // ---- hooks for a caller that drives micro-batches itself ----
   // A pipeline stage's runner (pipeline/stage_runner.h) keeps several micro-batches in flight

@@ -25,7 +25,7 @@ std::vector<StateShard> ZeroTrainer::state_shards(std::size_t index) {
   std::vector<Buffer>& states = host_ ? host_->shards(index).optimizer_state : unit.optimizer_state;
   std::vector<StateShard> shards;
   if (swapped_params_ && swapped_params_->holds(unit)) {
-    // offload_param "nvme": moved a piece at a time between the swap files and the host.
+    // offload_param "nvme": moved a chunk at a time between the swap files and the host.
     swapped_params_->synchronize();
     shards.push_back({"params", options_.compute_dtype, nullptr, shard.begin, shard.end,
                       swapped_params_->access(unit)});
@@ -47,7 +47,7 @@ std::vector<StateShard> ZeroTrainer::state_shards(std::size_t index) {
                       shard.end});
   }
   if (swapped != nullptr) {
-    // On NVMe: the same tensors, moved a piece at a time between the swap files and the host.
+    // On NVMe: the same tensors, moved a chunk at a time between the swap files and the host.
     if (options_.compute_dtype != DType::kFloat32) {
       shards.push_back({"master", DType::kFloat32, nullptr, shard.begin, shard.end,
                         swapped->access(index, 0)});
@@ -167,7 +167,7 @@ std::vector<float> ZeroTrainer::full_parameter(const std::string& name) {
   for (FlatUnit& unit : units_) {
     for (std::size_t p = 0; p < unit.specs.size(); ++p) {
       if (unit.param_name(p) != name) continue;
-      const ParamSlot& slot = unit.layout.params()[p];
+      const ParamPlace& place = unit.layout.params()[p];
       context_.synchronize();
       Buffer gathered;
       const void* params = unit.params.data();
@@ -180,11 +180,11 @@ std::vector<float> ZeroTrainer::full_parameter(const std::string& name) {
         context_.comm.synchronize();
         params = gathered.data();
       }
-      std::vector<unsigned char> held(slot.numel * element_size());
+      std::vector<unsigned char> held(place.numel * element_size());
       read_to_host(context_.device, context_.comm, held.data(),
-                   static_cast<const char*>(params) + slot.offset * element_size(), held.size());
-      std::vector<float> value(slot.numel);
-      cpu::convert(held.data(), options_.compute_dtype, value.data(), DType::kFloat32, slot.numel);
+                   static_cast<const char*>(params) + place.offset * element_size(), held.size());
+      std::vector<float> value(place.numel);
+      cpu::convert(held.data(), options_.compute_dtype, value.data(), DType::kFloat32, place.numel);
       return value;
     }
   }

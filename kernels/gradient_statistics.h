@@ -2,7 +2,7 @@
 // squares (for the global norm) and how many are inf or NaN (the divergence check and the fp16
 // loss scaler). The statistics live in device memory, beside the gradients, so that a CUDA
 // device reads them back once per step instead of once per unit. Invariant: add_* ACCUMULATES
-// into *statistics, so the update ranges of every unit sum into one slot; zero it first.
+// into *statistics, so the update ranges of every unit sum into one result; zero it first.
 #pragma once
 
 #include <cstddef>

@@ -13,9 +13,9 @@ namespace zest::cuda {
 namespace {
 
 // Note: the partial result and CUB's storage share the one workspace region a stream gives a
-// launch: the slot first, padded to 256 bytes so that CUB's storage starts as aligned as the
+// launch: the result first, padded to 256 bytes so that CUB's storage starts as aligned as the
 // region (CUB aligns its own pieces to 256 bytes).
-constexpr std::size_t kSlotBytes = (sizeof(GradientStatistics) + 255) / 256 * 256;
+constexpr std::size_t kResultBytes = (sizeof(GradientStatistics) + 255) / 256 * 256;
 
 
 
@@ -63,8 +63,8 @@ __global__ void add_sum_kernel(const GradientStatistics* __restrict__ partial,
   *sum_of_squares += partial->sum_of_squares;
 }
 
-// Reduces `count` elements of `type` into the workspace's slot and returns the slot.
-GradientStatistics* reduce_into_slot(const char* kernel, const void* data, DType type,
+// Reduces `count` elements of `type` into the workspace's result and returns the result.
+GradientStatistics* reduce_into_result(const char* kernel, const void* data, DType type,
                                      std::size_t count, void* workspace,
                                      std::size_t workspace_bytes, cudaStream_t stream) {
   const std::size_t needed = gradient_statistics_workspace_bytes(type, count);
@@ -74,14 +74,14 @@ GradientStatistics* reduce_into_slot(const char* kernel, const void* data, DType
                                        std::to_string(count) + " elements need " +
                                        std::to_string(needed));
   }
-  auto* slot = static_cast<GradientStatistics*>(workspace);
-  void* storage = static_cast<unsigned char*>(workspace) + kSlotBytes;
-  std::size_t storage_bytes = workspace_bytes - kSlotBytes;
+  auto* result = static_cast<GradientStatistics*>(workspace);
+  void* storage = static_cast<unsigned char*>(workspace) + kResultBytes;
+  std::size_t storage_bytes = workspace_bytes - kResultBytes;
   with_element_type(type, "add_gradient_statistics (CUDA)", [&](auto tag) {
     ZEST_CUDA_CHECK(
-        reduce<decltype(tag)>(storage, storage_bytes, data, count, slot, stream));
+        reduce<decltype(tag)>(storage, storage_bytes, data, count, result, stream));
   });
-  return slot;
+  return result;
 }
 
 }  // namespace
@@ -92,7 +92,7 @@ std::size_t gradient_statistics_workspace_bytes(DType type, std::size_t count) {
     ZEST_CUDA_CHECK(reduce<decltype(tag)>(nullptr, storage_bytes, nullptr, count, nullptr,
                                           nullptr));
   });
-  return kSlotBytes + storage_bytes;
+  return kResultBytes + storage_bytes;
 }
 
 void add_gradient_statistics(const void* data, DType type, std::size_t count,
@@ -100,7 +100,7 @@ void add_gradient_statistics(const void* data, DType type, std::size_t count,
                              std::size_t workspace_bytes, cudaStream_t stream) {
   with_element_type(type, "add_gradient_statistics (CUDA)", [](auto) {});  // the type is refused before the empty case returns
   if (count == 0) return;
-  const GradientStatistics* partial = reduce_into_slot(
+  const GradientStatistics* partial = reduce_into_result(
       "add_gradient_statistics", data, type, count, workspace, workspace_bytes, stream);
   add_statistics_kernel<<<1, 1, 0, stream>>>(partial, statistics);
   ZEST_CUDA_CHECK(cudaGetLastError());
@@ -109,7 +109,7 @@ void add_gradient_statistics(const void* data, DType type, std::size_t count,
 void add_sum_of_squares(const float* data, std::size_t count, double* sum_of_squares,
                         void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
   if (count == 0) return;
-  const GradientStatistics* partial = reduce_into_slot(
+  const GradientStatistics* partial = reduce_into_result(
       "add_sum_of_squares", data, DType::kFloat32, count, workspace, workspace_bytes, stream);
   add_sum_kernel<<<1, 1, 0, stream>>>(partial, sum_of_squares);
   ZEST_CUDA_CHECK(cudaGetLastError());

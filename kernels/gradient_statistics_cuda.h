@@ -1,6 +1,6 @@
 // CUDA body of kernels/gradient_statistics.h: the sum of squares (in double, of each value as
 // fp32) and the inf / NaN count of fp32, bf16 or fp16 gradients in one pass (a CUB device
-// reduction into a slot of the caller's workspace), then added to the device-resident totals by
+// reduction into a result of the caller's workspace), then added to the device-resident totals by
 // one thread. No atomics: the same input gives the same bits run to run. Also the fp32 sum of
 // squares alone, for vector_ops.h's add_sum_of_squares. Invariant: both ACCUMULATE into their
 // result, and the workspace is the caller's (nothing is allocated here).
@@ -21,7 +21,7 @@
 namespace zest::cuda {
 
 // Workspace bytes add_gradient_statistics needs for `count` elements of `type` (the partial
-// result's slot and CUB's temporary storage). Asks the current device: kDevice if CUDA fails;
+// result and CUB's temporary storage). Asks the current device: kDevice if CUDA fails;
 // kUsage for a type other than fp32, bf16 or fp16.
 std::size_t gradient_statistics_workspace_bytes(DType type, std::size_t count);
 

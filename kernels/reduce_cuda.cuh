@@ -37,7 +37,7 @@ __device__ __forceinline__ float warp_max(float value) {
 
 // Sum and max over a whole block (blockDim.x a multiple of 32, at most 1024), every thread gets
 // the result: warps reduce, then the first warp reduces the warps' results in the same fixed
-// order. Safe to call repeatedly (it synchronizes before reusing its shared slots).
+// order. Safe to call repeatedly (it synchronizes before reusing its shared memory).
 template <typename T>
 __device__ __forceinline__ T block_sum(T value) {
   __shared__ T warp_results[kWarpSize];

@@ -76,14 +76,14 @@ ElementRange ShardLayout::shard_range(int rank) const {
   return {static_cast<std::size_t>(rank) * length, static_cast<std::size_t>(rank + 1) * length};
 }
 
-std::vector<ShardPiece> ShardLayout::pieces(int rank) const {
+std::vector<ParamInShard> ShardLayout::params_in_shard(int rank) const {
   const ElementRange shard = shard_range(rank);
-  std::vector<ShardPiece> result;
+  std::vector<ParamInShard> result;
   // Parameters are sorted by offset, so the first one ending after the shard's start is the
   // first that overlaps it.
   auto first = std::upper_bound(params_.begin(), params_.end(), shard.begin,
-                                [](std::size_t element, const ParamSlot& slot) {
-                                  return element < slot.offset + slot.numel;
+                                [](std::size_t element, const ParamPlace& place) {
+                                  return element < place.offset + place.numel;
                                 });
   for (auto it = first; it != params_.end() && it->offset < shard.end; ++it) {
     const std::size_t begin = std::max(shard.begin, it->offset);

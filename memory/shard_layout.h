@@ -21,7 +21,7 @@ struct ParamShape {
   std::vector<std::int64_t> shape;
 };
 
-struct ParamSlot {
+struct ParamPlace {
   std::string name;
   std::vector<std::int64_t> shape;
   std::size_t numel = 0;
@@ -35,7 +35,7 @@ struct ElementRange {
 };
 
 // The part of one parameter that falls inside one rank's shard.
-struct ShardPiece {
+struct ParamInShard {
   std::size_t param_index = 0;   // into ShardLayout::params()
   ElementRange param_elements;   // elements of the parameter, in its own flat order
   std::size_t shard_offset = 0;  // where they start inside the shard
@@ -55,11 +55,11 @@ class ShardLayout {
   std::size_t flat_length() const { return flat_length_; }  // numel plus padding
   std::size_t shard_length() const { return flat_length_ / world_size_; }
   std::size_t padding() const { return flat_length_ - numel_; }
-  const std::vector<ParamSlot>& params() const { return params_; }
+  const std::vector<ParamPlace>& params() const { return params_; }
 
   ElementRange shard_range(int rank) const;
   // The parameters, and which of their elements, in rank `rank`'s shard, in flat order.
-  std::vector<ShardPiece> pieces(int rank) const;
+  std::vector<ParamInShard> params_in_shard(int rank) const;
   // The rank whose shard holds flat element `element`.
   int owner_of(std::size_t element) const { return static_cast<int>(element / shard_length()); }
 
@@ -69,7 +69,7 @@ class ShardLayout {
   std::size_t alignment_ = kDefaultShardAlignment;
   std::size_t numel_ = 0;
   std::size_t flat_length_ = 0;
-  std::vector<ParamSlot> params_;
+  std::vector<ParamPlace> params_;
 };
 
 }  // namespace zest

@@ -17,8 +17,8 @@ namespace zest {
 
 namespace {
 
-// One piece of a request still to run: all of it, or the rest after a short transfer.
-struct Piece {
+// One transfer of a request still to run: all of it, or the rest after a short transfer.
+struct Transfer {
   const SwapRequest* request = nullptr;
   std::uint64_t done = 0;
   char* data() const { return static_cast<char*>(request->data) + done; }
@@ -26,31 +26,31 @@ struct Piece {
   std::size_t bytes() const { return request->bytes - done; }
 };
 
-std::string failure_message(const Piece& piece, const std::string& why) {
-  return std::string(piece.request->write ? "writing " : "reading ") + std::to_string(piece.bytes()) +
-         " bytes at offset " + std::to_string(piece.offset()) + " of swap file '" +
-         *piece.request->file + "' failed: " + why;
+std::string failure_message(const Transfer& transfer, const std::string& why) {
+  return std::string(transfer.request->write ? "writing " : "reading ") + std::to_string(transfer.bytes()) +
+         " bytes at offset " + std::to_string(transfer.offset()) + " of swap file '" +
+         *transfer.request->file + "' failed: " + why;
 }
 
-// Turns a completed piece's result (bytes moved, or -errno) into: done (true), a remainder to
+// Turns a completed transfer's result (bytes moved, or -errno) into: done (true), a remainder to
 // run again (false), or a thrown kIo Error. A read that reaches the end of a preallocated file is
 // a short read: the file was cut, or never had those bytes.
-bool settle(Piece& piece, std::int64_t result) {
+bool settle(Transfer& transfer, std::int64_t result) {
   if (result < 0) {
     const int error = static_cast<int>(-result);
     std::string why = std::strerror(error);
     if (error == ENOSPC) why += " (the swap's file system is full: free space or move nvme_path)";
-    throw Error(ErrorKind::kIo, failure_message(piece, why));
+    throw Error(ErrorKind::kIo, failure_message(transfer, why));
   }
   if (result == 0) {
     throw Error(ErrorKind::kIo,
-                failure_message(piece, piece.request->write
+                failure_message(transfer, transfer.request->write
                                            ? "no bytes written (file system full?)"
                                            : "short read: the file ends there (truncated "
                                              "or removed by something else)"));
   }
-  piece.done += static_cast<std::uint64_t>(result);
-  return piece.done >= piece.request->bytes;
+  transfer.done += static_cast<std::uint64_t>(result);
+  return transfer.done >= transfer.request->bytes;
 }
 
 // Shared by both engines: counts requests per direction and fakes the configured failure.
@@ -58,11 +58,11 @@ class FaultInjector {
  public:
   explicit FaultInjector(SwapFault fault) : fault_(fault) {}
   // The result the request completes with instead of running, or 1 to run it.
-  std::int64_t intercept(const Piece& piece) {
-    if (fault_.kind == SwapFaultKind::kNone || piece.done != 0) return 1;
+  std::int64_t intercept(const Transfer& transfer) {
+    if (fault_.kind == SwapFaultKind::kNone || transfer.done != 0) return 1;
     const bool reads = fault_.kind == SwapFaultKind::kShortRead;
     const bool writes = fault_.kind == SwapFaultKind::kNoSpace;
-    if ((reads && piece.request->write) || (writes && !piece.request->write)) return 1;
+    if ((reads && transfer.request->write) || (writes && !transfer.request->write)) return 1;
     if (seen_.fetch_add(1) != fault_.after) return 1;
     switch (fault_.kind) {
       case SwapFaultKind::kIoError: return -EIO;
@@ -76,11 +76,11 @@ class FaultInjector {
   std::atomic<std::size_t> seen_{0};
 };
 
-std::int64_t transfer_now(const Piece& piece) {
+std::int64_t transfer_now(const Transfer& transfer) {
   const ssize_t moved =
-      piece.request->write
-          ? ::pwrite(piece.request->fd, piece.data(), piece.bytes(), static_cast<off_t>(piece.offset()))
-          : ::pread(piece.request->fd, piece.data(), piece.bytes(), static_cast<off_t>(piece.offset()));
+      transfer.request->write
+          ? ::pwrite(transfer.request->fd, transfer.data(), transfer.bytes(), static_cast<off_t>(transfer.offset()))
+          : ::pread(transfer.request->fd, transfer.data(), transfer.bytes(), static_cast<off_t>(transfer.offset()));
   return moved < 0 ? -static_cast<std::int64_t>(errno) : moved;
 }
 
@@ -96,10 +96,10 @@ class ThreadSwapIo final : public SwapIo {
     auto work = [&] {
       for (std::size_t i = next.fetch_add(1); i < requests.size(); i = next.fetch_add(1)) {
         try {
-          Piece piece{&requests[i], 0};
-          std::int64_t result = faults_.intercept(piece);
-          if (result == 1) result = transfer_now(piece);
-          while (!settle(piece, result)) result = transfer_now(piece);
+          Transfer transfer{&requests[i], 0};
+          std::int64_t result = faults_.intercept(transfer);
+          if (result == 1) result = transfer_now(transfer);
+          while (!settle(transfer, result)) result = transfer_now(transfer);
         } catch (const Error& error) {
           const std::lock_guard<std::mutex> lock(failure_mutex);
           if (failure.empty()) failure = error.what();
@@ -140,26 +140,26 @@ class UringSwapIo final : public SwapIo {
     // Note: one ring, used by one batch at a time; the store gives reads and writes an engine
     // each, so a read stream and a write stream never wait for each other here.
     const std::lock_guard<std::mutex> lock(mutex_);
-    std::deque<Piece> waiting;
+    std::deque<Transfer> waiting;
     for (const SwapRequest& request : requests) waiting.push_back({&request, 0});
-    std::vector<Piece> slots(depth_);
-    std::vector<std::size_t> free_slots;
-    for (std::size_t s = depth_; s > 0; --s) free_slots.push_back(s - 1);
+    std::vector<Transfer> submitted(depth_);
+    std::vector<std::size_t> free_tags;
+    for (std::size_t s = depth_; s > 0; --s) free_tags.push_back(s - 1);
     std::string failure;
     std::size_t in_flight = 0;
     while (!waiting.empty() || in_flight > 0) {
-      while (!waiting.empty() && !free_slots.empty()) {
-        Piece piece = waiting.front();
+      while (!waiting.empty() && !free_tags.empty()) {
+        Transfer transfer = waiting.front();
         waiting.pop_front();
-        const std::int64_t injected = faults_.intercept(piece);
+        const std::int64_t injected = faults_.intercept(transfer);
         if (injected != 1) {
-          settle_or_record(piece, injected, waiting, failure);
+          settle_or_record(transfer, injected, waiting, failure);
           continue;
         }
-        const std::size_t slot = free_slots.back();
-        free_slots.pop_back();
-        slots[slot] = piece;
-        prepare(piece, slot);
+        const std::size_t tag = free_tags.back();
+        free_tags.pop_back();
+        submitted[tag] = transfer;
+        prepare(transfer, tag);
         ++in_flight;
         if (single_submit_) submit();
       }
@@ -171,31 +171,31 @@ class UringSwapIo final : public SwapIo {
         if (status == -EINTR) continue;
         throw Error(ErrorKind::kIo, std::string("io_uring_wait_cqe: ") + std::strerror(-status));
       }
-      const auto slot = static_cast<std::size_t>(io_uring_cqe_get_data64(completion));
+      const auto tag = static_cast<std::size_t>(io_uring_cqe_get_data64(completion));
       const std::int64_t result = completion->res;
       io_uring_cqe_seen(&ring_, completion);
       --in_flight;
-      free_slots.push_back(slot);
-      settle_or_record(slots[slot], result, waiting, failure);
+      free_tags.push_back(tag);
+      settle_or_record(submitted[tag], result, waiting, failure);
     }
     if (!failure.empty()) throw Error(ErrorKind::kIo, failure);
   }
   const char* name() const override { return "io_uring"; }
 
  private:
-  void prepare(const Piece& piece, std::size_t slot) {
+  void prepare(const Transfer& transfer, std::size_t tag) {
     io_uring_sqe* entry = io_uring_get_sqe(&ring_);
     if (entry == nullptr) {  // cannot happen: at most depth_ entries are in flight
       throw Error(ErrorKind::kInternal, "io_uring submission queue full");
     }
-    if (piece.request->write) {
-      io_uring_prep_write(entry, piece.request->fd, piece.data(), static_cast<unsigned>(piece.bytes()),
-                          piece.offset());
+    if (transfer.request->write) {
+      io_uring_prep_write(entry, transfer.request->fd, transfer.data(), static_cast<unsigned>(transfer.bytes()),
+                          transfer.offset());
     } else {
-      io_uring_prep_read(entry, piece.request->fd, piece.data(), static_cast<unsigned>(piece.bytes()),
-                         piece.offset());
+      io_uring_prep_read(entry, transfer.request->fd, transfer.data(), static_cast<unsigned>(transfer.bytes()),
+                         transfer.offset());
     }
-    io_uring_sqe_set_data64(entry, slot);
+    io_uring_sqe_set_data64(entry, tag);
   }
   void submit() {
     const int status = io_uring_submit(&ring_);
@@ -203,12 +203,12 @@ class UringSwapIo final : public SwapIo {
       throw Error(ErrorKind::kIo, std::string("io_uring_submit: ") + std::strerror(-status));
     }
   }
-  // A failed piece stops no other: the batch drains, then the first failure is raised.
-  static void settle_or_record(Piece& piece, std::int64_t result, std::deque<Piece>& waiting,
+  // A failed transfer stops no other: the batch drains, then the first failure is raised.
+  static void settle_or_record(Transfer& transfer, std::int64_t result, std::deque<Transfer>& waiting,
                                std::string& failure) {
     if (!failure.empty()) return;
     try {
-      if (!settle(piece, result)) waiting.push_front(piece);
+      if (!settle(transfer, result)) waiting.push_front(transfer);
     } catch (const Error& error) {
       failure = error.what();
       waiting.clear();

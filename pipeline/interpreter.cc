@@ -51,7 +51,7 @@ Tensor rows_of(const Tensor& tensor, std::int64_t first, std::int64_t count) {
 }  // namespace
 
 struct PipelineTrainer::Step {
-  struct Slot {  // one micro-batch on one chunk
+  struct MicroBatchState {  // one micro-batch on one chunk
     std::unique_ptr<DeviceBatch> staged;  // the first and last virtual stage's rows
     Batch batch;                          // what the chunk's forward and backward read
     Buffer received;                      // activations from the previous stage
@@ -63,7 +63,7 @@ struct PipelineTrainer::Step {
   };
   Batch host;
   std::int64_t rows = 0;                 // per micro-batch
-  std::vector<std::vector<Slot>> slots;  // [chunk][micro-batch]
+  std::vector<std::vector<MicroBatchState>> states;  // [chunk][micro-batch]
   std::vector<bool> header_sent;         // per chunk
   std::vector<std::vector<std::int64_t>> received_shape;  // per chunk, from the header
   std::vector<DType> received_dtype;
@@ -95,8 +95,8 @@ float PipelineTrainer::forward_backward(const Batch& batch) {
   Step step;
   step.host = batch;
   step.rows = shaped.dim(0) / m;
-  step.slots.resize(chunks_.size());
-  for (auto& chunk : step.slots) chunk.resize(static_cast<std::size_t>(m));
+  step.states.resize(chunks_.size());
+  for (auto& chunk : step.states) chunk.resize(static_cast<std::size_t>(m));
   step.header_sent.assign(chunks_.size(), false);
   step.received_shape.resize(chunks_.size());
   step.received_dtype.assign(chunks_.size(), DType::kFloat32);
@@ -149,8 +149,8 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
   const int last = schedule_.virtual_stages() - 1;
   const std::string label = describe_action(action, schedule_.chunks);
   Chunk& chunk = chunks_.at(c);
-  const auto slot_at = [&](std::size_t chunk_index) -> Step::Slot& {
-    return step.slots.at(chunk_index).at(static_cast<std::size_t>(action.micro_batch));
+  const auto state_at = [&](std::size_t chunk_index) -> Step::MicroBatchState& {
+    return step.states.at(chunk_index).at(static_cast<std::size_t>(action.micro_batch));
   };
   // Trace: the compute (or send) work enqueued between the two calls is one slice. On the CPU
   // device that work runs on the stream's own thread (kernels use one thread unless the process
@@ -197,87 +197,87 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
   };
   switch (action.kind) {
     case ActionKind::kForward: {
-      Step::Slot& slot = slot_at(c);
+      Step::MicroBatchState& state = state_at(c);
       if (v == 0 || v == last) {
         Batch rows;
         rows.inputs = rows_of(step.host.inputs, action.micro_batch * step.rows, step.rows);
         rows.targets = rows_of(step.host.targets, action.micro_batch * step.rows, step.rows);
-        slot.staged = std::make_unique<DeviceBatch>(context_.device, context_.compute, rows);
-        slot.batch = slot.staged->batch();
+        state.staged = std::make_unique<DeviceBatch>(context_.device, context_.compute, rows);
+        state.batch = state.staged->batch();
       }
       if (v > 0) {
         const int previous = v - 1;
-        slot.batch.inputs = schedule_.stage_of(previous) == s
-                                ? slot_at(static_cast<std::size_t>(schedule_.chunk_of(previous))).output
-                                : Tensor{slot.received.data(), step.received_shape[c],
+        state.batch.inputs = schedule_.stage_of(previous) == s
+                                ? state_at(static_cast<std::size_t>(schedule_.chunk_of(previous))).output
+                                : Tensor{state.received.data(), step.received_shape[c],
                                          step.received_dtype[c]};
       }
       traced(context_.compute, "compute", [&] {
-        slot.output = chunk.runner->forward(action.micro_batch, slot.batch);
+        state.output = chunk.runner->forward(action.micro_batch, state.batch);
       });
       host_waits(false);
       break;
     }
     case ActionKind::kBackward:
     case ActionKind::kBackwardInput: {
-      Step::Slot& slot = slot_at(c);
+      Step::MicroBatchState& state = state_at(c);
       Tensor grad_output;
       Buffer* local_owner = nullptr;
       if (v < last) {
         const int next = v + 1;
         if (schedule_.stage_of(next) == s) {
-          Step::Slot& after = slot_at(static_cast<std::size_t>(schedule_.chunk_of(next)));
+          Step::MicroBatchState& after = state_at(static_cast<std::size_t>(schedule_.chunk_of(next)));
           grad_output = after.grad_input;
           local_owner = &after.grad_input_owner;
         } else {
-          grad_output = Tensor{slot.received_gradient.data(), slot.output.shape, slot.output.dtype};
+          grad_output = Tensor{state.received_gradient.data(), state.output.shape, state.output.dtype};
         }
       }
       // The backward frees the output that a send may still be reading.
-      if (slot.sent) context_.compute.wait(*slot.sent);
+      if (state.sent) context_.compute.wait(*state.sent);
       if (bounded && step.gradient_sent[c]) step.gradient_sent[c]->synchronize();
       const bool split =
           action.kind == ActionKind::kBackwardInput && chunk.runner->splits_backward();
       traced(context_.compute, "compute", [&] {
-        slot.grad_input =
-            split ? chunk.runner->backward_input(action.micro_batch, slot.batch, grad_output,
-                                                 slot.grad_input_owner)
-                  : chunk.runner->backward(action.micro_batch, slot.batch, grad_output,
-                                           slot.grad_input_owner);
+        state.grad_input =
+            split ? chunk.runner->backward_input(action.micro_batch, state.batch, grad_output,
+                                                 state.grad_input_owner)
+                  : chunk.runner->backward(action.micro_batch, state.batch, grad_output,
+                                           state.grad_input_owner);
       });
-      release_after(context_.device, context_.compute, std::move(slot.received_gradient));
+      release_after(context_.device, context_.compute, std::move(state.received_gradient));
       if (local_owner) release_after(context_.device, context_.compute, std::move(*local_owner));
       // The weight gradient reads the stage's input (and the loss stage its targets) later.
       if (!split) {
-        release_after(context_.device, context_.compute, std::move(slot.received));
-        slot.staged.reset();  // frees the staged copies in compute order
+        release_after(context_.device, context_.compute, std::move(state.received));
+        state.staged.reset();  // frees the staged copies in compute order
       }
       host_waits(true);
       break;
     }
     case ActionKind::kBackwardWeight: {
       if (!chunk.runner->splits_backward()) break;  // the whole backward ran at B
-      Step::Slot& slot = slot_at(c);
+      Step::MicroBatchState& state = state_at(c);
       traced(context_.compute, "compute", [&] {
-        chunk.runner->backward_weight(action.micro_batch, slot.batch);
+        chunk.runner->backward_weight(action.micro_batch, state.batch);
       });
-      release_after(context_.device, context_.compute, std::move(slot.received));
-      slot.staged.reset();
+      release_after(context_.device, context_.compute, std::move(state.received));
+      state.staged.reset();
       host_waits(true);
       break;
     }
     case ActionKind::kSendActivations: {
-      Step::Slot& slot = slot_at(c);
+      Step::MicroBatchState& state = state_at(c);
       std::unique_ptr<Event> ready = after_compute(*send_activations_);
       if (!step.header_sent[c]) {
         std::int64_t header[kHeader] = {};
-        header[0] = static_cast<std::int64_t>(slot.output.rank());
-        if (slot.output.rank() > kHeader - 2) {
-          throw Error(ErrorKind::kUsage, "activations of rank " + std::to_string(slot.output.rank()) +
+        header[0] = static_cast<std::int64_t>(state.output.rank());
+        if (state.output.rank() > kHeader - 2) {
+          throw Error(ErrorKind::kUsage, "activations of rank " + std::to_string(state.output.rank()) +
                                              " between pipeline stages; at most 6 dimensions");
         }
-        for (std::size_t d = 0; d < slot.output.rank(); ++d) header[1 + d] = slot.output.dim(d);
-        header[kHeader - 1] = static_cast<std::int64_t>(slot.output.dtype);
+        for (std::size_t d = 0; d < state.output.rank(); ++d) header[1 + d] = state.output.dim(d);
+        header[kHeader - 1] = static_cast<std::int64_t>(state.output.dtype);
         Buffer buffer = context_.allocator().allocate(sizeof header, Category::kWorkspace);
         write_from_host(context_.device, *send_activations_, buffer.data(), header, sizeof header);
         activations_->label_next(("shape of the " + label).c_str());
@@ -287,16 +287,16 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
       }
       activations_->label_next(label.c_str());
       traced(*send_activations_, "send", [&] {
-        activations_->send(*send_activations_, slot.output.data, slot.output.numel(),
-                           slot.output.dtype, action.peer);
+        activations_->send(*send_activations_, state.output.data, state.output.numel(),
+                           state.output.dtype, action.peer);
       });
-      slot.sent = context_.device.create_event();
-      send_activations_->record(*slot.sent);
+      state.sent = context_.device.create_event();
+      send_activations_->record(*state.sent);
       step.events.push_back(std::move(ready));
       break;
     }
     case ActionKind::kReceiveActivations: {
-      Step::Slot& slot = slot_at(c);
+      Step::MicroBatchState& state = state_at(c);
       if (step.received_shape[c].empty()) {
         Buffer buffer = context_.allocator().allocate(kHeader * sizeof(std::int64_t),
                                                       Category::kWorkspace);
@@ -318,33 +318,33 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
         }
       }
       const Tensor shape{nullptr, step.received_shape[c], step.received_dtype[c]};
-      slot.received = context_.allocator().allocate(shape.bytes(), Category::kActivations);
+      state.received = context_.allocator().allocate(shape.bytes(), Category::kActivations);
       activations_->label_next(label.c_str());
-      activations_->receive(context_.compute, slot.received.data(), shape.numel(), shape.dtype,
+      activations_->receive(context_.compute, state.received.data(), shape.numel(), shape.dtype,
                             action.peer);
       break;
     }
     case ActionKind::kSendGradients: {
-      Step::Slot& slot = slot_at(c);
+      Step::MicroBatchState& state = state_at(c);
       std::unique_ptr<Event> ready = after_compute(*send_gradients_);
       gradients_->label_next(label.c_str());
       traced(*send_gradients_, "send", [&] {
-        gradients_->send(*send_gradients_, slot.grad_input.data, slot.grad_input.numel(),
-                         slot.grad_input.dtype, action.peer);
+        gradients_->send(*send_gradients_, state.grad_input.data, state.grad_input.numel(),
+                         state.grad_input.dtype, action.peer);
       });
-      release_after(context_.device, *send_gradients_, std::move(slot.grad_input_owner));
+      release_after(context_.device, *send_gradients_, std::move(state.grad_input_owner));
       if (!step.gradient_sent[c]) step.gradient_sent[c] = context_.device.create_event();
       send_gradients_->record(*step.gradient_sent[c]);
       step.events.push_back(std::move(ready));
       break;
     }
     case ActionKind::kReceiveGradients: {
-      Step::Slot& slot = slot_at(c);
-      slot.received_gradient = context_.allocator().allocate(slot.output.bytes(),
+      Step::MicroBatchState& state = state_at(c);
+      state.received_gradient = context_.allocator().allocate(state.output.bytes(),
                                                              Category::kActivations);
       gradients_->label_next(label.c_str());
-      gradients_->receive(context_.compute, slot.received_gradient.data(), slot.output.numel(),
-                          slot.output.dtype, action.peer);
+      gradients_->receive(context_.compute, state.received_gradient.data(), state.output.numel(),
+                          state.output.dtype, action.peer);
       break;
     }
     case ActionKind::kReduce:

@@ -148,7 +148,7 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
                             : recompute[static_cast<std::size_t>(part.whole_indices()[u])]);
     }
     if (gathered_for_step(engine_.stage, pipeline_.reshard_after_forward)) {
-      // A slot per unit: a unit once gathered stays until the step changes its shards.
+      // A gather-ring slot per unit: a unit once gathered stays until the step changes its shards.
       options.gather_slots = std::max(options.gather_slots, part.whole_indices().size());
     }
     chunk.trainer = std::make_unique<ZeroTrainer>(*chunk.context, options, *chunk.replicas.front(),

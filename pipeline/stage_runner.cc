@@ -41,10 +41,10 @@ Tensor StageRunner::forward(int micro_batch, const Batch& batch) {
                                          " again before its backward");
     }
   }
-  if (loss_slots_.empty()) {
-    loss_slots_ = context_.allocator().allocate(
+  if (micro_batch_losses_.empty()) {
+    micro_batch_losses_ = context_.allocator().allocate(
         static_cast<std::size_t>(micro_batches_) * sizeof(float), Category::kWorkspace);
-    context_.device.fill_zero(context_.compute, loss_slots_.data(), loss_slots_.bytes());
+    context_.device.fill_zero(context_.compute, micro_batch_losses_.data(), micro_batch_losses_.bytes());
   }
   MicroBatchPass pass =
       trainer_.make_pass(replicas_.at(static_cast<std::size_t>(micro_batch))->units());
@@ -53,9 +53,9 @@ Tensor StageRunner::forward(int micro_batch, const Batch& batch) {
   const Tensor output = pass.output();
   if (!output.data) {
     // The loss stage: the loss unit wrote this micro-batch's loss; keep it past the next one.
-    context_.device.copy(context_.compute, loss_slots_.as<float>() + micro_batch,
+    context_.device.copy(context_.compute, micro_batch_losses_.as<float>() + micro_batch,
                          trainer_.loss_buffer(), sizeof(float));
-    losses_in_slots_ = true;
+    losses_waiting_ = true;
   }
   in_flight_.emplace_back(micro_batch, std::move(pass));
   return output;
@@ -111,12 +111,12 @@ float StageRunner::evaluation_loss() {
 
 ZeroTrainer::StepTotals StageRunner::step_totals(int loss_ranks) {
   double loss_sum = 0.0;  // this rank's micro-batch losses of the step
-  if (losses_in_slots_) {
+  if (losses_waiting_) {
     std::vector<float> losses(static_cast<std::size_t>(micro_batches_));
-    read_to_host(context_.device, context_.compute, losses.data(), loss_slots_.data(),
+    read_to_host(context_.device, context_.compute, losses.data(), micro_batch_losses_.data(),
                  losses.size() * sizeof(float));
     for (float loss : losses) loss_sum += loss;
-    losses_in_slots_ = false;
+    losses_waiting_ = false;
   }
   return trainer_.step_totals(loss_sum / micro_batches_ / loss_ranks);
 }

@@ -74,8 +74,8 @@ class StageRunner {
   int backwards_ = 0;            // in this step
   Held in_flight_;               // forward done, backward not
   Held awaiting_weight_;         // split backward: input gradient done, weight gradient not
-  Buffer loss_slots_;            // device: one float per micro-batch of the step
-  bool losses_in_slots_ = false;  // the loss stage's losses of this step wait there
+  Buffer micro_batch_losses_;            // device: one float per micro-batch of the step
+  bool losses_waiting_ = false;  // the loss stage's losses of this step wait there
 };
 
 }  // namespace zest

@@ -7,7 +7,7 @@
 
 #include "base/error.h"
 #include "engine/parameter_offload.h"
-#include "engine/secondary_partition.h"
+#include "engine/secondary_shard.h"
 #include "engine/stage_plan.h"
 #include "optim/optimizer.h"
 #include "planner/shape_module.h"
@@ -37,10 +37,10 @@ PeakPrediction model_state_peaks(const PeakPlanInput& input) {
 }
 
 // The groups the engine splits off the shard group, as rank 0 joins them: hpZ's (the first
-// hpz_partition_size ranks; engine/secondary_partition.h).
+// hpz_group_size ranks; engine/secondary_shard.h).
 std::deque<shape::ShapeGroup> shard_group_splits(const PeakPlanInput& input) {
   const EngineOptions& options = input.engine;
-  const int hpz = hpz_partition_size(options.hpz_partition_size, options.stage, input.world_size,
+  const int hpz = hpz_group_size(options.hpz_group_size, options.stage, input.world_size,
                                      input.world_size);
   if (hpz == 0) return {};
   return {{0, hpz}};

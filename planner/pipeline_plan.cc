@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "base/error.h"
-#include "engine/secondary_partition.h"
+#include "engine/secondary_shard.h"
 #include "memory/shard_layout.h"
 #include "pipeline/pipeline_options.h"
 #include "pipeline/pipeline_trainer.h"
@@ -134,7 +134,7 @@ std::deque<shape::ShapeGroup> pipeline_splits(const PipelinePlanInput& input, in
   if (model.replicas > 1) {
     data_parallel_splits = {{0, model.world_size}, {0, model.replicas}};
   } else {
-    const int hpz = hpz_partition_size(model.engine.hpz_partition_size, model.engine.stage,
+    const int hpz = hpz_group_size(model.engine.hpz_group_size, model.engine.stage,
                                        model.world_size, model.world_size);
     if (hpz > 0) data_parallel_splits.assign(static_cast<std::size_t>(schedule.chunks), {0, hpz});
   }

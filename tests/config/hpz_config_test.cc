@@ -1,4 +1,4 @@
-// zero_optimization.zero_hpz_partition_size (DeepSpeed's ZeRO++ key, engine/secondary_partition.h):
+// zero_optimization.zero_hpz_partition_size (DeepSpeed's ZeRO++ key, engine/secondary_shard.h):
 // 1 (off) by default and in the resolved config; a group inside a node at stage 3, with qwZ and
 // qgZ too; everything else one line naming the key.
 #include <string>
@@ -40,14 +40,14 @@ std::string config_error(const json& config) {
 
 TEST(HpzConfig, OffByDefaultAndAGroupInsideANodeAtStage3) {
   const TrainConfig plain = parse_train_config(two_nodes(), {});
-  EXPECT_EQ(plain.engine.hpz_partition_size, 1);
+  EXPECT_EQ(plain.engine.hpz_group_size, 1);
   EXPECT_EQ(plain.json["zero_optimization"]["zero_hpz_partition_size"], 1);
   json config = two_nodes();
   config["zero_optimization"]["zero_hpz_partition_size"] = 2;
-  EXPECT_EQ(parse_train_config(config, {}).engine.hpz_partition_size, 2);
+  EXPECT_EQ(parse_train_config(config, {}).engine.hpz_group_size, 2);
   // Overrides reach it as any key.
   EXPECT_EQ(parse_train_config(two_nodes(), {"zero_optimization.zero_hpz_partition_size=2"})
-                .engine.hpz_partition_size,
+                .engine.hpz_group_size,
             2);
   // 1 is off at every stage.
   config["zero_optimization"] = {{"stage", 1}, {"zero_hpz_partition_size", 1}};
@@ -59,7 +59,7 @@ TEST(HpzConfig, EverythingElseIsOneLineNamingTheKey) {
   config["zero_optimization"]["zero_hpz_partition_size"] = 4;
   EXPECT_EQ(config_error(config),
             "zero_optimization.zero_hpz_partition_size: 4 does not divide the 2 ranks of a node "
-            "(world.ranks_per_node 2, world.ranks 4); a secondary partition's group lies inside "
+            "(world.ranks_per_node 2, world.ranks 4); a secondary shard's group lies inside "
             "one node");
   config["zero_optimization"]["zero_hpz_partition_size"] = 3;
   EXPECT_THAT(config_error(config), HasSubstr("3 does not divide the 2 ranks of a node"));
@@ -86,14 +86,14 @@ TEST(HpzConfig, EverythingElseIsOneLineNamingTheKey) {
   EXPECT_THAT(config_error(config), HasSubstr("2 does not divide the 1 ranks of a node"));
 }
 
-// ZeRO++'s whole stack: the secondary partition keeps the quantized gather's values.
+// ZeRO++'s whole stack: the secondary shard keeps the quantized gather's values.
 TEST(HpzConfig, WithQuantizedWeightsAndGradientsIsServed) {
   json config = two_nodes();
   config["zero_optimization"]["zero_hpz_partition_size"] = 2;
   config["zero_optimization"]["zero_quantized_weights"] = true;
   config["zero_optimization"]["zero_quantized_gradients"] = true;
   const TrainConfig parsed = parse_train_config(config, {});
-  EXPECT_EQ(parsed.engine.hpz_partition_size, 2);
+  EXPECT_EQ(parsed.engine.hpz_group_size, 2);
   EXPECT_TRUE(parsed.engine.quantized_weights);
   EXPECT_TRUE(parsed.engine.quantized_gradients);
 }
@@ -105,7 +105,7 @@ TEST(HpzConfig, InsidePipelineStagesIsRefusedInOneLine) {
   config["zero_optimization"]["zero_hpz_partition_size"] = 2;
   config["pipeline"] = {{"stages", 2}};
   EXPECT_EQ(config_error(config),
-            "zero_optimization.zero_hpz_partition_size: the secondary partition inside pipeline "
+            "zero_optimization.zero_hpz_partition_size: the secondary shard inside pipeline "
             "stages is not supported yet, and pipeline.stages is 2; set zero_hpz_partition_size "
             "to 1 or leave the pipeline block out");
 }

@@ -129,7 +129,7 @@ std::vector<float> mixed_values(const ShardLayout& layout) {
   const float spread[] = {0.05f, 0.01f, 0.1f};
   const float centre[] = {1.0f, 0.0f, 0.0f};
   for (std::size_t p = 0; p < layout.params().size(); ++p) {
-    const ParamSlot& param = layout.params()[p];
+    const ParamPlace& param = layout.params()[p];
     for (std::size_t i = 0; i < param.numel; ++i) {
       flat[param.offset + i] = centre[p] + spread[p] * normal(generator);
     }
@@ -176,7 +176,7 @@ TEST(QuantizedGather, EachParameterIsWithinHalfAScaleOfItsOwnBlocks) {
   for (int rank = 0; rank < 2; ++rank) {
     // The reference cut: at the shard's start and at each parameter's start inside it.
     std::vector<std::size_t> cuts = {rank * shard, (rank + 1) * shard};
-    for (const ParamSlot& param : layout.params()) {
+    for (const ParamPlace& param : layout.params()) {
       if (param.offset > cuts[0] && param.offset < cuts[1]) cuts.push_back(param.offset);
     }
     std::sort(cuts.begin(), cuts.end());

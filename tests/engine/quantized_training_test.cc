@@ -189,7 +189,7 @@ std::vector<float> quantized_per_parameter(const ShardLayout& layout, const std:
   const std::size_t shard = layout.shard_length();
   for (int rank = 0; rank < layout.world_size(); ++rank) {
     std::vector<std::size_t> cuts = {rank * shard, (rank + 1) * shard};
-    for (const ParamSlot& param : layout.params()) {
+    for (const ParamPlace& param : layout.params()) {
       if (param.offset > cuts[0] && param.offset < cuts[1]) cuts.push_back(param.offset);
     }
     std::sort(cuts.begin(), cuts.end());
@@ -208,7 +208,7 @@ std::vector<std::vector<float>> master_flats(Trainer& trainer) {
   std::vector<std::vector<float>> flats;
   for (const ShardLayout& layout : trainer.layouts()) {
     std::vector<float> flat;
-    for (const ParamSlot& param : layout.params()) {
+    for (const ParamPlace& param : layout.params()) {
       const std::vector<float> value = trainer.full_parameter(layout.unit_name() + "." + param.name);
       flat.insert(flat.end(), value.begin(), value.end());
     }
@@ -245,7 +245,7 @@ TEST(QuantizedTraining, UnitsComputeWithTheQuantizedMasterOfTheirStepBlockedPerP
   ASSERT_EQ(layouts.size(), run.sizes.size() - 1);
   bool straddled = false;  // some shard holds the end of one parameter and the start of another
   for (const ShardLayout& layout : layouts) {
-    for (const ParamSlot& param : layout.params()) straddled |= param.offset % layout.shard_length() != 0;
+    for (const ParamPlace& param : layout.params()) straddled |= param.offset % layout.shard_length() != 0;
   }
   ASSERT_TRUE(straddled);
   for (int rank = 0; rank < kRanks; ++rank) {

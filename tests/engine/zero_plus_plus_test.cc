@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/quantized_collectives.h"
-#include "engine/secondary_partition.h"
+#include "engine/secondary_shard.h"
 #include "kernels/quantize.h"
 #include "runtime/link_model.h"
 #include "tests/engine/engine_test_support.h"
@@ -55,7 +55,7 @@ RunSpec spec_of(const Options& o) {
   spec.configure_engine = [o](EngineOptions& engine) {
     engine.quantized_weights = o.weights;
     engine.quantized_gradients = o.gradients;
-    engine.hpz_partition_size = o.hpz;
+    engine.hpz_group_size = o.hpz;
     engine.hybrid_shard_size = o.hybrid ? kHybridShardNode : 0;
     engine.activation_checkpointing.policy = o.recompute;
   };
@@ -139,7 +139,7 @@ INSTANTIATE_TEST_SUITE_P(
 SecondStepWire wire_on_two_nodes(int hpz) {
   return testing::second_step_wire([hpz](EngineOptions& options) {
     options.quantized_weights = true;
-    options.hpz_partition_size = hpz;
+    options.hpz_group_size = hpz;
   });
 }
 

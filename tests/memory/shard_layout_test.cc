@@ -80,12 +80,12 @@ TEST(ShardLayout, ParametersAreLaidEndToEndInOrder) {
     ASSERT_EQ(layout.params().size(), unit.size());
     std::size_t offset = 0;
     for (std::size_t i = 0; i < unit.size(); ++i) {
-      const ParamSlot& slot = layout.params()[i];
-      EXPECT_EQ(slot.name, unit[i].name);
-      EXPECT_EQ(slot.shape, unit[i].shape);
-      EXPECT_EQ(slot.numel, numel_of(unit[i]));
-      EXPECT_EQ(slot.offset, offset) << "parameter " << i << " is not contiguous with the last";
-      offset += slot.numel;
+      const ParamPlace& place = layout.params()[i];
+      EXPECT_EQ(place.name, unit[i].name);
+      EXPECT_EQ(place.shape, unit[i].shape);
+      EXPECT_EQ(place.numel, numel_of(unit[i]));
+      EXPECT_EQ(place.offset, offset) << "parameter " << i << " is not contiguous with the last";
+      offset += place.numel;
     }
     EXPECT_EQ(layout.numel(), offset);
   }
@@ -97,18 +97,18 @@ TEST(ShardLayout, EveryElementOwnedByExactlyOneRank) {
       for (std::size_t alignment : kAlignments) {
         SCOPED_TRACE(describe(unit, world, alignment));
         const ShardLayout layout = ShardLayout::build("unit", unit, world, alignment);
-        // owners[p][i]: how many ranks' pieces cover element i of parameter p.
+        // owners[p][i]: how many ranks' parts cover element i of parameter p.
         std::vector<std::vector<int>> covered(layout.params().size());
         for (std::size_t p = 0; p < covered.size(); ++p) {
           covered[p].assign(layout.params()[p].numel, 0);
         }
         for (int rank = 0; rank < world; ++rank) {
-          for (const ShardPiece& piece : layout.pieces(rank)) {
-            ASSERT_LT(piece.param_index, covered.size());
-            ASSERT_LE(piece.param_elements.end, layout.params()[piece.param_index].numel);
-            ASSERT_LT(piece.param_elements.begin, piece.param_elements.end) << "empty piece";
-            for (std::size_t i = piece.param_elements.begin; i < piece.param_elements.end; ++i) {
-              ++covered[piece.param_index][i];
+          for (const ParamInShard& part : layout.params_in_shard(rank)) {
+            ASSERT_LT(part.param_index, covered.size());
+            ASSERT_LE(part.param_elements.end, layout.params()[part.param_index].numel);
+            ASSERT_LT(part.param_elements.begin, part.param_elements.end) << "empty part";
+            for (std::size_t i = part.param_elements.begin; i < part.param_elements.end; ++i) {
+              ++covered[part.param_index][i];
             }
           }
         }
@@ -161,22 +161,22 @@ TEST(ShardLayout, PiecesTileEachShardInFlatOrder) {
           std::size_t next_shard_offset = 0;
           std::size_t last_param = 0;
           bool first = true;
-          for (const ShardPiece& piece : layout.pieces(rank)) {
-            const ParamSlot& slot = layout.params()[piece.param_index];
-            const std::size_t flat = slot.offset + piece.param_elements.begin;
-            // The piece's place in the shard is its flat position minus the shard's start.
-            EXPECT_EQ(flat, shard.begin + piece.shard_offset);
-            EXPECT_LE(piece.shard_offset + piece.param_elements.size(), layout.shard_length());
-            // In flat order, back to back: parameters are contiguous, so are their pieces.
-            EXPECT_EQ(piece.shard_offset, next_shard_offset) << "rank " << rank;
+          for (const ParamInShard& part : layout.params_in_shard(rank)) {
+            const ParamPlace& place = layout.params()[part.param_index];
+            const std::size_t flat = place.offset + part.param_elements.begin;
+            // The part's place in the shard is its flat position minus the shard's start.
+            EXPECT_EQ(flat, shard.begin + part.shard_offset);
+            EXPECT_LE(part.shard_offset + part.param_elements.size(), layout.shard_length());
+            // In flat order, back to back: parameters are contiguous, so are their parts.
+            EXPECT_EQ(part.shard_offset, next_shard_offset) << "rank " << rank;
             if (!first) {
-              EXPECT_EQ(piece.param_index, last_param + 1);
+              EXPECT_EQ(part.param_index, last_param + 1);
             }
-            next_shard_offset = piece.shard_offset + piece.param_elements.size();
-            last_param = piece.param_index;
+            next_shard_offset = part.shard_offset + part.param_elements.size();
+            last_param = part.param_index;
             first = false;
           }
-          // What the pieces leave over at the end of the shard is padding, and only the last
+          // What the parts leave over at the end of the shard is padding, and only the last
           // shards hold padding.
           const std::size_t real_in_shard =
               shard.begin >= layout.numel()
@@ -195,14 +195,14 @@ TEST(ShardLayout, OwnerOfAgreesWithShardRangeAndPieces) {
       for (std::size_t alignment : kAlignments) {
         SCOPED_TRACE(describe(unit, world, alignment));
         const ShardLayout layout = ShardLayout::build("unit", unit, world, alignment);
-        // The flat element → rank map built from the pieces.
-        std::vector<int> owner_from_pieces(layout.flat_length(), -1);
+        // The flat element → rank map built from the parts.
+        std::vector<int> owner_from_parts(layout.flat_length(), -1);
         for (int rank = 0; rank < world; ++rank) {
-          for (const ShardPiece& piece : layout.pieces(rank)) {
+          for (const ParamInShard& part : layout.params_in_shard(rank)) {
             const std::size_t flat =
-                layout.params()[piece.param_index].offset + piece.param_elements.begin;
-            for (std::size_t i = 0; i < piece.param_elements.size(); ++i) {
-              owner_from_pieces[flat + i] = rank;
+                layout.params()[part.param_index].offset + part.param_elements.begin;
+            for (std::size_t i = 0; i < part.param_elements.size(); ++i) {
+              owner_from_parts[flat + i] = rank;
             }
           }
         }
@@ -214,9 +214,9 @@ TEST(ShardLayout, OwnerOfAgreesWithShardRangeAndPieces) {
           ASSERT_GE(element, range.begin);
           ASSERT_LT(element, range.end);
           if (element < layout.numel()) {
-            ASSERT_EQ(owner_from_pieces[element], owner) << "element " << element;
+            ASSERT_EQ(owner_from_parts[element], owner) << "element " << element;
           } else {
-            ASSERT_EQ(owner_from_pieces[element], -1) << "padding element " << element;
+            ASSERT_EQ(owner_from_parts[element], -1) << "padding element " << element;
           }
         }
       }
@@ -229,10 +229,10 @@ TEST(ShardLayout, SingleRankOwnsEverythingWithoutPaddingAtAlignmentOne) {
   EXPECT_EQ(layout.numel(), 26u);
   EXPECT_EQ(layout.flat_length(), 26u);
   EXPECT_EQ(layout.padding(), 0u);
-  const auto pieces = layout.pieces(0);
-  ASSERT_EQ(pieces.size(), 2u);
-  EXPECT_EQ(pieces[0].param_elements.size(), 21u);
-  EXPECT_EQ(pieces[1].shard_offset, 21u);
+  const auto parts = layout.params_in_shard(0);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].param_elements.size(), 21u);
+  EXPECT_EQ(parts[1].shard_offset, 21u);
 }
 
 TEST(ShardLayout, KnownSplitAcrossFourRanks) {
@@ -244,18 +244,18 @@ TEST(ShardLayout, KnownSplitAcrossFourRanks) {
   EXPECT_EQ(layout.shard_length(), 6u);
   EXPECT_EQ(layout.padding(), 3u);
   // rank 1 holds flat [6, 12): w[6..10) then b[0..2).
-  const auto pieces = layout.pieces(1);
-  ASSERT_EQ(pieces.size(), 2u);
-  EXPECT_EQ(pieces[0].param_index, 0u);
-  EXPECT_EQ(pieces[0].param_elements.begin, 6u);
-  EXPECT_EQ(pieces[0].param_elements.end, 10u);
-  EXPECT_EQ(pieces[0].shard_offset, 0u);
-  EXPECT_EQ(pieces[1].param_index, 1u);
-  EXPECT_EQ(pieces[1].param_elements.begin, 0u);
-  EXPECT_EQ(pieces[1].param_elements.end, 2u);
-  EXPECT_EQ(pieces[1].shard_offset, 4u);
+  const auto parts = layout.params_in_shard(1);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].param_index, 0u);
+  EXPECT_EQ(parts[0].param_elements.begin, 6u);
+  EXPECT_EQ(parts[0].param_elements.end, 10u);
+  EXPECT_EQ(parts[0].shard_offset, 0u);
+  EXPECT_EQ(parts[1].param_index, 1u);
+  EXPECT_EQ(parts[1].param_elements.begin, 0u);
+  EXPECT_EQ(parts[1].param_elements.end, 2u);
+  EXPECT_EQ(parts[1].shard_offset, 4u);
   // rank 3 holds flat [18, 24): g[5..8) then three padding elements.
-  const auto last = layout.pieces(3);
+  const auto last = layout.params_in_shard(3);
   ASSERT_EQ(last.size(), 1u);
   EXPECT_EQ(last[0].param_index, 2u);
   EXPECT_EQ(last[0].param_elements.begin, 5u);
@@ -266,8 +266,8 @@ TEST(ShardLayout, RanksBeyondTheDataHoldOnlyPadding) {
   // One element over eight ranks: rank 0 owns it, ranks 1..7 own only padding.
   const ShardLayout layout = ShardLayout::build("tiny", {{"bias", {1}}}, 8, 1);
   EXPECT_EQ(layout.flat_length(), 8u);
-  EXPECT_EQ(layout.pieces(0).size(), 1u);
-  for (int rank = 1; rank < 8; ++rank) EXPECT_TRUE(layout.pieces(rank).empty()) << rank;
+  EXPECT_EQ(layout.params_in_shard(0).size(), 1u);
+  for (int rank = 1; rank < 8; ++rank) EXPECT_TRUE(layout.params_in_shard(rank).empty()) << rank;
 }
 
 TEST(ShardLayout, DefaultAlignmentIs32Elements) {
@@ -350,7 +350,7 @@ TEST(ShardLayout, RankOutsideTheWorldIsAnError) {
   const ShardLayout layout = ShardLayout::build("u", {{"w", {10}}}, 2, 1);
   EXPECT_THROW(layout.shard_range(2), Error);
   EXPECT_THROW(layout.shard_range(-1), Error);
-  EXPECT_THROW(layout.pieces(2), Error);
+  EXPECT_THROW(layout.params_in_shard(2), Error);
 }
 
 }  // namespace

@@ -46,7 +46,7 @@ struct Job {
     options.quantized_weights = weights;
     options.quantized_gradients = gradients;
     options.quantized_gradient_bits = bits;
-    options.hpz_partition_size = hpz;
+    options.hpz_group_size = hpz;
     options.hybrid_shard_size = hybrid ? kHybridShardNode : 0;
     return options;
   }

@@ -1,8 +1,9 @@
 // zest-train with `checkpoint.async`: the background writer saves the same rank files as the
 // synchronous save and training goes on with the same losses, at every ZeRO stage; an async
 // checkpoint resumes at another world size; a kill -9 while the writer runs leaves a `latest` that
-// resumes; every step's metrics record says how long the loop waited for the save; a value that
-// is not a boolean is one config error naming the key.
+// resumes; a SIGTERM waits for the writer and publishes the last save; every step's metrics
+// record says how long the loop waited for the save; a value that is not a boolean is one config
+// error naming the key.
 #include <signal.h>
 #include <sys/types.h>
 
@@ -179,6 +180,40 @@ TEST_F(ZestTrainAsyncCheckpoint, AKillDuringBackgroundWritesLeavesALatestThatRes
                    dir + "/" + latest.substr(0, latest.find_last_not_of("\n ") + 1)});
     EXPECT_EQ(resumed.status, 0) << latest << ": " << resumed.err;
   }
+}
+
+// A SIGTERM while the writer is busy (it saves every step): the run saves after the step in
+// progress, waits for every save still being written, and exits 143, its last save published
+// as `latest`, whole and verified, with no temporary left beside it.
+TEST_F(ZestTrainAsyncCheckpoint, ASigtermWaitsForTheWriterAndPublishesTheLastSave) {
+  const std::string dir = path("sigterm");
+  const pid_t child = spawn(2, 3, {"--set", "steps=1000000", "--set", "checkpoint.dir=" + dir,
+                                   "--set", "checkpoint.every_steps=1", "--set",
+                                   "checkpoint.async=true"});
+  ASSERT_GT(child, 0);  // not kill(-1, ...) below
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (testing::read_whole_file(path("stdout.txt")).find("3/1000000") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(child, SIGTERM);
+  const ProcessResult result = testing::wait_for_program(child, output_files());
+  EXPECT_EQ(result.status, 128 + SIGTERM) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("stopped by signal 15 after step"));
+  const std::string latest = testing::read_whole_file(dir + "/latest");
+  ASSERT_THAT(latest, ::testing::StartsWith("step-"));
+  const std::string last = latest.substr(0, latest.find_last_not_of("\n ") + 1);
+  EXPECT_THAT(result.out, HasSubstr("saved checkpoint " + dir + "/" + last));
+  int newer = 0;  // a save after `latest` would be one the exit abandoned
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_EQ(name.find("tmp"), std::string::npos) << name;
+    if (name.rfind("step-", 0) == 0 && std::stoi(name.substr(5)) > std::stoi(last.substr(5))) {
+      ++newer;
+    }
+  }
+  EXPECT_EQ(newer, 0);
+  verify_checkpoint(dir);
 }
 
 TEST_F(ZestTrainAsyncCheckpoint, AValueThatIsNotABooleanIsOneConfigError) {

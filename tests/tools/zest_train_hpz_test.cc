@@ -64,7 +64,7 @@ TEST_F(ZestTrainHpz, ASizeThatDoesNotFitANodeIsOneLineAndStatus2) {
   EXPECT_EQ(result.err,
             "zest-train: error: " + kConfig +
                 ": zero_optimization.zero_hpz_partition_size: 4 does not divide the 2 "
-            "ranks of a node (world.ranks_per_node 2, world.ranks 4); a secondary partition's "
+            "ranks of a node (world.ranks_per_node 2, world.ranks 4); a secondary shard's "
             "group lies inside one node\n");
 }
 

@@ -127,18 +127,18 @@ void export_parameters(RankContext& context, Trainer& trainer, const std::string
   // are the whole model's (a collective over every rank), in the order of placement's units.
   const std::optional<CheckpointPlacement> placement = trainer.checkpoint_placement();
   for (const ShardLayout& layout : placement ? placement->units : trainer.layouts()) {
-    for (const ParamSlot& slot : layout.params()) {
+    for (const ParamPlace& place : layout.params()) {
       std::vector<float> full = trainer.full_parameter(names.at(name_index++));
       if (context.rank != 0) continue;
       // A GPT in vocabulary pieces writes its pieces' rows as one embedding.wte, as zest-ckpt
       // export does (models/gpt_pieces.h).
-      if (layout.unit_name().rfind("wte_piece", 0) == 0 && slot.name == "wte" &&
+      if (layout.unit_name().rfind("wte_piece", 0) == 0 && place.name == "wte" &&
           !entries.empty() && entries.front().name == "embedding.wte") {
-        entries.front().shape[0] += slot.shape[0];
+        entries.front().shape[0] += place.shape[0];
         values.front().insert(values.front().end(), full.begin(), full.end());
         continue;
       }
-      entries.push_back({layout.unit_name() + "." + slot.name, DType::kFloat32, slot.shape});
+      entries.push_back({layout.unit_name() + "." + place.name, DType::kFloat32, place.shape});
       values.push_back(std::move(full));
     }
   }

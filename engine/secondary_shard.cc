@@ -1,4 +1,4 @@
-#include "engine/secondary_partition.h"
+#include "engine/secondary_shard.h"
 
 #include <fmt/format.h>
 
@@ -16,7 +16,7 @@ constexpr const char* kKey = "zero_optimization.zero_hpz_partition_size";
 
 }  // namespace
 
-int hpz_partition_size(int asked, int stage, int world_size, int ranks_per_node) {
+int hpz_group_size(int asked, int stage, int world_size, int ranks_per_node) {
   if (asked == 1) return 0;
   if (asked < 1) refuse(fmt::format("must be 1 (off) or a number of ranks, got {}", asked));
   const StagePlan plan = StagePlan::of(stage);
@@ -27,13 +27,13 @@ int hpz_partition_size(int asked, int stage, int world_size, int ranks_per_node)
   if (ranks_per_node < 1 || ranks_per_node > world_size) ranks_per_node = world_size;
   if (ranks_per_node % asked != 0) {
     refuse(fmt::format("{} does not divide the {} ranks of a node (world.ranks_per_node {}, "
-                       "world.ranks {}); a secondary partition's group lies inside one node",
+                       "world.ranks {}); a secondary shard's group lies inside one node",
                        asked, ranks_per_node, ranks_per_node, world_size));
   }
   return asked;
 }
 
-SecondaryPartition::SecondaryPartition(RankContext& context, int size, DType dtype)
+SecondaryShard::SecondaryShard(RankContext& context, int size, DType dtype)
     : context_(context), size_(size), dtype_(dtype) {
   if (context.replicas > 1) {
     refuse(fmt::format("{} with zero_optimization.hybrid_shard_size: a hybrid shard group's "
@@ -52,7 +52,7 @@ SecondaryPartition::SecondaryPartition(RankContext& context, int size, DType dty
     for (int r = g * size; r < (g + 1) * size; ++r) members.push_back(world.world_rank_of(r));
     if (context.topology.nodes_spanned(members) != 1) {
       refuse(fmt::format("{}: the group of data-parallel ranks {}..{} (world ranks {}..{}) spans "
-                         "nodes; a secondary partition's group lies inside one node",
+                         "nodes; a secondary shard's group lies inside one node",
                          size, g * size, (g + 1) * size - 1, members.front(), members.back()));
     }
   }
@@ -63,7 +63,7 @@ SecondaryPartition::SecondaryPartition(RankContext& context, int size, DType dty
                                    world.world_rank_of((group + 1) * size - 1)));
 }
 
-void SecondaryPartition::allocate(const std::vector<FlatUnit>& units) {
+void SecondaryShard::allocate(const std::vector<FlatUnit>& units) {
   for (const FlatUnit& unit : units) {
     shards_.push_back(context_.allocator().allocate(
         unit.layout.flat_length() / static_cast<std::size_t>(size_) * dtype_size(dtype_),
@@ -72,7 +72,7 @@ void SecondaryPartition::allocate(const std::vector<FlatUnit>& units) {
   fresh_.assign(units.size(), false);
 }
 
-void SecondaryPartition::gather(const FlatUnit& unit, Stream& stream, void* slot,
+void SecondaryShard::gather(const FlatUnit& unit, Stream& stream, void* slot,
                                 QuantizedGather* quantized) {
   const auto index = static_cast<std::size_t>(unit.index);
   const std::size_t part = unit.layout.flat_length() / static_cast<std::size_t>(size_);
@@ -100,9 +100,9 @@ void SecondaryPartition::gather(const FlatUnit& unit, Stream& stream, void* slot
   fresh_[index] = true;
 }
 
-void SecondaryPartition::parameters_changed() { fresh_.assign(fresh_.size(), false); }
+void SecondaryShard::parameters_changed() { fresh_.assign(fresh_.size(), false); }
 
-std::size_t SecondaryPartition::fresh_units() const {
+std::size_t SecondaryShard::fresh_units() const {
   std::size_t count = 0;
   for (bool fresh : fresh_) count += fresh ? 1 : 0;
   return count;

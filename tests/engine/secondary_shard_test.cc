@@ -1,5 +1,5 @@
-// ZeRO++'s hpZ (zero_optimization.zero_hpz_partition_size, engine/secondary_partition.h): stage 3
-// with a secondary partition inside each node trains to the bit as plain stage 3 on 2 nodes x 2
+// ZeRO++'s hpZ (zero_optimization.zero_hpz_partition_size, engine/secondary_shard.h): stage 3
+// with a secondary shard inside each node trains to the bit as plain stage 3 on 2 nodes x 2
 // ranks, 1 x 4 and 4 x 1, with accumulation, recomputation, bf16 and the optimizer offloaded; no
 // gather reads a secondary shard from before a step or a load; backward's gathers put no byte
 // across nodes; sizes that do not fit a node, other stages and hybrid sharding are one line naming
@@ -10,7 +10,7 @@
 #include <string>
 #include <tuple>
 
-#include "engine/secondary_partition.h"
+#include "engine/secondary_shard.h"
 #include "runtime/link_model.h"
 #include "tests/engine/engine_test_support.h"
 #include "tests/engine/second_step_wire.h"
@@ -58,21 +58,21 @@ RunSpec spec_for(const Shape& shape, int hpz) {
   spec.compute_dtype = shape.dtype;
   spec.communication_dtype = shape.dtype;
   spec.configure_engine = [hpz, shape](EngineOptions& engine) {
-    engine.hpz_partition_size = hpz;
+    engine.hpz_group_size = hpz;
     engine.activation_checkpointing.policy = shape.recompute;
     if (shape.offload) engine.offload_optimizer.device = OffloadDevice::kCpu;
   };
   return spec;
 }
 
-class SecondaryPartitionParity : public ::testing::TestWithParam<Shape> {};
+class SecondaryShardParity : public ::testing::TestWithParam<Shape> {};
 
-TEST_P(SecondaryPartitionParity, TrainsAsPlainStageThreeToTheBit) {
+TEST_P(SecondaryShardParity, TrainsAsPlainStageThreeToTheBit) {
   const Shape shape = GetParam();
   const RunResult plain = run_mlp(spec_for(shape, 1));
   const RunResult hpz = run_mlp(spec_for(shape, shape.hpz));
   expect_identical(plain, hpz);
-  // The secondary partition is its own category: 1/hpz of every unit, nothing else moves.
+  // The secondary shard is its own category: 1/hpz of every unit, nothing else moves.
   for (int rank = 0; rank < shape.nodes * shape.per_node; ++rank) {
     EXPECT_EQ(plain.usage[rank].peak_of(Category::kSecondary), 0u);
     EXPECT_EQ(hpz.usage[rank].peak_of(Category::kParams),
@@ -93,7 +93,7 @@ std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    NodesAccumulationRecompute, SecondaryPartitionParity,
+    NodesAccumulationRecompute, SecondaryShardParity,
     ::testing::Values(Shape{2, 2, 2, 1, RecomputePolicy::kNone},
                       Shape{2, 2, 2, 3, RecomputePolicy::kNone},
                       Shape{2, 2, 2, 2, RecomputePolicy::kFull},
@@ -108,7 +108,7 @@ INSTANTIATE_TEST_SUITE_P(
 // loaded values, forward and backward. Every rank scales its shards by 1.5 after step 2 and
 // state_loaded() runs; with a secondary shard kept from before the load, the backward (and the
 // next micro-batches) would compute with the old parameters and the runs would part.
-TEST(SecondaryPartition, NoGatherReadsAShardFromBeforeALoadOrAStep) {
+TEST(SecondaryShard, NoGatherReadsAShardFromBeforeALoadOrAStep) {
   auto spec = [](int hpz) {
     RunSpec run = spec_for(Shape{2, 2, hpz, 2, RecomputePolicy::kNone}, hpz);
     run.optimizer = "SGD";
@@ -116,8 +116,8 @@ TEST(SecondaryPartition, NoGatherReadsAShardFromBeforeALoadOrAStep) {
     run.after_step = [hpz](int, int step, const StepStats&, Trainer& trainer) {
       auto& zero = dynamic_cast<ZeroTrainer&>(trainer);
       if (hpz > 1) {
-        ASSERT_NE(zero.secondary_partition(), nullptr);
-        EXPECT_EQ(zero.secondary_partition()->fresh_units(), 0u) << "after step " << step;
+        ASSERT_NE(zero.secondary_shard(), nullptr);
+        EXPECT_EQ(zero.secondary_shard()->fresh_units(), 0u) << "after step " << step;
       }
       if (step != 2) return;
       for (std::size_t u = 0; u < trainer.layouts().size(); ++u) {
@@ -138,7 +138,7 @@ TEST(SecondaryPartition, NoGatherReadsAShardFromBeforeALoadOrAStep) {
 
 // fp16 from a loss scale of 2^24: the first steps overflow and are skipped (nothing changes, so
 // the secondary shards stay fresh and the next step's gathers read them), then it trains.
-TEST(SecondaryPartition, SkippedStepsKeepTheShardsAndTrainAsPlainStageThree) {
+TEST(SecondaryShard, SkippedStepsKeepTheShardsAndTrainAsPlainStageThree) {
   auto spec = [](int hpz) {
     RunSpec run = spec_for(Shape{2, 2, hpz, 2, RecomputePolicy::kNone}, hpz);
     run.compute_dtype = DType::kFloat16;
@@ -161,11 +161,11 @@ TEST(SecondaryPartition, SkippedStepsKeepTheShardsAndTrainAsPlainStageThree) {
 // alike) of the MLP at stage 3 on 2 nodes x 2 ranks, and of one evaluate() (forward gathers only).
 SecondStepWire wire_on_two_nodes(int hpz) {
   return testing::second_step_wire([hpz](EngineOptions& options) {
-    options.hpz_partition_size = hpz;
+    options.hpz_group_size = hpz;
   });
 }
 
-TEST(SecondaryPartitionWire, BackwardGathersPutNoByteAcrossNodes) {
+TEST(SecondaryShardWire, BackwardGathersPutNoByteAcrossNodes) {
   constexpr auto kAllGather = static_cast<std::size_t>(WireKind::kAllGather);
   constexpr auto kReduceScatter = static_cast<std::size_t>(WireKind::kReduceScatter);
   const SecondStepWire plain = wire_on_two_nodes(1);
@@ -183,15 +183,15 @@ TEST(SecondaryPartitionWire, BackwardGathersPutNoByteAcrossNodes) {
   EXPECT_LT(hpz.step.inter_total(), plain.step.inter_total());
 }
 
-TEST(HpzPartitionSize, OffAtOneAndOneLineWhereItDoesNotFitANode) {
-  EXPECT_EQ(hpz_partition_size(1, 3, 4, 2), 0);
-  EXPECT_EQ(hpz_partition_size(1, 2, 4, 2), 0);  // off at any stage
-  EXPECT_EQ(hpz_partition_size(2, 3, 4, 2), 2);
-  EXPECT_EQ(hpz_partition_size(4, 3, 4, 4), 4);
-  EXPECT_EQ(hpz_partition_size(2, 3, 8, 4), 2);
+TEST(HpzGroupSize, OffAtOneAndOneLineWhereItDoesNotFitANode) {
+  EXPECT_EQ(hpz_group_size(1, 3, 4, 2), 0);
+  EXPECT_EQ(hpz_group_size(1, 2, 4, 2), 0);  // off at any stage
+  EXPECT_EQ(hpz_group_size(2, 3, 4, 2), 2);
+  EXPECT_EQ(hpz_group_size(4, 3, 4, 4), 4);
+  EXPECT_EQ(hpz_group_size(2, 3, 8, 4), 2);
   auto message = [](int asked, int stage, int world, int per_node) {
     const Error error = testing::capture_error(
-        [&] { hpz_partition_size(asked, stage, world, per_node); });
+        [&] { hpz_group_size(asked, stage, world, per_node); });
     EXPECT_EQ(error.kind(), ErrorKind::kConfig);
     const std::string text = error.what();
     EXPECT_EQ(text.find('\n'), std::string::npos);
@@ -205,10 +205,10 @@ TEST(HpzPartitionSize, OffAtOneAndOneLineWhereItDoesNotFitANode) {
   EXPECT_THAT(message(3, 3, 4, 4), ::testing::HasSubstr("3 does not divide the 4 ranks"));
 }
 
-TEST(HpzPartitionSize, RefusedWithHybridShardingAndAcrossNodesInOneLine) {
+TEST(HpzGroupSize, RefusedWithHybridShardingAndAcrossNodesInOneLine) {
   RunSpec hybrid = spec_for(Shape{2, 2, 2, 1, RecomputePolicy::kNone}, 2);
   hybrid.configure_engine = [](EngineOptions& engine) {
-    engine.hpz_partition_size = 2;
+    engine.hpz_group_size = 2;
     engine.hybrid_shard_size = kHybridShardNode;
   };
   const Error error = testing::capture_error([&] { run_mlp(hybrid); });

@@ -22,21 +22,21 @@
 
 namespace zest {
 
-// The secondary partition's group size hpZ uses, or 0 when it is off. `asked` is
+// The secondary shard's group size hpZ uses, or 0 when it is off. `asked` is
 // zero_hpz_partition_size: 1 (DeepSpeed's default) is off; anything above needs stage 3 and must
 // divide a node's ranks (so it divides the world and every group lies inside one node). Any
 // other value is a kConfig Error, one line naming the key.
-int hpz_partition_size(int asked, int stage, int world_size, int ranks_per_node);
+int hpz_group_size(int asked, int stage, int world_size, int ranks_per_node);
 
-class SecondaryPartition {
+class SecondaryShard {
  public:
   // Splits `context`'s communicator into groups of `size` consecutive ranks (collective: every
   // rank makes it alike). A kConfig Error, one line, when a group would span nodes (a pipeline's
   // data-parallel group, whose ranks are not consecutive in the world) or the rank is a hybrid
   // shard group's view (its gathers stay in the node already).
-  SecondaryPartition(RankContext& context, int size, DType dtype);
-  SecondaryPartition(const SecondaryPartition&) = delete;
-  SecondaryPartition& operator=(const SecondaryPartition&) = delete;
+  SecondaryShard(RankContext& context, int size, DType dtype);
+  SecondaryShard(const SecondaryShard&) = delete;
+  SecondaryShard& operator=(const SecondaryShard&) = delete;
 
   // One secondary shard per unit, flat length / size elements (category secondary).
   void allocate(const std::vector<FlatUnit>& units);

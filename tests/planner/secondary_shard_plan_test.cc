@@ -1,4 +1,4 @@
-// The planner with hpZ's secondary partition (zero_optimization.zero_hpz_partition_size): its own
+// The planner with hpZ's secondary shard (zero_optimization.zero_hpz_partition_size): its own
 // category, `secondary`, 1/h of every unit for the whole run, and the allocator against the plan,
 // every category to the byte, for a small GPT (its embedding in vocabulary pieces) at stage 3 on
 // 2 nodes x 2 ranks and 1 x 4: fp32 and bf16, accumulation, with and without recomputation.
@@ -33,7 +33,7 @@ struct Job {
   int world() const { return nodes * per_node; }
   EngineOptions options() const {
     EngineOptions options = testing::engine_options(3, dtype, accumulation, recompute);
-    options.hpz_partition_size = hpz;
+    options.hpz_group_size = hpz;
     return options;
   }
 };
@@ -57,7 +57,7 @@ void expect_measured_equals_planned(const Job& job) {
 
 const GptConfig kSmallGpt{2, 2, 16, 512, 8, kAutoVocabPieces};
 
-TEST(SecondaryPartitionPlan, IsOneHthOfEveryUnitInItsOwnCategory) {
+TEST(SecondaryShardPlan, IsOneHthOfEveryUnitInItsOwnCategory) {
   for (int hpz : {2, 4}) {
     Job job{kSmallGpt};
     job.nodes = 1;
@@ -76,7 +76,7 @@ TEST(SecondaryPartitionPlan, IsOneHthOfEveryUnitInItsOwnCategory) {
     EXPECT_GT(expected, 0u);
     EXPECT_EQ(with.of(Category::kSecondary), expected) << hpz;
     EXPECT_EQ(without.of(Category::kSecondary), 0u);
-    // Nothing else moves: the secondary partition lives for the whole run beside the rest.
+    // Nothing else moves: the secondary shard lives for the whole run beside the rest.
     for (Category category : all_categories()) {
       if (category == Category::kSecondary) continue;
       EXPECT_EQ(with.of(category), without.of(category)) << category_name(category);
@@ -85,7 +85,7 @@ TEST(SecondaryPartitionPlan, IsOneHthOfEveryUnitInItsOwnCategory) {
   }
 }
 
-TEST(SecondaryPartitionPlan, EveryCategoryEqualsTheMeasuredPeakToTheByte) {
+TEST(SecondaryShardPlan, EveryCategoryEqualsTheMeasuredPeakToTheByte) {
   struct Case {
     int nodes, per_node, hpz;
     DType dtype;
