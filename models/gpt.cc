@@ -16,18 +16,6 @@
 namespace zest {
 namespace {
 
-// The tokens of batch().inputs, checked on the host: int32 [B, T] with 1 <= T <= seq_len.
-const std::int32_t* checked_tokens(const std::string& unit, const Tensor& tokens,
-                                   const char* what, const GptConfig& config) {
-  if (tokens.dtype != DType::kInt32 || tokens.rank() != 2 || tokens.dim(0) < 1 ||
-      tokens.dim(1) < 1 || tokens.dim(1) > config.seq_len || tokens.empty()) {
-    throw Error(ErrorKind::kUsage, unit + ": " + what + " must be int32 [B, T] with B >= 1 and " +
-                                       "1 <= T <= seq_len (" + std::to_string(config.seq_len) +
-                                       "), got " + describe_tensor(tokens));
-  }
-  return tokens.as<const std::int32_t>();
-}
-
 // wte [vocab, C] and wpe [seq_len, C]: the sum of a token's and a position's embedding.
 class GptEmbedding final : public Unit {
  public:
@@ -47,7 +35,7 @@ class GptEmbedding final : public Unit {
 
   void forward(UnitContext& context) override {
     const Tensor tokens = context.input();
-    const std::int32_t* ids = checked_tokens(name_, tokens, "inputs", config_);
+    const std::int32_t* ids = checked_tokens(name_, tokens, config_);
     const std::int64_t B = tokens.dim(0);
     const std::int64_t T = tokens.dim(1);
     float* out = context.make_output({B, T, config_.n_embd}, DType::kFloat32).as<float>();
@@ -57,17 +45,11 @@ class GptEmbedding final : public Unit {
 
   void backward(UnitContext& context) override {
     const Tensor tokens = context.input();
-    const std::int32_t* ids = checked_tokens(name_, tokens, "inputs", config_);
+    const std::int32_t* ids = checked_tokens(name_, tokens, config_);
     const std::int64_t B = tokens.dim(0);
     const std::int64_t T = tokens.dim(1);
     const Tensor grad_output = context.grad_output();
-    if (grad_output.dtype != DType::kFloat32 ||
-        grad_output.shape != std::vector<std::int64_t>{B, T, config_.n_embd} ||
-        grad_output.empty()) {
-      throw Error(ErrorKind::kUsage, name_ + ": grad_output must be float32 " +
-                                         shape_to_string({B, T, config_.n_embd}) + ", got " +
-                                         describe_tensor(grad_output));
-    }
+    check_stream(name_, "grad_output", grad_output, B, T, config_.n_embd);
     // d(wte) here adds to what the tied head has already accumulated into it.
     embedding_backward(context.stream(), ids, B, T, grad_output.as<const float>(),
                        config_.vocab_size, config_.n_embd, context.grad(0).as<float>(),
@@ -105,11 +87,7 @@ class GptHead final : public Unit {
   void forward(UnitContext& context) override {
     const Tensor input = context.input();
     const std::int64_t C = config_.n_embd;
-    if (input.dtype != DType::kFloat32 || input.rank() != 3 || input.dim(2) != C ||
-        input.empty()) {
-      throw Error(ErrorKind::kUsage, name_ + ": input must be float32 [B, T, " +
-                                         std::to_string(C) + "], got " + describe_tensor(input));
-    }
+    check_head_input(name_, input, C);
     const std::int64_t B = input.dim(0);
     const std::int64_t T = input.dim(1);
     const std::int32_t* targets = checked_targets(context.batch(), B, T);
@@ -197,6 +175,34 @@ const std::int32_t* checked_head_targets(const std::string& unit, const Batch& b
                                        " like the inputs, got " + describe_tensor(targets));
   }
   return targets.as<const std::int32_t>();
+}
+
+const std::int32_t* checked_tokens(const std::string& unit, const Tensor& tokens,
+                                   const GptConfig& config) {
+  if (tokens.dtype != DType::kInt32 || tokens.rank() != 2 || tokens.dim(0) < 1 ||
+      tokens.dim(1) < 1 || tokens.dim(1) > config.seq_len || tokens.empty()) {
+    throw Error(ErrorKind::kUsage, unit + ": inputs must be int32 [B, T] with B >= 1 and " +
+                                       "1 <= T <= seq_len (" + std::to_string(config.seq_len) +
+                                       "), got " + describe_tensor(tokens));
+  }
+  return tokens.as<const std::int32_t>();
+}
+
+void check_stream(const std::string& unit, const char* what, const Tensor& tensor,
+                  std::int64_t B, std::int64_t T, std::int64_t C) {
+  if (tensor.dtype != DType::kFloat32 || tensor.shape != std::vector<std::int64_t>{B, T, C} ||
+      tensor.empty()) {
+    throw Error(ErrorKind::kUsage, unit + ": " + what + " must be float32 " +
+                                       shape_to_string({B, T, C}) + ", got " +
+                                       describe_tensor(tensor));
+  }
+}
+
+void check_head_input(const std::string& unit, const Tensor& input, std::int64_t C) {
+  if (input.dtype != DType::kFloat32 || input.rank() != 3 || input.dim(2) != C || input.empty()) {
+    throw Error(ErrorKind::kUsage, unit + ": input must be float32 [B, T, " + std::to_string(C) +
+                                       "], got " + describe_tensor(input));
+  }
 }
 
 void validate(const GptConfig& config) {

@@ -40,6 +40,18 @@ int resolved_vocab_pieces(const GptConfig& config);
 // Throws a kConfig Error naming "model.<key>" when `config` is not allowed.
 void validate(const GptConfig& config);
 
+// The tokens of batch().inputs, checked on the host: int32 [B, T] with B >= 1 and
+// 1 <= T <= seq_len (kUsage naming `unit` otherwise).
+const std::int32_t* checked_tokens(const std::string& unit, const Tensor& tokens,
+                                   const GptConfig& config);
+
+// A residual-stream tensor (`what`: input, grad_output): float32 [B, T, C] (kUsage otherwise).
+void check_stream(const std::string& unit, const char* what, const Tensor& tensor,
+                  std::int64_t B, std::int64_t T, std::int64_t C);
+
+// The head's input, the last block's output: float32 [B, T, C] (kUsage otherwise).
+void check_head_input(const std::string& unit, const Tensor& input, std::int64_t C);
+
 // The language-model head's targets: int32 [B, T] like the inputs (kUsage naming `unit` otherwise).
 const std::int32_t* checked_head_targets(const std::string& unit, const Batch& batch, std::int64_t B,
                                          std::int64_t T);

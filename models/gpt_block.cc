@@ -56,8 +56,8 @@ struct Rebuilt {
 struct Activations {
   float *ln1, *mean1, *rstd1, *qkv, *split, *probs, *y, *x1, *ln2, *mean2, *rstd2, *h, *g;
 
-  static Activations whole(float* s, float* qkv, const AttentionShape& a) {
-    const Saved at(a);
+  static Activations whole(float* s, float* qkv, const AttentionShape& a, std::int64_t channels) {
+    const Saved at(a, channels);
     return {s + at.ln1, s + at.mean1, s + at.rstd1, qkv,         s + at.split,
             s + at.probs, s + at.y,   s + at.x1,    s + at.ln2,  s + at.mean2,
             s + at.rstd2, s + at.h,   s + at.g};
@@ -77,18 +77,43 @@ std::size_t forward_workspace_elements(const AttentionShape& a) {
   return 3 * nc + a.forward_scratch_elements();
 }
 
-// Scratch of one backward: dx1 [N, C], dh [N, 4C], dln, dy [N, C] each, dqkv [N, 3C], then
-// attention's own where the device asks the caller for it (the CPU; attention's CUDA body takes
-// a larger one from the stream: AttentionShape::cuda_stream_scratch_bytes).
-std::size_t backward_workspace_elements(const AttentionShape& a, bool with_attention_scratch) {
-  const std::size_t nc = static_cast<std::size_t>(a.batch * a.seq * a.channels());
-  return 10 * nc + (with_attention_scratch ? a.backward_scratch_elements() : 0);
+// Scratch of one backward: dx1 [N, C], dh [N, 4C_l], dln [N, C], dy [N, C_l], dqkv [N, 3C_l]
+// (C_l = a.channels(), the block's heads: C at tensor-parallel size 1), then attention's own
+// where the device asks the caller for it (the CPU; attention's CUDA body takes a larger one
+// from the stream: AttentionShape::cuda_stream_scratch_bytes).
+std::size_t backward_workspace_elements(const AttentionShape& a, std::int64_t channels,
+                                        bool with_attention_scratch) {
+  const std::size_t n = static_cast<std::size_t>(a.batch * a.seq);
+  const std::size_t nc = n * static_cast<std::size_t>(channels);
+  const std::size_t ncl = n * static_cast<std::size_t>(a.channels());
+  return 2 * nc + 8 * ncl + (with_attention_scratch ? a.backward_scratch_elements() : 0);
+}
+
+// The slice of a whole [rows, columns] parameter (a vector: columns 1) that a tensor rank holds.
+ParamSpec::DrawSlice rows_of(std::int64_t columns, std::int64_t block, std::int64_t stride,
+                             std::int64_t first) {
+  return {columns, 0, block, stride, first};
+}
+ParamSpec::DrawSlice columns_of(std::int64_t rows, std::int64_t columns, std::int64_t first) {
+  return {columns, first, rows, 0, 0};
 }
 
 }  // namespace
 
-GptBlock::GptBlock(int index, const GptConfig& config)
-    : name_("block" + std::to_string(index)), config_(config) {}
+GptBlock::GptBlock(int index, const GptConfig& config, TensorSlice slice)
+    : name_("block" + std::to_string(index)), config_(config), slice_(slice) {}
+
+AttentionShape GptBlock::attention_shape(std::int64_t batch, std::int64_t seq) const {
+  return {batch, seq, config_.n_head / slice_.size, config_.n_embd / config_.n_head};
+}
+
+// Sums the tensor group's partial values in place (a whole block has none to sum).
+void GptBlock::sum_across_slice(Stream& stream, float* values, std::size_t count,
+                                const char* label) const {
+  if (slice_.size == 1) return;
+  slice_.group->label_next(label);
+  slice_.group->all_reduce(stream, values, values, count, DType::kFloat32);
+}
 
 UnitMemory GptBlock::memory(const GptConfig& config, std::int64_t batch, std::int64_t seq) {
   const AttentionShape shape{batch, seq, config.n_head, config.n_embd / config.n_head};
@@ -98,7 +123,8 @@ UnitMemory GptBlock::memory(const GptConfig& config, std::int64_t batch, std::in
   memory.forward_workspace = forward_workspace_elements(shape) * sizeof(float);
   memory.output = stream_bytes;
   memory.grad_input = stream_bytes;
-  memory.backward_workspace = backward_workspace_elements(shape, true) * sizeof(float);
+  memory.backward_workspace =
+      backward_workspace_elements(shape, config.n_embd, true) * sizeof(float);
   memory.backward_workspace_cpu_only = shape.backward_scratch_elements() * sizeof(float);
   memory.forward_stream_scratch = shape.cuda_stream_scratch_bytes(false);
   memory.backward_stream_scratch = shape.cuda_stream_scratch_bytes(true);
@@ -119,6 +145,7 @@ UnitMemory GptBlock::memory(const GptConfig& config, std::int64_t batch, std::in
 
 std::vector<ParamSpec> GptBlock::parameters() const {
   const std::int64_t C = config_.n_embd;
+  const std::int64_t Cl = C / slice_.size;
   const Initializer weight = Initializer::normal(0.02f);
   // GPT-2's scaled init of the projections that add to the residual stream: 0.02 / sqrt(2 L),
   // so the stream's variance does not grow with depth (2 such additions per block).
@@ -126,18 +153,32 @@ std::vector<ParamSpec> GptBlock::parameters() const {
       Initializer::normal(0.02f / std::sqrt(2.0f * static_cast<float>(config_.n_layer)));
   const Initializer ones = Initializer::ones();
   const Initializer zeros = Initializer::zeros();
-  return {
+  std::vector<ParamSpec> specs = {
       {"ln_1.weight", {C}, ones, false},          {"ln_1.bias", {C}, zeros, false},
-      {"attn.c_attn.weight", {3 * C, C}, weight, true},
-      {"attn.c_attn.bias", {3 * C}, zeros, false},
-      {"attn.c_proj.weight", {C, C}, residual, true},
+      {"attn.c_attn.weight", {3 * Cl, C}, weight, true},
+      {"attn.c_attn.bias", {3 * Cl}, zeros, false},
+      {"attn.c_proj.weight", {C, Cl}, residual, true},
       {"attn.c_proj.bias", {C}, zeros, false},
       {"ln_2.weight", {C}, ones, false},          {"ln_2.bias", {C}, zeros, false},
-      {"mlp.c_fc.weight", {4 * C, C}, weight, true},
-      {"mlp.c_fc.bias", {4 * C}, zeros, false},
-      {"mlp.c_proj.weight", {C, 4 * C}, residual, true},
+      {"mlp.c_fc.weight", {4 * Cl, C}, weight, true},
+      {"mlp.c_fc.bias", {4 * Cl}, zeros, false},
+      {"mlp.c_proj.weight", {C, 4 * Cl}, residual, true},
       {"mlp.c_proj.bias", {C}, zeros, false},
   };
+  if (slice_.size == 1) return specs;
+  // q, k and v: this rank's heads of each, C_l rows at r·C_l of each C rows.
+  const std::int64_t r = slice_.rank;
+  specs[kAttnWeight].draw_slice = rows_of(C, Cl, C, r * Cl);
+  specs[kAttnBias].draw_slice = rows_of(1, Cl, C, r * Cl);
+  specs[kAttnProjWeight].draw_slice = columns_of(C, C, r * Cl);
+  specs[kFcWeight].draw_slice = rows_of(C, 4 * Cl, 0, r * 4 * Cl);
+  specs[kFcBias].draw_slice = rows_of(1, 4 * Cl, 0, r * 4 * Cl);
+  specs[kMlpProjWeight].draw_slice = columns_of(C, 4 * C, r * 4 * Cl);
+  // Whole copies on every rank of the group: its first rank counts them in the norm.
+  for (Param p : {kLn1Weight, kLn1Bias, kAttnProjBias, kLn2Weight, kLn2Bias, kMlpProjBias}) {
+    specs[p].norm_counted = slice_.rank == 0;
+  }
+  return specs;
 }
 
 void GptBlock::forward(UnitContext& context) {
@@ -153,7 +194,8 @@ void GptBlock::forward(UnitContext& context) {
   const std::int64_t B = input.dim(0);
   const std::int64_t T = input.dim(1);
   const std::int64_t N = B * T;
-  const AttentionShape shape{B, T, config_.n_head, C / config_.n_head};
+  const std::int64_t Cl = C / slice_.size;
+  const AttentionShape shape = attention_shape(B, T);
   Stream& stream = context.stream();
   auto param = [&context](Param p) { return context.param(p).as<const float>(); };
 
@@ -162,7 +204,8 @@ void GptBlock::forward(UnitContext& context) {
   if (!rebuilt_.empty()) context.release(std::move(rebuilt_));
   if (!split_workspace_.empty()) context.release(std::move(split_workspace_));
   if (!split_kept_.empty()) context.release(std::move(split_kept_));
-  selective_ = context.backward_follows() && context.recompute_selectively();
+  selective_ = supports_selective_recompute() && context.backward_follows() &&
+               context.recompute_selectively();
   Buffer workspace;
   Activations act{};
   if (selective_) {
@@ -172,32 +215,48 @@ void GptBlock::forward(UnitContext& context) {
                                  Category::kWorkspace);
     act = Activations::selective(saved_.as<float>(), rebuilt_.as<float>(), shape);
   } else {
-    saved_ = context.allocate(Saved(shape).total * sizeof(float), Category::kActivations);
+    saved_ = context.allocate(Saved(shape, C).total * sizeof(float), Category::kActivations);
     workspace = context.allocate(forward_workspace_elements(shape) * sizeof(float),
                                  Category::kWorkspace);
-    act = Activations::whole(saved_.as<float>(), workspace.as<float>(), shape);
+    act = Activations::whole(saved_.as<float>(), workspace.as<float>(), shape, C);
   }
   saved_batch_ = B;
   saved_seq_ = T;
-  float* scratch = selective_ ? workspace.as<float>() : workspace.as<float>() + 3 * N * C;
+  float* scratch = selective_ ? workspace.as<float>() : workspace.as<float>() + 3 * N * Cl;
   const float* x = input.as<const float>();
   float* out = context.make_output({B, T, C}, DType::kFloat32).as<float>();
 
-  // Attention: x1 = x + c_proj(attn(c_attn(ln_1(x)))).
+  const std::size_t nc = static_cast<std::size_t>(N * C);
+  // Note: under tensor parallelism the group's first rank adds the residual and the bias, the
+  // others their product only, so the all-reduce adds each once.
+  const bool first = slice_.rank == 0;
+
+  // Attention: x1 = x + c_proj.bias + Σ_ranks c_proj_r(attn(c_attn_r(ln_1(x)))).
   layernorm_forward(stream, x, param(kLn1Weight), param(kLn1Bias), N, C, kLayerNormEps, act.ln1,
                     act.mean1, act.rstd1);
-  linear_forward(stream, act.ln1, param(kAttnWeight), param(kAttnBias), N, C, 3 * C, nullptr,
+  linear_forward(stream, act.ln1, param(kAttnWeight), param(kAttnBias), N, C, 3 * Cl, nullptr,
                  act.qkv);
   attention_forward(stream, shape, act.qkv, act.split, act.probs, act.y, scratch);
-  linear_forward(stream, act.y, param(kAttnProjWeight), param(kAttnProjBias), N, C, C, x, act.x1);
+  if (first) {
+    linear_forward(stream, act.y, param(kAttnProjWeight), param(kAttnProjBias), N, Cl, C, x,
+                   act.x1);
+  } else {
+    matmul(stream, false, true, N, C, Cl, 1.0f, act.y, param(kAttnProjWeight), 0.0f, act.x1);
+  }
+  sum_across_slice(stream, act.x1, nc, "tensor-parallel attention output");
 
-  // MLP: out = x1 + mlp.c_proj(gelu(mlp.c_fc(ln_2(x1)))).
+  // MLP: out = x1 + mlp.c_proj.bias + Σ_ranks mlp.c_proj_r(gelu(mlp.c_fc_r(ln_2(x1)))).
   layernorm_forward(stream, act.x1, param(kLn2Weight), param(kLn2Bias), N, C, kLayerNormEps,
                     act.ln2, act.mean2, act.rstd2);
-  linear_gelu_forward(stream, act.ln2, param(kFcWeight), param(kFcBias), N, C, 4 * C, act.h,
+  linear_gelu_forward(stream, act.ln2, param(kFcWeight), param(kFcBias), N, C, 4 * Cl, act.h,
                       act.g);
-  linear_forward(stream, act.g, param(kMlpProjWeight), param(kMlpProjBias), N, 4 * C, C, act.x1,
-                 out);
+  if (first) {
+    linear_forward(stream, act.g, param(kMlpProjWeight), param(kMlpProjBias), N, 4 * Cl, C,
+                   act.x1, out);
+  } else {
+    matmul(stream, false, true, N, C, 4 * Cl, 1.0f, act.g, param(kMlpProjWeight), 0.0f, out);
+  }
+  sum_across_slice(stream, out, nc, "tensor-parallel MLP output");
 
   context.release(std::move(workspace));
   if (!context.backward_follows()) context.release(std::move(saved_));
@@ -241,14 +300,10 @@ void GptBlock::backward(UnitContext& context) {
   const std::int64_t T = saved_seq_;
   const std::int64_t C = config_.n_embd;
   const std::int64_t N = B * T;
+  const std::int64_t Cl = C / slice_.size;
   const Tensor grad_output = context.grad_output();
-  if (grad_output.dtype != DType::kFloat32 ||
-      grad_output.shape != std::vector<std::int64_t>{B, T, C} || grad_output.empty()) {
-    throw Error(ErrorKind::kUsage, name_ + ": grad_output must be float32 " +
-                                       shape_to_string({B, T, C}) + ", got " +
-                                       describe_tensor(grad_output));
-  }
-  const AttentionShape shape{B, T, config_.n_head, C / config_.n_head};
+  check_stream(name_, "grad_output", grad_output, B, T, C);
+  const AttentionShape shape = attention_shape(B, T);
   Stream& stream = context.stream();
   Device& device = context.device();
   auto param = [&context](Param p) { return context.param(p).as<const float>(); };
@@ -259,42 +314,47 @@ void GptBlock::backward(UnitContext& context) {
   }
   const Activations act =
       selective_ ? Activations::selective(saved_.as<float>(), rebuilt_.as<float>(), shape)
-                 : Activations::whole(saved_.as<float>(), nullptr, shape);
+                 : Activations::whole(saved_.as<float>(), nullptr, shape, C);
   const float* x = context.input().as<const float>();
   const float* dout = grad_output.as<const float>();
   const std::size_t nc = static_cast<std::size_t>(N * C);
+  const std::size_t ncl = static_cast<std::size_t>(N * Cl);
 
   const bool attention_scratch = device.kind() != DeviceKind::kCuda;
   Buffer workspace = context.allocate(
-      backward_workspace_elements(shape, attention_scratch) * sizeof(float), Category::kWorkspace);
+      backward_workspace_elements(shape, C, attention_scratch) * sizeof(float),
+      Category::kWorkspace);
   float* dx1 = workspace.as<float>();  // [N, C]: d(loss)/d(x1), the residual stream after attn
-  float* dh = dx1 + nc;                // [N, 4C]
-  float* dln = dh + 4 * nc;            // [N, C]: d(ln_2 out), then d(ln_1 out)
-  float* dy = dln + nc;                // [N, C]: d(attention output), before c_proj
-  float* dqkv = dy + nc;               // [N, 3C]
-  float* scratch = attention_scratch ? dqkv + 3 * nc : nullptr;
+  float* dh = dx1 + nc;                // [N, 4C_l]
+  float* dln = dh + 4 * ncl;           // [N, C]: d(ln_2 out), then d(ln_1 out)
+  float* dy = dln + nc;                // [N, C_l]: d(attention output), before c_proj
+  float* dqkv = dy + ncl;              // [N, 3C_l]
+  float* scratch = attention_scratch ? dqkv + 3 * ncl : nullptr;
   float* dx = context.make_grad_input({B, T, C}, DType::kFloat32).as<float>();
 
   // MLP. Parameter gradients accumulate (beta = 1); input gradients are made fresh (beta = 0).
+  // d(out) is the same on every tensor rank; the product's input gradient is this rank's share.
   device.copy(stream, dx1, dout, nc * sizeof(float));
-  matmul(stream, true, false, C, 4 * C, N, 1.0f, dout, act.g, 1.0f, grad(kMlpProjWeight));
+  matmul(stream, true, false, C, 4 * Cl, N, 1.0f, dout, act.g, 1.0f, grad(kMlpProjWeight));
   bias_grad(stream, dout, grad(kMlpProjBias), N, C);
-  matmul(stream, false, false, N, 4 * C, C, 1.0f, dout, param(kMlpProjWeight), 0.0f, dh);
-  gelu_backward(stream, act.h, dh, dh, 4 * nc);
-  matmul(stream, true, false, 4 * C, C, N, 1.0f, dh, act.ln2, 1.0f, grad(kFcWeight));
-  bias_grad(stream, dh, grad(kFcBias), N, 4 * C);
-  matmul(stream, false, false, N, C, 4 * C, 1.0f, dh, param(kFcWeight), 0.0f, dln);
+  matmul(stream, false, false, N, 4 * Cl, C, 1.0f, dout, param(kMlpProjWeight), 0.0f, dh);
+  gelu_backward(stream, act.h, dh, dh, 4 * ncl);
+  matmul(stream, true, false, 4 * Cl, C, N, 1.0f, dh, act.ln2, 1.0f, grad(kFcWeight));
+  bias_grad(stream, dh, grad(kFcBias), N, 4 * Cl);
+  matmul(stream, false, false, N, C, 4 * Cl, 1.0f, dh, param(kFcWeight), 0.0f, dln);
+  sum_across_slice(stream, dln, nc, "tensor-parallel d(ln_2 output)");
   layernorm_backward(stream, dln, act.x1, param(kLn2Weight), act.mean2, act.rstd2, N, C,
                      dx1, grad(kLn2Weight), grad(kLn2Bias));
 
   // Attention.
-  matmul(stream, true, false, C, C, N, 1.0f, dx1, act.y, 1.0f, grad(kAttnProjWeight));
+  matmul(stream, true, false, C, Cl, N, 1.0f, dx1, act.y, 1.0f, grad(kAttnProjWeight));
   bias_grad(stream, dx1, grad(kAttnProjBias), N, C);
-  matmul(stream, false, false, N, C, C, 1.0f, dx1, param(kAttnProjWeight), 0.0f, dy);
+  matmul(stream, false, false, N, Cl, C, 1.0f, dx1, param(kAttnProjWeight), 0.0f, dy);
   attention_backward(stream, shape, dy, act.split, act.probs, dqkv, scratch);
-  matmul(stream, true, false, 3 * C, C, N, 1.0f, dqkv, act.ln1, 1.0f, grad(kAttnWeight));
-  bias_grad(stream, dqkv, grad(kAttnBias), N, 3 * C);
-  matmul(stream, false, false, N, C, 3 * C, 1.0f, dqkv, param(kAttnWeight), 0.0f, dln);
+  matmul(stream, true, false, 3 * Cl, C, N, 1.0f, dqkv, act.ln1, 1.0f, grad(kAttnWeight));
+  bias_grad(stream, dqkv, grad(kAttnBias), N, 3 * Cl);
+  matmul(stream, false, false, N, C, 3 * Cl, 1.0f, dqkv, param(kAttnWeight), 0.0f, dln);
+  sum_across_slice(stream, dln, nc, "tensor-parallel d(ln_1 output)");
   device.copy(stream, dx, dx1, nc * sizeof(float));
   layernorm_backward(stream, dln, x, param(kLn1Weight), act.mean1, act.rstd1, N, C, dx,
                      grad(kLn1Weight), grad(kLn1Bias));
@@ -315,12 +375,7 @@ void GptBlock::backward_input(UnitContext& context) {
   const std::int64_t C = config_.n_embd;
   const std::int64_t N = B * T;
   const Tensor grad_output = context.grad_output();
-  if (grad_output.dtype != DType::kFloat32 ||
-      grad_output.shape != std::vector<std::int64_t>{B, T, C} || grad_output.empty()) {
-    throw Error(ErrorKind::kUsage, name_ + ": grad_output must be float32 " +
-                                       shape_to_string({B, T, C}) + ", got " +
-                                       describe_tensor(grad_output));
-  }
+  check_stream(name_, "grad_output", grad_output, B, T, C);
   if (selective_ && rebuilt_.empty()) {
     throw Error(ErrorKind::kUsage, name_ + ": backward after a selective forward needs recompute()");
   }
@@ -330,14 +385,15 @@ void GptBlock::backward_input(UnitContext& context) {
   auto param = [&context](Param p) { return context.param(p).as<const float>(); };
   const Activations act =
       selective_ ? Activations::selective(saved_.as<float>(), rebuilt_.as<float>(), shape)
-                 : Activations::whole(saved_.as<float>(), nullptr, shape);
+                 : Activations::whole(saved_.as<float>(), nullptr, shape, C);
   const float* x = context.input().as<const float>();
   const float* dout = grad_output.as<const float>();
   const std::size_t nc = static_cast<std::size_t>(N * C);
   const auto c = static_cast<std::size_t>(C);
   const bool attention_scratch = device.kind() != DeviceKind::kCuda;
   Buffer workspace = context.allocate(
-      backward_workspace_elements(shape, attention_scratch) * sizeof(float), Category::kActivations);
+      backward_workspace_elements(shape, C, attention_scratch) * sizeof(float),
+      Category::kActivations);
   Buffer kept = context.allocate((nc + 4 * c) * sizeof(float), Category::kActivations);
   float* dx1 = workspace.as<float>();
   float* dh = dx1 + nc;
@@ -379,7 +435,7 @@ void GptBlock::backward_weight(UnitContext& context) {
   auto grad = [&context](Param p) { return context.grad(p).as<float>(); };
   const Activations act =
       selective_ ? Activations::selective(saved_.as<float>(), rebuilt_.as<float>(), shape)
-                 : Activations::whole(saved_.as<float>(), nullptr, shape);
+                 : Activations::whole(saved_.as<float>(), nullptr, shape, C);
   const std::size_t nc = static_cast<std::size_t>(N * C);
   const auto c = static_cast<std::size_t>(C);
   const float* dx1 = split_workspace_.as<const float>();

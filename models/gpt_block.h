@@ -4,40 +4,65 @@
 // one activations buffer that backward releases (forward releases it itself when no backward
 // follows: evaluation), or under selective recomputation only part of it, the rest rebuilt by
 // recompute(). Invariant: input and output are float32 [B, T, n_embd].
+//
+// Tensor parallelism (Megatron-LM, Shoeybi et al. 2019): a block built with a TensorSlice of
+// size t > 1 is rank r's part of the whole block: heads [r·H/t, (r+1)·H/t) — its rows of the
+// column-parallel c_attn (q, k and v each) and mlp.c_fc, its columns of the row-parallel
+// attn.c_proj and mlp.c_proj — and a whole copy of the LayerNorms and the row-parallel biases.
+// Forward all-reduces the two row-parallel products' partial sums; backward all-reduces the
+// gradients of the two LayerNorm outputs that the column-parallel products' inputs were, on the
+// compute stream in stream order. Its parameters draw as the slices of the whole block's values
+// (ParamSpec::DrawSlice), so the group computes what the whole block computes, up to the order
+// of the sums. Size 1 (the default) is the whole block: no collective, the same kernels.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "kernels/attention.h"
 #include "memory/allocator.h"
 #include "models/gpt.h"
 #include "engine/module.h"
+#include "runtime/communicator.h"
 
 namespace zest {
 
+// Where a rank sits in its tensor-parallel group, and the group (borrowed: it outlives the model;
+// null at size 1).
+struct TensorSlice {
+  int rank = 0;
+  int size = 1;
+  Communicator* group = nullptr;
+};
+
 class GptBlock final : public Unit {
  public:
-  GptBlock(int index, const GptConfig& config);
+  GptBlock(int index, const GptConfig& config, TensorSlice slice = {});
 
   const std::string& name() const override { return name_; }
   std::vector<ParamSpec> parameters() const override;
   void forward(UnitContext& context) override;
   void backward(UnitContext& context) override;
-  bool supports_selective_recompute() const override { return true; }
+  // Selective recomputation and split backward: the whole block's (tensor-parallel size 1) only.
+  bool supports_selective_recompute() const override { return slice_.size == 1; }
   void recompute(UnitContext& context) override;
   // Split backward (zero-bubble pipeline schedules): the input gradient first — it also makes
   // the LayerNorms' parameter gradients, one kernel with it, kept here — then the matmuls'
   // weight and bias gradients from the kept gradients of the block's intermediate values.
-  bool supports_split_backward() const override { return true; }
+  bool supports_split_backward() const override { return slice_.size == 1; }
   void backward_input(UnitContext& context) override;
   void backward_weight(UnitContext& context) override;
   // What one block's forward and backward allocate for tokens [batch, seq].
   static UnitMemory memory(const GptConfig& config, std::int64_t batch, std::int64_t seq);
 
  private:
+  AttentionShape attention_shape(std::int64_t batch, std::int64_t seq) const;
+  void sum_across_slice(Stream& stream, float* values, std::size_t count, const char* label) const;
+
   const std::string name_;
   const GptConfig config_;
+  const TensorSlice slice_;
   Buffer saved_;  // category activations, from forward to backward
   // Selective recomputation: saved_ holds only the kept activations; rebuilt_ the rest, from
   // recompute() to the end of backward.

@@ -1,7 +1,6 @@
-// The GPT block's parameters and saved activations, laid out once for the block
-// (models/gpt_block.h) and its tensor-parallel slice (models/tensor_parallel_block.h), which
-// declare the same parameters in the same order and keep the same activations, a slice's
-// per-head and MLP ones a t-th of the whole block's.
+// The GPT block's parameters and saved activations (models/gpt_block.h), laid out once for the
+// whole block and its tensor-parallel slices, which declare the same parameters in the same order
+// and keep the same activations, a slice's per-head and MLP ones a t-th of the whole block's.
 #pragma once
 
 #include <cstddef>

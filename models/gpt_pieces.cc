@@ -53,27 +53,6 @@ std::size_t piece_logits_bytes(std::int64_t N, std::int64_t rows) {
   return static_cast<std::size_t>(N * rows) * sizeof(float);
 }
 
-const std::int32_t* checked_tokens(const std::string& unit, const Tensor& tokens,
-                                   const GptConfig& config) {
-  if (tokens.dtype != DType::kInt32 || tokens.rank() != 2 || tokens.dim(0) < 1 ||
-      tokens.dim(1) < 1 || tokens.dim(1) > config.seq_len || tokens.empty()) {
-    throw Error(ErrorKind::kUsage, unit + ": inputs must be int32 [B, T] with B >= 1 and " +
-                                       "1 <= T <= seq_len (" + std::to_string(config.seq_len) +
-                                       "), got " + describe_tensor(tokens));
-  }
-  return tokens.as<const std::int32_t>();
-}
-
-void check_stream(const std::string& unit, const char* what, const Tensor& tensor,
-                  std::int64_t B, std::int64_t T, std::int64_t C) {
-  if (tensor.dtype != DType::kFloat32 || tensor.shape != std::vector<std::int64_t>{B, T, C} ||
-      tensor.empty()) {
-    throw Error(ErrorKind::kUsage, unit + ": " + what + " must be float32 " +
-                                       shape_to_string({B, T, C}) + ", got " +
-                                       describe_tensor(tensor));
-  }
-}
-
 // A piece of the token table: unit 0 ("embedding") holds rows [0, r) and wpe and starts the
 // residual stream; the others add their rows to it. Backward adds the head's deferred product
 // d(logits)[:, piece]ᵀ · ln_f(x), then its token rows (the uncut model's order: product, rows),
@@ -208,11 +187,7 @@ class GptPiecedHead final : public Unit {
   void forward(UnitContext& context) override {
     const Tensor input = context.input();
     const std::int64_t C = config_.n_embd;
-    if (input.dtype != DType::kFloat32 || input.rank() != 3 || input.dim(2) != C ||
-        input.empty()) {
-      throw Error(ErrorKind::kUsage, name_ + ": input must be float32 [B, T, " +
-                                         std::to_string(C) + "], got " + describe_tensor(input));
-    }
+    check_head_input(name_, input, C);
     const std::int64_t B = input.dim(0);
     const std::int64_t T = input.dim(1);
     const std::int32_t* targets = checked_targets(context.batch(), B, T);

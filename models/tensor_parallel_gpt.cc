@@ -12,18 +12,6 @@
 namespace zest {
 namespace {
 
-// The tokens of batch().inputs, checked on the host: int32 [B, T] with 1 <= T <= seq_len.
-const std::int32_t* checked_tokens(const std::string& unit, const Tensor& tokens,
-                                   const GptConfig& config) {
-  if (tokens.dtype != DType::kInt32 || tokens.rank() != 2 || tokens.dim(0) < 1 ||
-      tokens.dim(1) < 1 || tokens.dim(1) > config.seq_len || tokens.empty()) {
-    throw Error(ErrorKind::kUsage, unit + ": inputs must be int32 [B, T] with B >= 1 and " +
-                                       "1 <= T <= seq_len (" + std::to_string(config.seq_len) +
-                                       "), got " + describe_tensor(tokens));
-  }
-  return tokens.as<const std::int32_t>();
-}
-
 // wte rows [r·V/t, (r+1)·V/t) and a copy of wpe; the group's sum is the whole embedding.
 class VocabularyParallelEmbedding final : public Unit {
  public:
@@ -79,12 +67,7 @@ class VocabularyParallelEmbedding final : public Unit {
     const std::int64_t C = config_.n_embd;
     const std::int64_t rows = config_.vocab_size / slice_.size;
     const Tensor grad_output = context.grad_output();
-    if (grad_output.dtype != DType::kFloat32 ||
-        grad_output.shape != std::vector<std::int64_t>{B, T, C} || grad_output.empty()) {
-      throw Error(ErrorKind::kUsage, name_ + ": grad_output must be float32 " +
-                                         shape_to_string({B, T, C}) + ", got " +
-                                         describe_tensor(grad_output));
-    }
+    check_stream(name_, "grad_output", grad_output, B, T, C);
     embedding_rows_backward(context.stream(), ids, B, T, grad_output.as<const float>(),
                             slice_.rank * rows, rows, config_.vocab_size, C,
                             context.grad(0).as<float>(), context.grad(1).as<float>());
@@ -117,11 +100,7 @@ class VocabularyParallelHead final : public Unit {
   void forward(UnitContext& context) override {
     const Tensor input = context.input();
     const std::int64_t C = config_.n_embd;
-    if (input.dtype != DType::kFloat32 || input.rank() != 3 || input.dim(2) != C ||
-        input.empty()) {
-      throw Error(ErrorKind::kUsage, name_ + ": input must be float32 [B, T, " +
-                                         std::to_string(C) + "], got " + describe_tensor(input));
-    }
+    check_head_input(name_, input, C);
     const std::int64_t B = input.dim(0);
     const std::int64_t T = input.dim(1);
     const std::int32_t* targets = checked_head_targets(name_, context.batch(), B, T);
@@ -244,7 +223,7 @@ TensorParallelGpt::TensorParallelGpt(GptConfig config, TensorSlice slice)
   }
   units_.push_back(std::make_unique<VocabularyParallelEmbedding>(config_, slice_));
   for (int layer = 0; layer < config_.n_layer; ++layer) {
-    units_.push_back(std::make_unique<TensorParallelBlock>(layer, config_, slice_));
+    units_.push_back(std::make_unique<GptBlock>(layer, config_, slice_));
   }
   units_.push_back(std::make_unique<VocabularyParallelHead>(config_, slice_));
 }

@@ -1,7 +1,7 @@
 // GPT-2 split across the ranks of a tensor-parallel group (Megatron-LM's tensor parallelism):
 // the same units as models/gpt.h ("embedding", "block0".., "head"), each rank holding its slice.
 // The embedding is vocabulary-parallel (rank r holds wte rows [r·V/t, (r+1)·V/t) and a copy of
-// wpe; the group all-reduces the rows it looked up); the blocks are models/tensor_parallel_block.h;
+// wpe; the group all-reduces the rows it looked up); the blocks are models/gpt_block.h;
 // the head, tied to the rank's wte rows, computes its columns of the logits and a
 // vocabulary-parallel cross-entropy (kernels/vocab_parallel_cross_entropy.h: the row maxima
 // all-gathered, the exp-sums and target logits all-reduced), so the [N, V] logits are never
@@ -17,7 +17,7 @@
 
 #include "engine/module.h"
 #include "models/gpt.h"
-#include "models/tensor_parallel_block.h"
+#include "models/gpt_block.h"
 
 namespace zest {
 
