@@ -10,10 +10,6 @@ namespace zest {
 
 namespace {
 
-std::size_t round_up(std::size_t bytes, std::size_t unit) {
-  return (bytes + unit - 1) / unit * unit;
-}
-
 SwapOptions swap_options(const EngineOptions& options) {
   SwapOptions swap = options.aio;
   swap.path = options.offload_param.nvme_path;
@@ -109,11 +105,9 @@ void SwappedParameters::allocate(const std::vector<FlatUnit>& units) {
   Allocator& host = context_.device.host_allocator();
   for (std::size_t s = 0; s < layout.buffers; ++s) {
     StagingBuffer staging;
-    // Note: the allocator aligns to 64 bytes; O_DIRECT wants 4096, so one page more is asked for
-    // and the buffer used from its first aligned byte.
-    staging.buffer = host.allocate(chunk_bytes_ + kSwapAlignment, Category::kParams);
-    const auto address = reinterpret_cast<std::uintptr_t>(staging.buffer.data());
-    staging.data = staging.buffer.as<char>() + (round_up(address, kSwapAlignment) - address);
+    AlignedHostBuffer aligned = allocate_aligned(host, chunk_bytes_, Category::kParams);
+    staging.buffer = std::move(aligned.buffer);
+    staging.data = aligned.data;
     staging.read = context_.device.create_host_event();
     staging.copied = context_.device.create_event();
     staging.written = context_.device.create_host_event();

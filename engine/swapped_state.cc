@@ -16,8 +16,6 @@ namespace zest {
 
 namespace {
 
-std::size_t round_up(std::size_t bytes, std::size_t unit) { return (bytes + unit - 1) / unit * unit; }
-
 SwapOptions swap_options(const EngineOptions& options) {
   SwapOptions swap = options.aio;
   swap.path = options.offload_optimizer.nvme_path;
@@ -70,11 +68,9 @@ void SwappedState::allocate(const std::vector<FlatUnit>& units, std::size_t opti
   const std::size_t count = std::max<std::size_t>(1, options_.offload_optimizer.buffer_count);
   for (std::size_t s = 0; s < count && largest > 0; ++s) {
     StagingBuffer staging;
-    // Note: the allocator aligns to 64 bytes; O_DIRECT wants 4096, so one page more is asked for
-    // and the buffer used from its first aligned byte.
-    staging.buffer = host.allocate(largest + kSwapAlignment, Category::kOffload);
-    const auto address = reinterpret_cast<std::uintptr_t>(staging.buffer.data());
-    staging.data = staging.buffer.as<char>() + (round_up(address, kSwapAlignment) - address);
+    AlignedHostBuffer aligned = allocate_aligned(host, largest, Category::kOffload);
+    staging.buffer = std::move(aligned.buffer);
+    staging.data = aligned.data;
     staging.read = context_.device.create_host_event();
     staging.updated = context_.device.create_host_event();
     staging.written = context_.device.create_host_event();

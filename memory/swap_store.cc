@@ -16,11 +16,17 @@ namespace zest {
 
 namespace {
 
-std::size_t round_up(std::size_t bytes, std::size_t unit) { return (bytes + unit - 1) / unit * unit; }
-
 bool aligned(std::uint64_t value) { return value % kSwapAlignment == 0; }
 
 }  // namespace
+
+AlignedHostBuffer allocate_aligned(Allocator& host, std::size_t bytes, Category category) {
+  AlignedHostBuffer aligned;
+  aligned.buffer = host.allocate(bytes + kSwapAlignment, category);
+  const auto address = reinterpret_cast<std::uintptr_t>(aligned.buffer.data());
+  aligned.data = aligned.buffer.as<char>() + (round_up(address, kSwapAlignment) - address);
+  return aligned;
+}
 
 SwapStore::SwapStore(SwapOptions options, int rank, bool backed)
     : options_(std::move(options)), rank_(rank), backed_(backed) {

@@ -15,12 +15,28 @@
 #include <string>
 #include <vector>
 
+#include "memory/allocator.h"
+#include "memory/category.h"
 #include "memory/swap_folder.h"
 #include "memory/swap_io.h"
 
 namespace zest {
 
 inline constexpr std::size_t kSwapAlignment = 4096;  // O_DIRECT's unit: offsets, sizes, buffers
+
+// `bytes` rounded up to a multiple of `unit`.
+inline std::size_t round_up(std::size_t bytes, std::size_t unit) {
+  return (bytes + unit - 1) / unit * unit;
+}
+
+// Host memory that O_DIRECT transfers of up to `bytes` go through: the allocator aligns to 64
+// bytes and O_DIRECT wants kSwapAlignment, so one page more is allocated and `data` is its first
+// aligned byte.
+struct AlignedHostBuffer {
+  Buffer buffer;
+  char* data = nullptr;
+};
+AlignedHostBuffer allocate_aligned(Allocator& host, std::size_t bytes, Category category);
 
 struct SwapOptions {
   std::string path;                     // nvme_path: the folder swap folders are made under
