@@ -36,10 +36,10 @@ namespace zest {
 
 // Bumped when a reader of the old version could not read the new one correctly.
 // Note: a pipeline's checkpoint is version 1 too. Its keys (pipeline_stages, a unit's
-// pipeline_stage) are written only when there are several stages, and a reader that does not know
-// them still refuses it, never misreads it: it counts pipeline_stages × world_size files where it
-// expects world_size. A hybrid run's is version 1 for a better reason: read without its keys it is
-// a correct checkpoint of the shard group's size.
+// pipeline_stage) are written only when there are several pipeline stages, and a reader that does
+// not know them still refuses it, never misreads it: it counts pipeline_stages × world_size files
+// where it expects world_size. A hybrid run's is version 1 for a better reason: read without its
+// keys it is a correct checkpoint of the shard group's size.
 inline constexpr int kCheckpointFormatVersion = 1;
 
 struct CheckpointParam {

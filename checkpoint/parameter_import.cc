@@ -137,9 +137,9 @@ void fill_unit(const RankContext& context, int shard_index, const SafetensorsRea
 ImportResult import_parameters(RankContext& context, Trainer& trainer, const std::string& path) {
   ImportResult result;
   const std::vector<ShardLayout>& layouts = trainer.layouts();
-  // Note: a pipeline stage's rank holds only its stage's units, sharded over its data-parallel
-  // group: the file is held against the whole model, and the rank fills its own shard of its
-  // own units (a tied copy too, so both copies start equal).
+  // Note: a pipeline stage's rank holds only its pipeline stage's units, sharded over its
+  // data-parallel group: the file is held against the whole model, and the rank fills its own shard
+  // of its own units (a tied copy too, so both copies start equal).
   const std::optional<CheckpointPlacement> placement = trainer.checkpoint_placement();
   const std::vector<ShardLayout>& whole = placement ? placement->units : layouts;
   for (const ShardLayout& layout : whole) {

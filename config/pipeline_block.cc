@@ -1,7 +1,7 @@
 // The `pipeline` block (PipelineConfig): how many pipeline stages, the micro-batches of a step,
-// the schedule, the model chunks per stage and how units are partitioned among the virtual
-// stages. Validated here: the schedule is generated and simulated, so a config that parses has
-// a schedule that does not hang. The partition is resolved against the model's units by the
+// the schedule, the model chunks per pipeline stage and how units are partitioned among the virtual
+// pipeline stages. Validated here: the schedule is generated and simulated, so a config that parses
+// has a schedule that does not hang. The partition is resolved against the model's units by the
 // resolution step (resolve/pipeline_partition.h), which shows it in the resolved config as unit
 // names per virtual stage (`units`, accepted here and never read). Without the block nothing is
 // written.
@@ -33,8 +33,8 @@ const std::vector<std::string> kKeys = {"stages",    "micro_batches",         "s
 // (shapes only), which costs time and memory per unit; the tools refuse a model of more units
 // anyway (tools/common/model_size.h: kMaxModelUnits).
 constexpr std::size_t kMaxPartitionedUnits = std::size_t{1} << 16;
-// A schedule is generated and simulated at parse time: its actions are O(stages x micro-batches
-// x chunks).
+// A schedule is generated and simulated at parse time: its actions are O(pipeline stages x
+// micro-batches x chunks).
 constexpr std::int64_t kMaxScheduleCells = std::int64_t{1} << 22;
 
 // Note: a vocabulary piece's backward reads the head's saved ln_f(x) and d(logits) through the
@@ -101,14 +101,15 @@ void parse_pipeline_shape(Block& root, TrainConfig& out) {
   json* value = root.find("pipeline");
   if (value == nullptr) return;
   Block block(*value, "pipeline", kKeys);
-  const std::int64_t stages = read_integer_at_least(block.get_or("stages", 1), block.path("stages"), 1);
-  if (stages > out.world.ranks || out.world.ranks % stages != 0) {
+  const std::int64_t pipeline_stages =
+      read_integer_at_least(block.get_or("stages", 1), block.path("stages"), 1);
+  if (pipeline_stages > out.world.ranks || out.world.ranks % pipeline_stages != 0) {
     config_error(block.path("stages"),
-                 std::to_string(stages) + " does not divide world.ranks (" +
+                 std::to_string(pipeline_stages) + " does not divide world.ranks (" +
                      std::to_string(out.world.ranks) +
                      "): world.ranks = pipeline stages x data-parallel ranks");
   }
-  pipeline.stages = static_cast<int>(stages);
+  pipeline.stages = static_cast<int>(pipeline_stages);
   pipeline.data_parallel = out.world.ranks / pipeline.stages;
   if (const json* micro_batches = block.find("micro_batches")) {
     const std::int64_t count =

@@ -58,11 +58,11 @@ void parse_tensor_parallel_shape(Block& root, TrainConfig& out) {
     asked = deepspeed;
     value->erase("autotp_size");  // the resolved config shows it as `size`
   }
-  const int stages = out.pipeline.stages;
-  if (asked > out.world.ranks || out.world.ranks % (stages * asked) != 0) {
+  const int pipeline_stages = out.pipeline.stages;
+  if (asked > out.world.ranks || out.world.ranks % (pipeline_stages * asked) != 0) {
     config_error(block.path("size"),
-                 "pipeline.stages " + std::to_string(stages) + " x tensor_parallel.size " +
-                     std::to_string(asked) + " = " + std::to_string(stages * asked) +
+                 "pipeline.stages " + std::to_string(pipeline_stages) + " x tensor_parallel.size " +
+                     std::to_string(asked) + " = " + std::to_string(pipeline_stages * asked) +
                      " does not divide world.ranks " + std::to_string(out.world.ranks) +
                      "; world.ranks = pipeline stages x data-parallel ranks x tensor-parallel "
                      "ranks");
@@ -71,7 +71,7 @@ void parse_tensor_parallel_shape(Block& root, TrainConfig& out) {
   block.get_or("size", asked) = asked;
   out.tensor_parallel.sequence_parallel =
       read_bool(block.get_or("sequence_parallel", false), block.path("sequence_parallel"));
-  out.pipeline.data_parallel = out.world.ranks / (stages * out.tensor_parallel.size);
+  out.pipeline.data_parallel = out.world.ranks / (pipeline_stages * out.tensor_parallel.size);
 }
 
 void refuse_tensor_parallel_compositions(const TrainConfig& out) {

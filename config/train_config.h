@@ -78,10 +78,10 @@ struct CsvMonitorConfig {
   std::string job_name = "DeepSpeedJobName";
 };
 
-// `pipeline`: the model split into pipeline stages, each a run of units on world.ranks / stages
-// data-parallel ranks (DeepSpeed's block names `stages` and `partition`; the rest are zest's).
-// The micro-batches of a step are gradient_accumulation_steps, as in DeepSpeed's pipeline
-// engine, and train_batch_size counts the data-parallel ranks only. Without the block: one
+// `pipeline`: the model split into pipeline stages, each a run of units on world.ranks /
+// pipeline.stages data-parallel ranks (DeepSpeed's block names `stages` and `partition`; the rest
+// are zest's). The micro-batches of a step are gradient_accumulation_steps, as in DeepSpeed's
+// pipeline engine, and train_batch_size counts the data-parallel ranks only. Without the block: one
 // pipeline stage holding every unit, and nothing else changes.
 struct PipelineConfig {
   int stages = 1;
@@ -91,13 +91,14 @@ struct PipelineConfig {
   PartitionMethod partition = PartitionMethod::kParameters;  // kExplicit for a written list
   std::vector<std::size_t> written_partition;  // kExplicit: the list as written, unchecked
   // Resolved (resolve/pipeline_partition.h; without the block, the parser's one entry): the
-  // units of each virtual stage (chunk c of stage s is virtual stage c·stages + s), in model
-  // order; one entry per virtual stage, none zero, summing to the model's units.
+  // units of each virtual stage (chunk c of pipeline stage s is virtual stage c·pipeline.stages +
+  // s), in model order; one entry per virtual stage, none zero, summing to the model's units.
   std::vector<std::size_t> units_per_virtual_stage;
   // Stage 3 only: false keeps a pipeline stage's parameters gathered across the micro-batches
   // of a step (FSDP2's reshard_after_forward=False), true gathers them per micro-batch.
   bool reshard_after_forward = true;
-  // world.ranks / (stages x tensor_parallel.size): the data-parallel ranks of each pipeline stage
+  // world.ranks / (pipeline.stages x tensor_parallel.size): the data-parallel ranks of each
+  // pipeline stage
   int data_parallel = 1;
   bool enabled() const { return stages > 1; }
   int virtual_stages() const { return stages * virtual_chunks; }

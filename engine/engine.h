@@ -148,8 +148,8 @@ struct EngineOptions {
   // Per unit of the trainer's module, what it recomputes; empty: plan_recompute over its units.
   // Note: a pipeline chunk takes the whole model's plan for its units (pipeline_trainer.cc), as
   // the planner does (planner/pipeline_plan.cc): a chunk's last unit may recompute (its backward
-  // waits for later stages), and a chunk that none of whose units can recompute (the embedding
-  // alone) recomputes nothing rather than failing.
+  // waits for later pipeline stages), and a chunk that none of whose units can recompute (the
+  // embedding alone) recomputes nothing rather than failing.
   std::vector<RecomputePolicy> recompute_plan;
   // zero_optimization.hybrid_shard_size (engine/hybrid_shards.h): shard over groups of this many
   // consecutive ranks and replicate across the groups. 0 or the world size: plain ZeRO;

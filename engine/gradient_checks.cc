@@ -84,8 +84,8 @@ void GradientChecks::raise_divergence(std::int64_t step, const std::vector<FlatU
   // reduction itself); then the message says so instead of naming a rank.
   if (flagged && where.empty() && !reduced) {
     // Note: nothing of this group's was non-finite, yet the step's totals were: they are summed
-    // over more than this group (a pipeline's stages), and the stage that holds the NaN names
-    // it. This is its echo, of the peer-failure kind, so that the World reports the cause.
+    // over more than this group (a pipeline's stages), and the pipeline stage that holds the NaN
+    // names it. This is its echo, of the peer-failure kind, so that the World reports the cause.
     throw Error(ErrorKind::kPeerFailure,
                 fmt::format("non-finite gradient at step {} on another pipeline stage", step));
   }

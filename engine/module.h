@@ -199,8 +199,9 @@ class Module {
   // norm (Parameters with norm_counted false left out) and agrees on an overflow over it too.
   virtual Communicator* tensor_parallel_group() const { return nullptr; }
   // Whether unit `unit` is a copy of a unit another pipeline stage trains, held here only to lend
-  // its parameters to later units (the tied embedding on the last stage): the engine runs no
-  // forward or backward of it and leaves it out of the gradient norm, but reduces and updates it.
+  // its parameters to later units (the tied embedding on the last pipeline stage): the engine runs
+  // no forward or backward of it and leaves it out of the gradient norm, but reduces and updates
+  // it.
   virtual bool holds_copy(std::size_t unit) const {
     (void)unit;
     return false;

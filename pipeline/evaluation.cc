@@ -1,9 +1,9 @@
 // PipelineTrainer::evaluate: held-out evaluation through the pipeline stages. No schedule: the
-// batch is one micro-batch that passes the virtual stages 0, 1, ..., in order, each stage's
-// chunks forward only, the activations sent on as in a step (a send stream after an event on
-// compute, the receive on compute, every transfer after a header with its shape, since an
-// evaluation batch may have another row count than the training one). Each pair of stages sends
-// in virtual-stage order and receives in the same order, so the transfers pair up.
+// batch is one micro-batch that passes the virtual stages 0, 1, ..., in order, each pipeline
+// stage's chunks forward only, the activations sent on as in a step (a send stream after an event
+// on compute, the receive on compute, every transfer after a header with its shape, since an
+// evaluation batch may have another row count than the training one). Each pair of pipeline stages
+// sends in virtual-stage order and receives in the same order, so the transfers pair up.
 #include "base/error.h"
 #include "engine/device_batch.h"
 #include "pipeline/pipeline_trainer.h"
@@ -60,7 +60,7 @@ float PipelineTrainer::evaluate(const Batch& batch) {
         loss = chunk.runner->evaluation_loss();
         break;
       }
-      if (schedule_.stage_of(v + 1) == s) {  // the next chunk is this stage's too
+      if (schedule_.stage_of(v + 1) == s) {  // the next chunk is this pipeline stage's too
         input = output;
         input_owner = std::move(output_owner);
         continue;
@@ -95,7 +95,8 @@ float PipelineTrainer::evaluate(const Batch& batch) {
     }
     throw;
   }
-  // The loss stage's ranks hold the loss of their rows; the mean over data-parallel indices.
+  // The loss pipeline stage's ranks hold the loss of their rows; the mean over data-parallel
+  // indices.
   float total = s == schedule_.stage_of(last)
                     ? loss / static_cast<float>(mesh_.data_parallel_size()) : 0.0f;
   context_.communicator.label_next("pipeline evaluation loss");

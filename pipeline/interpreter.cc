@@ -1,6 +1,7 @@
 // The pipeline interpreter proper: one step of PipelineTrainer (pipeline_trainer.h) is its
 // rank's action list of the schedule, run in order. How each action is issued, and why:
-// - forward / backward: the chunk's StageRunner (stage_runner.h), which runs its ZeroTrainer on
+// - forward / backward: the chunk's PipelineStageRunner (stage_runner.h), which runs its
+// ZeroTrainer on
 //   the micro-batch's own Unit objects; the host returns at once, the work runs on compute.
 // - send: on a stream of its own (one for activations, one for gradients) after an event on
 //   compute. A send waits for its receive (rendezvous), so on compute it would hold up the rank,
@@ -16,7 +17,7 @@
 //   its whole backward at B and nothing at W (the schedule stays valid: W only fills time).
 // - reduce: nothing more — the chunk trainer reduced in its data-parallel group during the step's
 //   last backward (stages 0-1 once per step, 2-3 per micro-batch as their plan says). After the
-//   list, the tied units' reduced gradients are summed across their two stages (sum_tied).
+//   list, the tied units' reduced gradients are summed across their two pipeline stages (sum_tied).
 //   step: PipelineTrainer::step().
 #include <chrono>
 #include <cstring>
@@ -54,10 +55,10 @@ struct PipelineTrainer::Step {
   struct MicroBatchState {  // one micro-batch on one chunk
     std::unique_ptr<DeviceBatch> staged;  // the first and last virtual stage's rows
     Batch batch;                          // what the chunk's forward and backward read
-    Buffer received;                      // activations from the previous stage
+    Buffer received;                      // activations from the previous pipeline stage
     Tensor output;                        // the forward's output
     std::unique_ptr<Event> sent;          // the output's send has run
-    Buffer received_gradient;             // the gradient of the output, from the next stage
+    Buffer received_gradient;  // the gradient of the output, from the next pipeline stage
     Tensor grad_input;
     Buffer grad_input_owner;
   };
@@ -132,8 +133,9 @@ float PipelineTrainer::forward_backward(const Batch& batch) {
         chunk.runner->step_totals(mesh_.data_parallel_size());
     for (int k = 0; k < 3; ++k) totals.values[k] += part.values[k];
   }
-  // The loss lives on the last stage, the norm's parts on every stage: one all-reduce over the
-  // world gives every rank both (lent copies left out of the norm: their owners count them).
+  // The loss lives on the last pipeline stage, the norm's parts on every pipeline stage: one
+  // all-reduce over the world gives every rank both (lent copies left out of the norm: their owners
+  // count them).
   context_.communicator.label_next("pipeline step loss, norm, overflow");
   all_reduce_host(context_, totals.values, totals.values, 3, DType::kFloat32, Reduction::kSum);
   context_.synchronize();
@@ -247,7 +249,8 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
       });
       release_after(context_.device, context_.compute, std::move(state.received_gradient));
       if (local_owner) release_after(context_.device, context_.compute, std::move(*local_owner));
-      // The weight gradient reads the stage's input (and the loss stage its targets) later.
+      // The weight gradient reads the pipeline stage's input (and the loss pipeline stage its
+      // targets) later.
       if (!split) {
         release_after(context_.device, context_.compute, std::move(state.received));
         state.staged.reset();  // frees the staged copies in compute order
@@ -376,16 +379,16 @@ void PipelineTrainer::inject_fault(std::size_t action_index, std::size_t actions
 
 // Note: the sum runs once per step, after the data-parallel reductions, on what each rank's
 // optimizer reads (its shard from stage 1). Before the reductions it would have to run per
-// micro-batch at stages 2-3, a collective between the first and last stage in the middle of
-// the schedule: its comm stream then holds the last stage's gradient buffers, whose release its
-// host waits for, while the first stage waits for that host's next backward — a deadlock the
-// schedule's check cannot see (interleaved 1F1B at stage 3 hit it). Summing reduced shards is
-// the same sum (the reduction is linear, and shard d is the same range on both stages), moves
-// 1/D of the bytes, and can never mix a full local gradient with a reduced shard, which is the
-// users' wrong-order bug.
+// micro-batch at stages 2-3, a collective between the first and last pipeline stage in the middle
+// of the schedule: its comm stream then holds the last pipeline stage's gradient buffers, whose
+// release its host waits for, while the first pipeline stage waits for that host's next backward —
+// a deadlock the schedule's check cannot see (interleaved 1F1B at stage 3 hit it). Summing reduced
+// shards is the same sum (the reduction is linear, and shard d is the same range on both pipeline
+// stages), moves 1/D of the bytes, and can never mix a full local gradient with a reduced shard,
+// which is the users' wrong-order bug.
 void PipelineTrainer::sum_tied() {
   if (!tied_ || skip_tied_sum_) return;
-  // Both stages walk the tied units in the whole model's order: the collectives pair up.
+  // Both pipeline stages walk the tied units in the whole model's order: the collectives pair up.
   for (const auto& [whole, chunk, unit] : tied_units_) {
     (void)whole;
     chunks_[chunk].runner->sum_reduced_gradient(

@@ -34,7 +34,8 @@ void check_shape(std::size_t units, int virtual_stages) {
 }
 
 // The greedy pass of balanced_partition: each virtual stage as many units as fit under `bound`,
-// leaving at least one unit for each later stage. Empty when some stage cannot take even one.
+// leaving at least one unit for each later pipeline stage. Empty when some pipeline stage cannot
+// take even one.
 std::vector<std::size_t> greedy_split(std::size_t units, int virtual_stages,
                                       const UnitCost& cost, std::uint64_t bound) {
   std::vector<std::size_t> counts;
@@ -50,7 +51,7 @@ std::vector<std::size_t> greedy_split(std::size_t units, int virtual_stages,
       sum = with;
       ++end;
     }
-    // The last stage takes everything left, and must fit too.
+    // The last pipeline stage takes everything left, and must fit too.
     if (end == next || (later == 0 && end != units)) return {};
     counts.push_back(end - next);
     next = end;
@@ -111,8 +112,8 @@ std::vector<std::size_t> explicit_partition(const std::vector<std::size_t>& unit
                                             std::size_t units, int virtual_stages) {
   check_shape(units, virtual_stages);
   if (units_per_stage.size() != static_cast<std::size_t>(virtual_stages)) {
-    partition_error("lists " + std::to_string(units_per_stage.size()) + " stage" +
-                    (units_per_stage.size() == 1 ? "" : "s") + ", not one per virtual stage (" +
+    partition_error("lists " + std::to_string(units_per_stage.size()) + " entr" +
+                    (units_per_stage.size() == 1 ? "y" : "ies") + ", not one per virtual stage (" +
                     std::to_string(virtual_stages) +
                     ": pipeline.stages x pipeline.virtual_chunks)");
   }

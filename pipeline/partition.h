@@ -20,23 +20,24 @@ enum class PartitionMethod { kUniform, kParameters, kMemory, kExplicit };
 std::string_view partition_method_name(PartitionMethod method);
 
 // units / V each, the remainder one more on the first virtual stages (as DeepSpeed's
-// partition_uniform, so the last stage, which also holds the loss, is never the larger).
+// partition_uniform, so the last pipeline stage, which also holds the loss, is never the larger).
 std::vector<std::size_t> uniform_partition(std::size_t units, int virtual_stages);
 
-// The cost of `unit` when virtual stage `virtual_stage` holds it. A stage's cost is the sum of
-// its units' costs; costs may depend on the stage (a unit's activations weigh more on a stage
-// that holds more micro-batches in flight).
+// The cost of `unit` when virtual stage `virtual_stage` holds it. A pipeline stage's cost is the
+// sum of its units' costs; costs may depend on the pipeline stage (a unit's activations weigh more
+// on a pipeline stage that holds more micro-batches in flight).
 using UnitCost = std::function<std::uint64_t(int virtual_stage, std::size_t unit)>;
 
-// The contiguous split, no stage empty, that minimizes the largest stage's cost. Algorithm: a
-// binary search on the bound T over [0, 2^64 - 1]; for each T a greedy pass gives
-// every virtual stage in order as many units as fit under T (leaving one per later stage),
-// which succeeds iff any split with all stages <= T exists (the greedy boundaries are never
-// behind a feasible split's, by induction over the stages). At most 64 · units cost calls.
-// Ties: of the optimal splits, the greedy one (earlier stages as full as they may be).
+// The contiguous split, no pipeline stage empty, that minimizes the largest pipeline stage's cost.
+// Algorithm: a binary search on the bound T over [0, 2^64 - 1]; for each T a greedy pass gives
+// every virtual stage in order as many units as fit under T (leaving one per later pipeline stage),
+// which succeeds iff any split with all pipeline stages <= T exists (the greedy boundaries are
+// never behind a feasible split's, by induction over the pipeline stages). At most 64 · units cost
+// calls. Ties: of the optimal splits, the greedy one (earlier pipeline stages as full as they may
+// be).
 std::vector<std::size_t> balanced_partition(std::size_t units, int virtual_stages,
                                             const UnitCost& cost);
-// The same with one cost per unit on every stage (parameter counts: "parameters").
+// The same with one cost per unit on every pipeline stage (parameter counts: "parameters").
 std::vector<std::size_t> balanced_partition(const std::vector<std::uint64_t>& unit_costs,
                                             int virtual_stages);
 

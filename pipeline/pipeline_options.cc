@@ -32,17 +32,18 @@ std::vector<std::size_t> PipelineOptions::partition(std::size_t units) const {
   const std::string name(schedule_kind_name(schedule));
   if (schedule == ScheduleKind::kInterleavedOneFOneB) {
     if (virtual_chunks < 2) {
-      refuse("pipeline.virtual_chunks: interleaved_1f1b needs >= 2 chunks per stage (got " +
-             text(virtual_chunks) + "); use pipeline.schedule \"1f1b\" for one");
+      refuse(
+          "pipeline.virtual_chunks: interleaved_1f1b needs >= 2 chunks per pipeline stage (got " +
+          text(virtual_chunks) + "); use pipeline.schedule \"1f1b\" for one");
     }
-    // Note: Megatron's interleaved order cycles through the stages' micro-batches in groups of
-    // p, so fewer micro-batches than stages is the same refusal as a remainder.
+    // Note: Megatron's interleaved order cycles through the pipeline stages' micro-batches in
+    // groups of p, so fewer micro-batches than pipeline stages is the same refusal as a remainder.
     if (micro_batches % stages != 0) {
       refuse("pipeline.micro_batches: interleaved_1f1b needs a multiple of pipeline.stages (" +
              text(stages) + "), got " + text(micro_batches));
     }
   } else if (virtual_chunks != 1) {
-    refuse("pipeline.virtual_chunks: " + name + " runs one chunk per stage (got " +
+    refuse("pipeline.virtual_chunks: " + name + " runs one chunk per pipeline stage (got " +
            text(virtual_chunks) + "); more need pipeline.schedule \"interleaved_1f1b\"");
   }
   if (units_per_virtual_stage.empty()) return uniform_partition(units, virtual_stages());

@@ -64,8 +64,8 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
   }
 
   // Units lent across virtual stages (GPT's embedding, read by its head): which two pipeline
-  // stages hold them. Note: one pair of stages is what the one tied group serves; a model that
-  // ties units across other pairs, or across chunks of one stage, is refused.
+  // pipeline stages hold them. Note: one pair of pipeline stages is what the one tied group serves;
+  // a model that ties units across other pairs, or across chunks of one pipeline stage, is refused.
   const std::vector<int> owner = virtual_stage_of_units(partition);
   std::set<std::pair<int, int>> pairs;
   std::set<int> lent_units;
@@ -85,8 +85,9 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
     }
   }
   if (pairs.size() > 1) {
-    throw Error(ErrorKind::kConfig, "pipeline.partition: the model's tied units span more than "
-                                    "two pipeline stages; one pair of stages is supported");
+    throw Error(ErrorKind::kConfig,
+                "pipeline.partition: the model's tied units span more than "
+                "two pipeline stages; one pair of pipeline stages is supported");
   }
   const bool tied_here =
       !pairs.empty() && (pairs.begin()->first == at_.pipeline_stage ||
@@ -155,7 +156,8 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
                                                   make_optimizer(optimizer));
     std::vector<Module*> replicas;
     for (auto& replica : chunk.replicas) replicas.push_back(replica.get());
-    chunk.runner = std::make_unique<StageRunner>(*chunk.context, *chunk.trainer, std::move(replicas));
+    chunk.runner =
+        std::make_unique<PipelineStageRunner>(*chunk.context, *chunk.trainer, std::move(replicas));
     const std::vector<ShardLayout>& chunk_layouts = chunk.trainer->layouts();
     for (std::size_t u = 0; u < chunk_layouts.size(); ++u) {
       layouts_.push_back(chunk_layouts[u]);
@@ -167,13 +169,13 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
   std::sort(tied_units_.begin(), tied_units_.end());
   check_fault_unit_is_here();
 
-  // A checkpoint lists the whole model, each unit laid out as its stage's data-parallel group
-  // shards it (the same size on every stage).
+  // A checkpoint lists the whole model, each unit laid out as its pipeline stage's data-parallel
+  // group shards it (the same size on every pipeline stage).
   placement_.parts = pipeline_.stages;
   placement_.part = at_.pipeline_stage;
   placement_.shards = mesh_.data_parallel_size();
   placement_.shard = at_.data_parallel_index;
-  if (hybrid_) {  // each shard group holds the stage's units once; the first saves them
+  if (hybrid_) {  // each shard group holds the pipeline stage's units once; the first saves them
     placement_.shards = hybrid_->world_size();
     placement_.shard = hybrid_->rank();
     placement_.replicas = hybrid_->replicas();
@@ -282,7 +284,7 @@ std::vector<float> PipelineTrainer::full_parameter(const std::string& name) {
       const std::vector<std::string> names = chunk.trainer->parameter_names();
       if (std::find(names.begin(), names.end(), name) == names.end()) continue;
       // A lent copy holds the same values, but the owner's chunk answers (every data-parallel
-      // rank of the stage asks the same chunk, since its gather is a collective).
+      // rank of the pipeline stage asks the same chunk, since its gather is a collective).
       const SubModule& part = *chunk.replicas.front();
       bool owned = false;
       for (std::size_t u = part.copies(); u < part.whole_indices().size(); ++u) {

@@ -4,8 +4,8 @@
 // and optimizer step. Generators (schedule_generators.h) make GPipe, 1F1B, interleaved 1F1B and
 // ZB-H1; the simulator (schedule_simulator.h) checks a schedule before the first step and
 // predicts its bubble; an interpreter runs it. Invariant: with p pipeline stages and v chunks
-// per stage, chunk c of stage s is virtual stage c·p + s (Megatron's interleaving), and
-// micro-batches pass virtual stages 0, 1, ..., v·p − 1 in order.
+// per pipeline stage, chunk c of pipeline stage s is virtual stage c·p + s (Megatron's
+// interleaving), and micro-batches pass virtual stages 0, 1, ..., v·p − 1 in order.
 #pragma once
 
 #include <string>
@@ -30,7 +30,7 @@ enum class ActionKind {
 struct Action {
   ActionKind kind = ActionKind::kForward;
   int micro_batch = -1;  // -1 for kReduce and kStep
-  int chunk = 0;         // the model chunk of this stage (0..v-1)
+  int chunk = 0;         // the model chunk of this pipeline stage (0..v-1)
   int peer = -1;         // sends and receives: the pipeline stage at the other end
   bool operator==(const Action&) const = default;
 };
@@ -39,15 +39,17 @@ enum class ScheduleKind { kGPipe, kOneFOneB, kInterleavedOneFOneB, kZeroBubbleH1
 
 struct Schedule {
   std::string name;  // "1f1b (4 pipeline stages, 8 micro-batches)", for errors
-  int stages = 1;
+  int pipeline_stages = 1;
   int micro_batches = 1;
-  int chunks = 1;  // per stage
+  int chunks = 1;                            // per pipeline stage
   std::vector<std::vector<Action>> actions;  // per pipeline stage, in order
 
-  int virtual_stages() const { return stages * chunks; }
-  int virtual_stage(int stage, int chunk) const { return chunk * stages + stage; }
-  int stage_of(int virtual_stage) const { return virtual_stage % stages; }
-  int chunk_of(int virtual_stage) const { return virtual_stage / stages; }
+  int virtual_stages() const { return pipeline_stages * chunks; }
+  int virtual_stage(int pipeline_stage, int chunk) const {
+    return chunk * pipeline_stages + pipeline_stage;
+  }
+  int stage_of(int virtual_stage) const { return virtual_stage % pipeline_stages; }
+  int chunk_of(int virtual_stage) const { return virtual_stage / pipeline_stages; }
 };
 
 // "forward of micro-batch 3 (chunk 1)", "receive activations of micro-batch 0 from pipeline

@@ -11,9 +11,10 @@ namespace zest {
 
 namespace {
 
-void check_shape(int stages, int micro_batches, int chunks) {
-  if (stages < 1) {
-    throw Error(ErrorKind::kConfig, fmt::format("pipeline.stages: must be >= 1, got {}", stages));
+void check_shape(int pipeline_stages, int micro_batches, int chunks) {
+  if (pipeline_stages < 1) {
+    throw Error(ErrorKind::kConfig,
+                fmt::format("pipeline.stages: must be >= 1, got {}", pipeline_stages));
   }
   if (micro_batches < 1) {
     throw Error(ErrorKind::kConfig,
@@ -25,27 +26,28 @@ void check_shape(int stages, int micro_batches, int chunks) {
   }
 }
 
-Schedule empty_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks) {
+Schedule empty_schedule(ScheduleKind kind, int pipeline_stages, int micro_batches, int chunks) {
   Schedule schedule;
   schedule.name = fmt::format("{} ({} pipeline stages, {} micro-batches{})",
-                              schedule_kind_name(kind), stages, micro_batches,
+                              schedule_kind_name(kind), pipeline_stages, micro_batches,
                               chunks > 1 ? fmt::format(", {} chunks", chunks) : "");
-  schedule.stages = stages;
+  schedule.pipeline_stages = pipeline_stages;
   schedule.micro_batches = micro_batches;
   schedule.chunks = chunks;
-  schedule.actions.resize(static_cast<std::size_t>(stages));
+  schedule.actions.resize(static_cast<std::size_t>(pipeline_stages));
   return schedule;
 }
 
-// Appends a compute action to its stage's list with the transfers around it: the receive of
-// what it needs from another stage just before it, the send of what it makes just after.
-void add(Schedule& schedule, int stage, ActionKind kind, int micro_batch, int chunk = 0) {
-  std::vector<Action>& list = schedule.actions[static_cast<std::size_t>(stage)];
-  const int v = schedule.virtual_stage(stage, chunk);
+// Appends a compute action to its pipeline stage's list with the transfers around it: the receive
+// of what it needs from another pipeline stage just before it, the send of what it makes just
+// after.
+void add(Schedule& schedule, int pipeline_stage, ActionKind kind, int micro_batch, int chunk = 0) {
+  std::vector<Action>& list = schedule.actions[static_cast<std::size_t>(pipeline_stage)];
+  const int v = schedule.virtual_stage(pipeline_stage, chunk);
   const int last = schedule.virtual_stages() - 1;
   const auto other = [&](int virtual_stage) {
     return virtual_stage >= 0 && virtual_stage <= last &&
-           schedule.stage_of(virtual_stage) != stage;
+           schedule.stage_of(virtual_stage) != pipeline_stage;
   };
   if (kind == ActionKind::kForward) {
     if (other(v - 1)) {
@@ -77,10 +79,10 @@ void finish(Schedule& schedule) {
 
 }  // namespace
 
-Schedule gpipe_schedule(int stages, int micro_batches) {
-  check_shape(stages, micro_batches, 1);
-  Schedule schedule = empty_schedule(ScheduleKind::kGPipe, stages, micro_batches, 1);
-  for (int s = 0; s < stages; ++s) {
+Schedule gpipe_schedule(int pipeline_stages, int micro_batches) {
+  check_shape(pipeline_stages, micro_batches, 1);
+  Schedule schedule = empty_schedule(ScheduleKind::kGPipe, pipeline_stages, micro_batches, 1);
+  for (int s = 0; s < pipeline_stages; ++s) {
     for (int b = 0; b < micro_batches; ++b) add(schedule, s, ActionKind::kForward, b);
     for (int b = 0; b < micro_batches; ++b) add(schedule, s, ActionKind::kBackward, b);
   }
@@ -88,11 +90,11 @@ Schedule gpipe_schedule(int stages, int micro_batches) {
   return schedule;
 }
 
-Schedule one_f_one_b_schedule(int stages, int micro_batches) {
-  check_shape(stages, micro_batches, 1);
-  Schedule schedule = empty_schedule(ScheduleKind::kOneFOneB, stages, micro_batches, 1);
-  for (int s = 0; s < stages; ++s) {
-    const int warm_up = std::min(stages - s - 1, micro_batches);
+Schedule one_f_one_b_schedule(int pipeline_stages, int micro_batches) {
+  check_shape(pipeline_stages, micro_batches, 1);
+  Schedule schedule = empty_schedule(ScheduleKind::kOneFOneB, pipeline_stages, micro_batches, 1);
+  for (int s = 0; s < pipeline_stages; ++s) {
+    const int warm_up = std::min(pipeline_stages - s - 1, micro_batches);
     int forward = 0, backward = 0;
     while (forward < warm_up) add(schedule, s, ActionKind::kForward, forward++);
     while (forward < micro_batches) {
@@ -105,32 +107,35 @@ Schedule one_f_one_b_schedule(int stages, int micro_batches) {
   return schedule;
 }
 
-Schedule interleaved_schedule(int stages, int micro_batches, int chunks) {
-  check_shape(stages, micro_batches, chunks);
+Schedule interleaved_schedule(int pipeline_stages, int micro_batches, int chunks) {
+  check_shape(pipeline_stages, micro_batches, chunks);
   if (chunks < 2) {
     throw Error(ErrorKind::kConfig,
                 fmt::format("pipeline.virtual_chunks: interleaved_1f1b needs at least 2 chunks per "
                             "pipeline stage, got {} (with 1 it is 1f1b)",
                             chunks));
   }
-  if (micro_batches % stages != 0) {
+  if (micro_batches % pipeline_stages != 0) {
     throw Error(ErrorKind::kConfig,
                 fmt::format("pipeline.micro_batches: interleaved_1f1b runs micro-batches in groups "
                             "of the {} pipeline stages, so it needs a multiple of {}, got {}",
-                            stages, stages, micro_batches));
+                            pipeline_stages, pipeline_stages, micro_batches));
   }
   Schedule schedule =
-      empty_schedule(ScheduleKind::kInterleavedOneFOneB, stages, micro_batches, chunks);
+      empty_schedule(ScheduleKind::kInterleavedOneFOneB, pipeline_stages, micro_batches, chunks);
   const int total = micro_batches * chunks;
-  // Megatron's order: the k-th forward on a stage is chunk (k / p) mod v of micro-batch
+  // Megatron's order: the k-th forward on a pipeline stage is chunk (k / p) mod v of micro-batch
   // (k / (p·v))·p + k mod p; backwards visit the chunks in reverse.
-  const auto micro_batch = [&](int k) { return (k / (stages * chunks)) * stages + k % stages; };
-  const auto forward_chunk = [&](int k) { return (k / stages) % chunks; };
-  const auto backward_chunk = [&](int k) { return chunks - 1 - (k / stages) % chunks; };
-  for (int s = 0; s < stages; ++s) {
-    const int warm_up = micro_batches == stages
-                            ? total
-                            : std::min(total, (stages - s - 1) * 2 + (chunks - 1) * stages);
+  const auto micro_batch = [&](int k) {
+    return (k / (pipeline_stages * chunks)) * pipeline_stages + k % pipeline_stages;
+  };
+  const auto forward_chunk = [&](int k) { return (k / pipeline_stages) % chunks; };
+  const auto backward_chunk = [&](int k) { return chunks - 1 - (k / pipeline_stages) % chunks; };
+  for (int s = 0; s < pipeline_stages; ++s) {
+    const int warm_up =
+        micro_batches == pipeline_stages
+            ? total
+            : std::min(total, (pipeline_stages - s - 1) * 2 + (chunks - 1) * pipeline_stages);
     int forward = 0, backward = 0;
     while (forward < warm_up) {
       add(schedule, s, ActionKind::kForward, micro_batch(forward), forward_chunk(forward));
@@ -151,16 +156,18 @@ Schedule interleaved_schedule(int stages, int micro_batches, int chunks) {
   return schedule;
 }
 
-Schedule zero_bubble_h1_schedule(int stages, int micro_batches) {
-  check_shape(stages, micro_batches, 1);
-  Schedule schedule = empty_schedule(ScheduleKind::kZeroBubbleH1, stages, micro_batches, 1);
-  // Note: 1F1B's order of forwards and backward-inputs, with stage s running the weight
+Schedule zero_bubble_h1_schedule(int pipeline_stages, int micro_batches) {
+  check_shape(pipeline_stages, micro_batches, 1);
+  Schedule schedule =
+      empty_schedule(ScheduleKind::kZeroBubbleH1, pipeline_stages, micro_batches, 1);
+  // Note: 1F1B's order of forwards and backward-inputs, with pipeline stage s running the weight
   // gradient of micro-batch k only after the backward-input of micro-batch k + s, and the last
-  // s + 1 weight gradients after its last backward. The later a stage, the sooner its
-  // backward-inputs reach the first stage; their deferred W fill the time 1F1B leaves idle
-  // waiting for them, and each stage holds at most p micro-batches (1F1B's first stage's peak).
-  for (int s = 0; s < stages; ++s) {
-    const int warm_up = std::min(stages - s - 1, micro_batches);
+  // s + 1 weight gradients after its last backward. The later a pipeline stage, the sooner its
+  // backward-inputs reach the first pipeline stage; their deferred W fill the time 1F1B leaves idle
+  // waiting for them, and each pipeline stage holds at most p micro-batches (1F1B's first pipeline
+  // stage's peak).
+  for (int s = 0; s < pipeline_stages; ++s) {
+    const int warm_up = std::min(pipeline_stages - s - 1, micro_batches);
     int forward = 0, backward = 0, weight = 0;
     const auto backward_then_weight = [&] {
       add(schedule, s, ActionKind::kBackwardInput, backward++);
@@ -178,7 +185,7 @@ Schedule zero_bubble_h1_schedule(int stages, int micro_batches) {
   return schedule;
 }
 
-Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks) {
+Schedule make_schedule(ScheduleKind kind, int pipeline_stages, int micro_batches, int chunks) {
   if (kind != ScheduleKind::kInterleavedOneFOneB && chunks != 1) {
     throw Error(ErrorKind::kConfig,
                 fmt::format("pipeline.virtual_chunks: {} chunks per pipeline stage need schedule "
@@ -186,11 +193,14 @@ Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chu
                             chunks, schedule_kind_name(kind)));
   }
   switch (kind) {
-    case ScheduleKind::kGPipe: return gpipe_schedule(stages, micro_batches);
-    case ScheduleKind::kOneFOneB: return one_f_one_b_schedule(stages, micro_batches);
+    case ScheduleKind::kGPipe:
+      return gpipe_schedule(pipeline_stages, micro_batches);
+    case ScheduleKind::kOneFOneB:
+      return one_f_one_b_schedule(pipeline_stages, micro_batches);
     case ScheduleKind::kInterleavedOneFOneB:
-      return interleaved_schedule(stages, micro_batches, chunks);
-    case ScheduleKind::kZeroBubbleH1: return zero_bubble_h1_schedule(stages, micro_batches);
+      return interleaved_schedule(pipeline_stages, micro_batches, chunks);
+    case ScheduleKind::kZeroBubbleH1:
+      return zero_bubble_h1_schedule(pipeline_stages, micro_batches);
   }
   throw Error(ErrorKind::kInternal, "make_schedule: unknown schedule kind");
 }

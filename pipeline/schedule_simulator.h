@@ -27,17 +27,17 @@ struct ScheduleCosts {
 struct StageTimeline {
   double busy = 0.0;    // time computing
   double finish = 0.0;  // when its last action ends
-  // The most micro-batches whose activations this stage holds at once (forward begun, weight
-  // gradient not yet done), over all its chunks: what its activation memory is sized by.
+  // The most micro-batches whose activations this pipeline stage holds at once (forward begun,
+  // weight gradient not yet done), over all its chunks: what its activation memory is sized by.
   int peak_in_flight = 0;
   std::vector<double> start;  // of each action, in schedule order
 };
 
 struct ScheduleSimulation {
   double makespan = 0.0;
-  std::vector<StageTimeline> stages;
-  // Idle time over busy time, summed over stages: (p·makespan − Σ busy) / Σ busy — the quantity
-  // the closed formulas give ((p − 1)/m for 1F1B).
+  std::vector<StageTimeline> pipeline_stages;
+  // Idle time over busy time, summed over pipeline stages: (p·makespan − Σ busy) / Σ busy — the
+  // quantity the closed formulas give ((p − 1)/m for 1F1B).
   double bubble_ratio = 0.0;
   // Idle time over all time: (p·makespan − Σ busy) / (p·makespan).
   double idle_fraction = 0.0;
@@ -47,6 +47,7 @@ ScheduleSimulation simulate_schedule(const Schedule& schedule, const ScheduleCos
 
 // The closed formulas, for F = B = W: (p − 1)/m for GPipe and 1F1B, (p − 1)/(v·m) interleaved,
 // (p − 1)/(3m) for ZB-H1 (its bubble (p − 1)(F + B − W) against 1F1B's (p − 1)(F + B + W)).
-double closed_form_bubble_ratio(ScheduleKind kind, int stages, int micro_batches, int chunks = 1);
+double closed_form_bubble_ratio(ScheduleKind kind, int pipeline_stages, int micro_batches,
+                                int chunks = 1);
 
 }  // namespace zest

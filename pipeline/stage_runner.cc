@@ -8,12 +8,14 @@
 
 namespace zest {
 
-StageRunner::StageRunner(RankContext& context, ZeroTrainer& trainer,
-                         std::vector<Module*> replicas)
-    : context_(context), trainer_(trainer), replicas_(std::move(replicas)),
+PipelineStageRunner::PipelineStageRunner(RankContext& context, ZeroTrainer& trainer,
+                                         std::vector<Module*> replicas)
+    : context_(context),
+      trainer_(trainer),
+      replicas_(std::move(replicas)),
       micro_batches_(trainer.options().gradient_accumulation_steps) {}
 
-MicroBatchPass StageRunner::take(Held& held, int micro_batch, const char* what) {
+MicroBatchPass PipelineStageRunner::take(Held& held, int micro_batch, const char* what) {
   const auto at = std::find_if(held.begin(), held.end(),
                                [&](const auto& entry) { return entry.first == micro_batch; });
   if (at == held.end()) {
@@ -25,12 +27,12 @@ MicroBatchPass StageRunner::take(Held& held, int micro_batch, const char* what) 
   return pass;
 }
 
-bool StageRunner::count_backward() {
+bool PipelineStageRunner::count_backward() {
   ++backwards_;
   return backwards_ == micro_batches_;
 }
 
-Tensor StageRunner::forward(int micro_batch, const Batch& batch) {
+Tensor PipelineStageRunner::forward(int micro_batch, const Batch& batch) {
   if (micro_batch < 0 || micro_batch >= micro_batches_) {
     throw Error(ErrorKind::kUsage, "forward of micro-batch " + std::to_string(micro_batch) +
                                        " in a step of " + std::to_string(micro_batches_));
@@ -52,7 +54,8 @@ Tensor StageRunner::forward(int micro_batch, const Batch& batch) {
   for (std::size_t u = 0; u < units; ++u) trainer_.forward_unit(u, batch, pass);
   const Tensor output = pass.output();
   if (!output.data) {
-    // The loss stage: the loss unit wrote this micro-batch's loss; keep it past the next one.
+    // The loss pipeline stage: the loss unit wrote this micro-batch's loss; keep it past the next
+    // one.
     context_.device.copy(context_.compute, micro_batch_losses_.as<float>() + micro_batch,
                          trainer_.loss_buffer(), sizeof(float));
     losses_waiting_ = true;
@@ -61,8 +64,8 @@ Tensor StageRunner::forward(int micro_batch, const Batch& batch) {
   return output;
 }
 
-Tensor StageRunner::backward(int micro_batch, const Batch& batch, const Tensor& grad_output,
-                             Buffer& grad_input_owner) {
+Tensor PipelineStageRunner::backward(int micro_batch, const Batch& batch, const Tensor& grad_output,
+                                     Buffer& grad_input_owner) {
   MicroBatchPass pass = take(in_flight_, micro_batch, "backward");
   trainer_.begin_backward(count_backward());
   pass.set_grad_output(grad_output);
@@ -70,8 +73,8 @@ Tensor StageRunner::backward(int micro_batch, const Batch& batch, const Tensor& 
   return pass.take_grad_input(grad_input_owner);
 }
 
-Tensor StageRunner::backward_input(int micro_batch, const Batch& batch, const Tensor& grad_output,
-                                   Buffer& grad_input_owner) {
+Tensor PipelineStageRunner::backward_input(int micro_batch, const Batch& batch,
+                                           const Tensor& grad_output, Buffer& grad_input_owner) {
   MicroBatchPass pass = take(in_flight_, micro_batch, "backward-input");
   pass.set_grad_output(grad_output);
   for (std::size_t u = trainer_.layouts().size(); u-- > 0;) {
@@ -83,7 +86,7 @@ Tensor StageRunner::backward_input(int micro_batch, const Batch& batch, const Te
   return grad_input;
 }
 
-void StageRunner::backward_weight(int micro_batch, const Batch& batch) {
+void PipelineStageRunner::backward_weight(int micro_batch, const Batch& batch) {
   MicroBatchPass pass = take(awaiting_weight_, micro_batch, "backward-weight");
   trainer_.begin_backward(count_backward());
   for (std::size_t u = trainer_.layouts().size(); u-- > 0;) {
@@ -91,7 +94,7 @@ void StageRunner::backward_weight(int micro_batch, const Batch& batch) {
   }
 }
 
-Tensor StageRunner::evaluate(const Batch& batch, Buffer& output_owner) {
+Tensor PipelineStageRunner::evaluate(const Batch& batch, Buffer& output_owner) {
   if (backwards_ != 0 || !in_flight_.empty() || !awaiting_weight_.empty()) {
     throw Error(ErrorKind::kUsage, "evaluate() between micro-batches; evaluate between steps");
   }
@@ -103,13 +106,13 @@ Tensor StageRunner::evaluate(const Batch& batch, Buffer& output_owner) {
   return output;
 }
 
-float StageRunner::evaluation_loss() {
+float PipelineStageRunner::evaluation_loss() {
   float loss = 0.0f;
   read_to_host(context_.device, context_.compute, &loss, trainer_.loss_buffer(), sizeof loss);
   return loss;
 }
 
-ZeroTrainer::StepTotals StageRunner::step_totals(int loss_ranks) {
+ZeroTrainer::StepTotals PipelineStageRunner::step_totals(int loss_ranks) {
   double loss_sum = 0.0;  // this rank's micro-batch losses of the step
   if (losses_waiting_) {
     std::vector<float> losses(static_cast<std::size_t>(micro_batches_));
@@ -121,13 +124,13 @@ ZeroTrainer::StepTotals StageRunner::step_totals(int loss_ranks) {
   return trainer_.step_totals(loss_sum / micro_batches_ / loss_ranks);
 }
 
-StepStats StageRunner::finish_step(float lr, const ZeroTrainer::StepTotals& summed) {
+StepStats PipelineStageRunner::finish_step(float lr, const ZeroTrainer::StepTotals& summed) {
   backwards_ = 0;
   return trainer_.finish_step(lr, summed);
 }
 
-void StageRunner::sum_reduced_gradient(std::size_t unit, Communicator& group,
-                                       const std::string& label) {
+void PipelineStageRunner::sum_reduced_gradient(std::size_t unit, Communicator& group,
+                                               const std::string& label) {
   const Tensor reduced = trainer_.reduced_gradient(unit);
   group.label_next(label.c_str());
   group.all_reduce(context_.comm, reduced.data, reduced.data, reduced.numel(), reduced.dtype,

@@ -45,9 +45,9 @@ void check_partition(const PipelinePlanInput& input) {
   }
 }
 
-// The activations each unit of a stage's list leaves from its forward to its backward, as the
-// engine holds them: its output and what its policy keeps; with cpu_checkpointing a
-// recomputed unit's input (the previous unit's output) waits on the host instead.
+// The activations each unit of a pipeline stage's list leaves from its forward to its backward, as
+// the engine holds them: its output and what its policy keeps; with cpu_checkpointing a recomputed
+// unit's input (the previous unit's output) waits on the host instead.
 std::vector<std::size_t> kept_bytes(const std::vector<UnitMemory>& memory,
                                     const std::vector<RecomputePolicy>& recompute,
                                     bool cpu_checkpointing) {
@@ -65,14 +65,15 @@ std::vector<std::size_t> kept_bytes(const std::vector<UnitMemory>& memory,
 }
 
 struct StageUnits {
-  PeakPlanInput input;                     // the stage's list: own units and tied copies
+  PeakPlanInput input;                     // the pipeline stage's list: own units and tied copies
   std::vector<std::size_t> global;         // the list's global indices, in model order
   std::vector<bool> own;                   // false: a tied copy (held, never run here)
 };
 
 // Per unit of the whole model, what it recomputes: the model's plan, so that a pipeline stage
 // of units none of which can recompute (the embedding alone) recomputes nothing rather than
-// failing, and a stage's last unit (whose backward waits for the later stages) may recompute.
+// failing, and a pipeline stage's last unit (whose backward waits for the later pipeline stages)
+// may recompute.
 std::vector<RecomputePolicy> model_recompute(const PeakPlanInput& model) {
   if (model.units.empty()) return {};
   std::vector<Recomputable> recomputable;
@@ -83,13 +84,13 @@ std::vector<RecomputePolicy> model_recompute(const PeakPlanInput& model) {
   return plan_recompute(model.engine.activation_checkpointing, recomputable);
 }
 
-StageUnits stage_units(const PipelinePlanInput& input, int stage,
+StageUnits stage_units(const PipelinePlanInput& input, int pipeline_stage,
                        const std::vector<std::size_t>& boundaries,
                        const std::vector<RecomputePolicy>& recompute) {
   const Schedule& schedule = input.schedule;
   std::set<std::size_t> own;
   for (int chunk = 0; chunk < schedule.chunks; ++chunk) {
-    const int v = schedule.virtual_stage(stage, chunk);
+    const int v = schedule.virtual_stage(pipeline_stage, chunk);
     for (std::size_t u = boundaries[v]; u < boundaries[v + 1]; ++u) own.insert(u);
   }
   std::set<std::size_t> all = own;
@@ -124,8 +125,8 @@ StageUnits stage_units(const PipelinePlanInput& input, int stage,
   return out;
 }
 
-// The splits rank (stage, 0) of the mesh makes (PipelineTrainer::build_groups, in its order):
-// its data-parallel group, whose own splits are the hybrid shard and replica groups or each
+// The splits rank (pipeline stage, 0) of the mesh makes (PipelineTrainer::build_groups, in its
+// order): its data-parallel group, whose own splits are the hybrid shard and replica groups or each
 // chunk trainer's hpZ group; the two pipeline groups; the tied units' group.
 std::deque<shape::ShapeGroup> pipeline_splits(const PipelinePlanInput& input, int pipeline_stage) {
   const PeakPlanInput& model = input.model;
@@ -139,29 +140,30 @@ std::deque<shape::ShapeGroup> pipeline_splits(const PipelinePlanInput& input, in
     if (hpz > 0) data_parallel_splits.assign(static_cast<std::size_t>(schedule.chunks), {0, hpz});
   }
   return {{0, model.world_size * model.replicas, std::move(data_parallel_splits)},
-          {pipeline_stage, schedule.stages},
-          {pipeline_stage, schedule.stages},
+          {pipeline_stage, schedule.pipeline_stages},
+          {pipeline_stage, schedule.pipeline_stages},
           {pipeline_stage == 0 ? 0 : 1, 2}};
 }
 
-// Rank (stage, 0) of the mesh trains two steps on the shape-only device (runtime/shape_device.h):
-// the real PipelineTrainer — its chunks' ZeroTrainers and StageRunners, the interpreter over the
-// schedule's action list — over ShapeModules, its transfers answered by the shape communicator
-// without data; its allocators are the ledger. The ranks of a pipeline stage are alike.
-PeakPrediction train_stage_on_shape_device(const PipelinePlanInput& input, int stage,
+// Rank (pipeline stage, 0) of the mesh trains two steps on the shape-only device
+// (runtime/shape_device.h): the real PipelineTrainer — its chunks' ZeroTrainers and StageRunners,
+// the interpreter over the schedule's action list — over ShapeModules, its transfers answered by
+// the shape communicator without data; its allocators are the ledger. The ranks of a pipeline stage
+// are alike.
+PeakPrediction train_stage_on_shape_device(const PipelinePlanInput& input, int pipeline_stage,
                                            const std::vector<std::size_t>& boundaries) {
   const PeakPlanInput& model = input.model;
   const Schedule& schedule = input.schedule;
   const int data_parallel = model.world_size * model.replicas;
-  const int world = schedule.stages * data_parallel;
+  const int world = schedule.pipeline_stages * data_parallel;
   shape::ShapeDevice device(0, model.device);
   const auto compute = device.create_stream("compute");
   const auto comm = device.create_stream("comm");
   const auto prefetch = device.create_stream("prefetch");
-  shape::ShapeCommunicator communicator(stage * data_parallel, world,
-                                        pipeline_splits(input, stage));
-  RankContext context{stage * data_parallel, world, device, *compute, *comm, *prefetch,
-                      communicator};
+  shape::ShapeCommunicator communicator(pipeline_stage * data_parallel, world,
+                                        pipeline_splits(input, pipeline_stage));
+  RankContext context{
+      pipeline_stage * data_parallel, world, device, *compute, *comm, *prefetch, communicator};
   context.topology = Topology(world, world);
   EngineOptions options = model.engine;
   options.gradient_accumulation_steps = 1;  // the pipeline's micro-batches are the schedule's
@@ -169,7 +171,7 @@ PeakPrediction train_stage_on_shape_device(const PipelinePlanInput& input, int s
   options.out_of_memory_advice = nullptr;
   if (model.units.empty()) options.activation_checkpointing = {};  // no activations to drop
   PipelineOptions pipeline;
-  pipeline.stages = schedule.stages;
+  pipeline.stages = schedule.pipeline_stages;
   pipeline.micro_batches = schedule.micro_batches;
   pipeline.virtual_chunks = schedule.chunks;
   // The actions are `schedule`'s; the kind is checked only against the chunk count.
@@ -233,18 +235,18 @@ std::vector<PipelineStagePeak> predict_pipeline_peaks(const PipelinePlanInput& i
 
   const std::vector<RecomputePolicy> recompute = model_recompute(input.model);
   std::vector<PipelineStagePeak> peaks;
-  for (int stage = 0; stage < schedule.stages; ++stage) {
-    StageUnits units = stage_units(input, stage, boundaries, recompute);
+  for (int pipeline_stage = 0; pipeline_stage < schedule.pipeline_stages; ++pipeline_stage) {
+    StageUnits units = stage_units(input, pipeline_stage, boundaries, recompute);
     PipelineStagePeak peak;
-    peak.stage = stage;
-    peak.peak_in_flight = simulation.stages[stage].peak_in_flight;
+    peak.pipeline_stage = pipeline_stage;
+    peak.peak_in_flight = simulation.pipeline_stages[pipeline_stage].peak_in_flight;
     for (std::size_t i = 0; i < units.global.size(); ++i) {
       (units.own[i] ? peak.units : peak.tied_copies).push_back(units.global[i]);
     }
     peak.one_in_flight = predict_peak(units.input);
 
-    // Per chunk: what a micro-batch leaves on this stage from forward to backward, as the engine
-    // holds it (kept), and the received input it also keeps (received), then the gradient of
+    // Per chunk: what a micro-batch leaves on this pipeline stage from forward to backward, as the
+    // engine holds it (kept), and the received input it also keeps (received), then the gradient of
     // the chunk's output that its backward receives.
     std::vector<std::size_t> kept(schedule.chunks, 0), received(schedule.chunks, 0);
     std::size_t gradient_buffer = 0;
@@ -253,7 +255,7 @@ std::vector<PipelineStagePeak> predict_pipeline_peaks(const PipelinePlanInput& i
       const std::vector<std::size_t> unit_kept =
           kept_bytes(units.input.units, units.input.recompute, checkpointing.cpu_checkpointing);
       for (int chunk = 0; chunk < schedule.chunks; ++chunk) {
-        const int v = schedule.virtual_stage(stage, chunk);
+        const int v = schedule.virtual_stage(pipeline_stage, chunk);
         for (std::size_t i = 0; i < units.global.size(); ++i) {
           const std::size_t u = units.global[i];
           if (units.own[i] && u >= boundaries[v] && u < boundaries[v + 1]) kept[chunk] += unit_kept[i];
@@ -273,7 +275,7 @@ std::vector<PipelineStagePeak> predict_pipeline_peaks(const PipelinePlanInput& i
     // The schedule's order: a micro-batch's activations on a chunk are held from its forward to
     // its (weight-gradient) backward.
     std::size_t held = 0;
-    for (const Action& action : schedule.actions[stage]) {
+    for (const Action& action : schedule.actions[pipeline_stage]) {
       const std::size_t bytes = kept[action.chunk] + received[action.chunk];
       if (action.kind == ActionKind::kForward) {
         held += bytes;
@@ -292,7 +294,7 @@ std::vector<PipelineStagePeak> predict_pipeline_peaks(const PipelinePlanInput& i
         peak.gathered_for_step += layout.flat_length() * element_size(input.model);
       }
     }
-    peak.peak = train_stage_on_shape_device(input, stage, boundaries);
+    peak.peak = train_stage_on_shape_device(input, pipeline_stage, boundaries);
     peaks.push_back(std::move(peak));
   }
   return peaks;
@@ -312,12 +314,13 @@ UnitCost pipeline_memory_cost(const PeakPlanInput& model, const Schedule& schedu
     activations.push_back(unit.output + unit.saved);
   }
   std::vector<std::uint64_t> in_flight;
-  for (const StageTimeline& timeline : simulation.stages) {
+  for (const StageTimeline& timeline : simulation.pipeline_stages) {
     in_flight.push_back(static_cast<std::uint64_t>(timeline.peak_in_flight));
   }
   return [state = std::move(state), activations = std::move(activations),
-          in_flight = std::move(in_flight), stages = schedule.stages](int v, std::size_t u) {
-    return state[u] + in_flight[static_cast<std::size_t>(v % stages)] * activations[u];
+          in_flight = std::move(in_flight),
+          pipeline_stages = schedule.pipeline_stages](int v, std::size_t u) {
+    return state[u] + in_flight[static_cast<std::size_t>(v % pipeline_stages)] * activations[u];
   };
 }
 

@@ -79,26 +79,26 @@ int DeviceMesh::rank_of(MeshCoordinate coordinate) const {
          coordinate.tensor_parallel_index;
 }
 
-std::vector<int> DeviceMesh::data_parallel_group(int stage, int tensor) const {
+std::vector<int> DeviceMesh::data_parallel_group(int pipeline_stage, int tensor) const {
   std::vector<int> ranks;
   for (int index = 0; index < data_parallel_size_; ++index) {
-    ranks.push_back(rank_of({stage, index, tensor}));
+    ranks.push_back(rank_of({pipeline_stage, index, tensor}));
   }
   return ranks;
 }
 
 std::vector<int> DeviceMesh::pipeline_group(int index, int tensor) const {
   std::vector<int> ranks;
-  for (int stage = 0; stage < pipeline_stages_; ++stage) {
-    ranks.push_back(rank_of({stage, index, tensor}));
+  for (int pipeline_stage = 0; pipeline_stage < pipeline_stages_; ++pipeline_stage) {
+    ranks.push_back(rank_of({pipeline_stage, index, tensor}));
   }
   return ranks;
 }
 
-std::vector<int> DeviceMesh::tensor_parallel_group(int stage, int index) const {
+std::vector<int> DeviceMesh::tensor_parallel_group(int pipeline_stage, int index) const {
   std::vector<int> ranks;
   for (int tensor = 0; tensor < tensor_parallel_size_; ++tensor) {
-    ranks.push_back(rank_of({stage, index, tensor}));
+    ranks.push_back(rank_of({pipeline_stage, index, tensor}));
   }
   return ranks;
 }
@@ -117,11 +117,11 @@ std::optional<int> DeviceMesh::next_stage_rank(int rank) const {
   return rank_of(at);
 }
 
-std::string DeviceMesh::data_parallel_group_name(int stage, int tensor) const {
+std::string DeviceMesh::data_parallel_group_name(int pipeline_stage, int tensor) const {
   const std::string of_tensor =
       tensor_parallel_size_ > 1 ? fmt::format(", tensor-parallel index {}", tensor) : "";
-  return fmt::format("data-parallel group of pipeline stage {}{} (ranks {})", stage, of_tensor,
-                     rank_list_text(data_parallel_group(stage, tensor)));
+  return fmt::format("data-parallel group of pipeline stage {}{} (ranks {})", pipeline_stage,
+                     of_tensor, rank_list_text(data_parallel_group(pipeline_stage, tensor)));
 }
 
 std::string DeviceMesh::pipeline_group_name(int index, int tensor) const {
@@ -131,9 +131,10 @@ std::string DeviceMesh::pipeline_group_name(int index, int tensor) const {
                      rank_list_text(pipeline_group(index, tensor)));
 }
 
-std::string DeviceMesh::tensor_parallel_group_name(int stage, int index) const {
-  return fmt::format("tensor-parallel group of pipeline stage {}, data-parallel index {} (ranks {})",
-                     stage, index, rank_list_text(tensor_parallel_group(stage, index)));
+std::string DeviceMesh::tensor_parallel_group_name(int pipeline_stage, int index) const {
+  return fmt::format(
+      "tensor-parallel group of pipeline stage {}, data-parallel index {} (ranks {})",
+      pipeline_stage, index, rank_list_text(tensor_parallel_group(pipeline_stage, index)));
 }
 
 }  // namespace zest

@@ -16,14 +16,16 @@ TensorParallelGroups split_tensor_parallel_groups(RankContext& world, const Devi
   }
   TensorParallelGroups groups;
   groups.at = mesh.coordinate(world.rank);
-  const int stage = groups.at.pipeline_stage;
+  const int pipeline_stage = groups.at.pipeline_stage;
   const int index = groups.at.data_parallel_index;
   const int tensor = groups.at.tensor_parallel_index;
   // Every rank splits the same groups in the same order (split is collective over the world).
-  groups.tensor = world.communicator.split(stage * mesh.data_parallel_size() + index, tensor,
-                                           mesh.tensor_parallel_group_name(stage, index));
-  groups.data = world.communicator.split(stage * mesh.tensor_parallel_size() + tensor, index,
-                                         mesh.data_parallel_group_name(stage, tensor));
+  groups.tensor =
+      world.communicator.split(pipeline_stage * mesh.data_parallel_size() + index, tensor,
+                               mesh.tensor_parallel_group_name(pipeline_stage, index));
+  groups.data =
+      world.communicator.split(pipeline_stage * mesh.tensor_parallel_size() + tensor, index,
+                               mesh.data_parallel_group_name(pipeline_stage, tensor));
   groups.data_context = std::make_unique<RankContext>(RankContext{
       index, mesh.data_parallel_size(), world.device, world.compute, world.comm, world.prefetch,
       *groups.data, world.trace, world.topology, world.wire, 1, world.rank_in_world()});

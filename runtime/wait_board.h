@@ -1,9 +1,10 @@
 // Which world ranks each rank of a `local` world is waiting for, now: every group of the world
 // (local_communicator.h) posts its ranks' waits here — a collective's missing ranks, a transfer's
 // peer — so that a timeout can name the rank at the end of a chain of waits instead of a peer
-// that only waits in turn. In a pipeline of four stages with stage 1 stalled, stage 3 waits for
-// stage 2, which waits for stage 1: "rank 2 is stalled" would blame a healthy rank.
-// Invariant: a wait is on the board exactly while its thread blocks (Posted's lifetime).
+// that only waits in turn. In a pipeline of four stages with pipeline stage 1 stalled, pipeline
+// stage 3 waits for pipeline stage 2, which waits for pipeline stage 1: "rank 2 is stalled" would
+// blame a healthy rank. Invariant: a wait is on the board exactly while its thread blocks (Posted's
+// lifetime).
 #pragma once
 
 #include <cstdint>

@@ -34,7 +34,7 @@ using testing::TestModel;
 
 struct RunSpec {
   TestModel model = TestModel::kMlp;
-  int stages = 2;  // 0: a plain ZeRO trainer (Engine::shard) over `data_parallel` ranks
+  int pipeline_stages = 2;  // 0: a plain ZeRO trainer (Engine::shard) over `data_parallel` ranks
   int data_parallel = 2;
   int zero_stage = 1;
   int micro_batches = 4;
@@ -68,7 +68,7 @@ void train_steps(RankContext& context, Trainer& trainer, const RunSpec& run, int
     if (trainer.steps_taken() == run.save_at) {
       CheckpointOptions options = run.save_options;
       options.dir = run.save_dir;
-      save_checkpoint(context, trainer, options, {{"pipeline", {{"stages", run.stages}}}},
+      save_checkpoint(context, trainer, options, {{"pipeline", {{"stages", run.pipeline_stages}}}},
                       {{"next_batch", trainer.steps_taken()}});
     }
   }
@@ -81,13 +81,13 @@ void train_steps(RankContext& context, Trainer& trainer, const RunSpec& run, int
 Outcome train(const RunSpec& run) {
   Outcome outcome;
   WorldOptions world;
-  world.ranks = std::max(run.stages, 1) * run.data_parallel;
+  world.ranks = std::max(run.pipeline_stages, 1) * run.data_parallel;
   world.timeout = std::chrono::seconds(30);
   World(world).run([&](RankContext& context) {
     EngineOptions options;
     options.stage = run.zero_stage;
     const OptimizerOptions optimizer = testing::test_optimizer(run.model);
-    if (run.stages == 0) {
+    if (run.pipeline_stages == 0) {
       std::unique_ptr<Module> module = testing::model_factory(run.model)();
       Engine engine(context, options);
       std::unique_ptr<Trainer> trainer = engine.shard(*module, make_optimizer(optimizer));
@@ -95,7 +95,7 @@ Outcome train(const RunSpec& run) {
       return;
     }
     PipelineOptions pipeline;
-    pipeline.stages = run.stages;
+    pipeline.stages = run.pipeline_stages;
     pipeline.micro_batches = run.micro_batches;
     PipelineTrainer trainer(context, options, pipeline, testing::model_factory(run.model),
                             optimizer);
@@ -200,10 +200,10 @@ TEST_P(PipelineCheckpoint, ResumesOnOtherMeshesWithinParity) {
   RunSpec run;
   run.zero_stage = GetParam();
   const Outcome reference = save_and_reference(run, scratch.path("ckpt"));
-  for (const auto& [stages, data_parallel] : {std::pair{1, 4}, std::pair{4, 1}}) {
-    SCOPED_TRACE(std::to_string(stages) + " x " + std::to_string(data_parallel));
+  for (const auto& [pipeline_stages, data_parallel] : {std::pair{1, 4}, std::pair{4, 1}}) {
+    SCOPED_TRACE(std::to_string(pipeline_stages) + " x " + std::to_string(data_parallel));
     RunSpec other = run;
-    other.stages = stages;
+    other.pipeline_stages = pipeline_stages;
     other.data_parallel = data_parallel;
     other.resume = scratch.path("ckpt");
     const Outcome resumed = train(other);
@@ -215,8 +215,8 @@ TEST_P(PipelineCheckpoint, ResumesOnOtherMeshesWithinParity) {
 INSTANTIATE_TEST_SUITE_P(ZeroStages, PipelineCheckpoint, ::testing::Values(1, 3),
                          [](const auto& info) { return "Zero" + std::to_string(info.param); });
 
-// The GPT ties its embedding across the first and last stage: the manifest lists it once (the
-// first stage's), and both copies are restored from it.
+// The GPT ties its embedding across the first and last pipeline stage: the manifest lists it once
+// (the first pipeline stage's), and both copies are restored from it.
 TEST(PipelineCheckpointTied, GptEmbeddingSavedOnceAndRestoredToBothStages) {
   Scratch scratch;
   RunSpec run;
@@ -231,10 +231,10 @@ TEST(PipelineCheckpointTied, GptEmbeddingSavedOnceAndRestoredToBothStages) {
 
   run.resume = scratch.path("ckpt");
   expect_bit_identical(train(run), reference, 2);
-  for (const auto& [stages, data_parallel] : {std::pair{4, 1}, std::pair{1, 4}}) {
-    SCOPED_TRACE(std::to_string(stages) + " x " + std::to_string(data_parallel));
+  for (const auto& [pipeline_stages, data_parallel] : {std::pair{4, 1}, std::pair{1, 4}}) {
+    SCOPED_TRACE(std::to_string(pipeline_stages) + " x " + std::to_string(data_parallel));
     RunSpec other = run;
-    other.stages = stages;
+    other.pipeline_stages = pipeline_stages;
     other.data_parallel = data_parallel;
     expect_parity(train(other), reference, 2);
   }
@@ -243,7 +243,7 @@ TEST(PipelineCheckpointTied, GptEmbeddingSavedOnceAndRestoredToBothStages) {
 TEST(PipelineCheckpointPlain, PlainCheckpointResumesAsAPipelineAndBack) {
   Scratch scratch;
   RunSpec plain;
-  plain.stages = 0;
+  plain.pipeline_stages = 0;
   plain.data_parallel = 4;
   plain.zero_stage = 2;
   const Outcome plain_reference = save_and_reference(plain, scratch.path("plain"));
@@ -277,12 +277,12 @@ TEST(PipelineCheckpointReshard, OfflineReshardOfAPipelineCheckpoint) {
   verify_checkpoint(scratch.path("three"));
 
   RunSpec plain = run;
-  plain.stages = 0;
+  plain.pipeline_stages = 0;
   plain.data_parallel = 3;
   plain.resume = scratch.path("three");
   expect_parity(train(plain), reference, 2);
   RunSpec three_stages = run;
-  three_stages.stages = 3;
+  three_stages.pipeline_stages = 3;
   three_stages.data_parallel = 1;
   three_stages.resume = scratch.path("three");
   expect_parity(train(three_stages), reference, 2);
@@ -340,7 +340,7 @@ TEST(PipelineCheckpointErrors, AnotherModelIsRefusedNamingTheDifference) {
 }
 
 // A manifest whose unit names a pipeline stage past pipeline_stages, or that lists too few
-// files for its stages, is refused naming the key.
+// files for its pipeline stages, is refused naming the key.
 TEST(PipelineCheckpointManifest, BadPipelineFieldsAreRefused) {
   CheckpointManifest manifest;
   manifest.world_size = 2;

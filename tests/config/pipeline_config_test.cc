@@ -166,8 +166,9 @@ TEST(PipelineConfig, EveryBadValueIsOneLineNamingItsKey) {
             "dropped)");
   EXPECT_THAT(error({{"stages", 2}, {"partition", {6, 0}}}),
               StartsWith("pipeline.partition: [1] is 0"));
-  EXPECT_THAT(error({{"stages", 2}, {"partition", {2, 2, 2}}}),
-              StartsWith("pipeline.partition: lists 3 stages, not one per virtual stage (2"));
+  EXPECT_THAT(
+      error({{"stages", 2}, {"partition", {2, 2, 2}}}),
+      StartsWith("pipeline.partition: lists 3 entries, not one per virtual stage (2"));
   EXPECT_THAT(error({{"stages", 2}, {"partition", "best"}}),
               StartsWith("pipeline.partition: must be uniform, parameters or memory or a list"));
   EXPECT_THAT(error({{"stages", 2}, {"partition", {1.5, 4.5}}}),
@@ -184,7 +185,7 @@ TEST(PipelineConfig, EveryBadValueIsOneLineNamingItsKey) {
             "pipeline.partition: the model has 1073741826 units, more than the 65536 a pipeline "
             "partitions");
 
-  // Fewer units than virtual stages, whichever the method: an MLP of 2 layers on 4 stages.
+  // Fewer units than virtual stages, whichever the method: an MLP of 2 layers on 4 pipeline stages.
   json mlp = json::parse(R"({"model": {"type": "mlp", "sizes": [8, 16, 4]},
     "world": {"ranks": 4}, "steps": 1, "train_micro_batch_size_per_gpu": 1})");
   for (const json& partition : {json("uniform"), json("parameters"), json("memory")}) {

@@ -32,12 +32,12 @@ std::string config_error(const std::function<void()>& action) {
   return "";
 }
 
-// Every contiguous split of `units` into `stages` non-empty runs: the reference the balanced
-// search is held against.
-void every_split(std::size_t units, int stages, std::vector<std::size_t>& prefix,
+// Every contiguous split of `units` into `pipeline_stages` non-empty runs: the reference the
+// balanced search is held against.
+void every_split(std::size_t units, int pipeline_stages, std::vector<std::size_t>& prefix,
                  const std::function<void(const std::vector<std::size_t>&)>& visit) {
   const std::size_t used = std::accumulate(prefix.begin(), prefix.end(), std::size_t{0});
-  if (static_cast<int>(prefix.size()) == stages - 1) {
+  if (static_cast<int>(prefix.size()) == pipeline_stages - 1) {
     if (units > used) {
       prefix.push_back(units - used);
       visit(prefix);
@@ -45,9 +45,10 @@ void every_split(std::size_t units, int stages, std::vector<std::size_t>& prefix
     }
     return;
   }
-  for (std::size_t count = 1; used + count + (stages - 1 - prefix.size()) <= units; ++count) {
+  for (std::size_t count = 1; used + count + (pipeline_stages - 1 - prefix.size()) <= units;
+       ++count) {
     prefix.push_back(count);
-    every_split(units, stages, prefix, visit);
+    every_split(units, pipeline_stages, prefix, visit);
     prefix.pop_back();
   }
 }
@@ -84,9 +85,9 @@ TEST(Partition, FewerUnitsThanVirtualStagesIsOneLineNamingTheKey) {
 TEST(Partition, ByParametersMinimizesTheLargestStage) {
   // A GPT-like model: a large embedding, equal blocks, a small head (ln_f only; tied weights).
   const std::vector<std::uint64_t> parameters = {1000, 100, 100, 100, 100, 100, 100, 2};
-  // Two stages: the embedding alone is 1000, the rest 602.
+  // Two pipeline stages: the embedding alone is 1000, the rest 602.
   EXPECT_THAT(balanced_partition(parameters, 2), ElementsAre(1, 7));
-  // Equal blocks split evenly, the ties going to the earlier stage.
+  // Equal blocks split evenly, the ties going to the earlier pipeline stage.
   EXPECT_THAT(balanced_partition(std::vector<std::uint64_t>{4, 4, 4, 4, 4, 4}, 3),
               ElementsAre(2, 2, 2));
   EXPECT_THAT(balanced_partition(std::vector<std::uint64_t>{1, 1, 1, 1, 1, 1, 1}, 3),
@@ -94,8 +95,8 @@ TEST(Partition, ByParametersMinimizesTheLargestStage) {
 }
 
 TEST(Partition, BalancedEqualsTheBestOfEveryContiguousSplit) {
-  // Small cases exhaustively, with costs that depend on the stage (as memory's do: a stage with
-  // more micro-batches in flight pays more for each unit's activations).
+  // Small cases exhaustively, with costs that depend on the pipeline stage (as memory's do: a
+  // pipeline stage with more micro-batches in flight pays more for each unit's activations).
   std::uint64_t seed = 12345;
   auto next = [&] {
     seed = seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -103,22 +104,22 @@ TEST(Partition, BalancedEqualsTheBestOfEveryContiguousSplit) {
   };
   for (int trial = 0; trial < 200; ++trial) {
     const std::size_t units = 1 + next() % 9;
-    const int stages = 1 + static_cast<int>(next() % std::min<std::size_t>(units, 4));
+    const int pipeline_stages = 1 + static_cast<int>(next() % std::min<std::size_t>(units, 4));
     std::vector<std::uint64_t> fixed(units), activations(units);
     for (std::size_t u = 0; u < units; ++u) {
       fixed[u] = next();
       activations[u] = next();
     }
     const UnitCost cost = [&](int v, std::size_t u) {
-      return fixed[u] + static_cast<std::uint64_t>(stages - v) * activations[u];
+      return fixed[u] + static_cast<std::uint64_t>(pipeline_stages - v) * activations[u];
     };
     std::uint64_t best = std::numeric_limits<std::uint64_t>::max();
     std::vector<std::size_t> prefix;
-    every_split(units, stages, prefix, [&](const std::vector<std::size_t>& split) {
+    every_split(units, pipeline_stages, prefix, [&](const std::vector<std::size_t>& split) {
       best = std::min(best, largest_stage(split, cost));
     });
-    const std::vector<std::size_t> found = balanced_partition(units, stages, cost);
-    ASSERT_EQ(found.size(), static_cast<std::size_t>(stages));
+    const std::vector<std::size_t> found = balanced_partition(units, pipeline_stages, cost);
+    ASSERT_EQ(found.size(), static_cast<std::size_t>(pipeline_stages));
     EXPECT_EQ(std::accumulate(found.begin(), found.end(), std::size_t{0}), units);
     EXPECT_TRUE(std::none_of(found.begin(), found.end(), [](std::size_t n) { return n == 0; }));
     EXPECT_EQ(largest_stage(found, cost), best) << "trial " << trial;
@@ -127,8 +128,8 @@ TEST(Partition, BalancedEqualsTheBestOfEveryContiguousSplit) {
 
 TEST(Partition, MemoryCostsMoveUnitsOffTheFirstStage) {
   // Eight equal units, each 10 bytes of state and 10 of activations per micro-batch in flight;
-  // 1F1B on 2 stages holds 2 micro-batches on stage 0 and 1 on stage 1: a unit costs 30 there
-  // and 20 here, so stage 0 takes 3 units (90) and stage 1 five (100), not 4 and 4 (120, 80).
+  // 1F1B on 2 pipeline stages holds 2 micro-batches on stage 0 and 1 on stage 1: a unit costs 30
+  // there and 20 here, so stage 0 takes 3 units (90) and stage 1 five (100), not 4 and 4 (120, 80).
   const UnitCost cost = [](int v, std::size_t) -> std::uint64_t { return 10 + 10 * (2 - v); };
   EXPECT_THAT(balanced_partition(8, 2, cost), ElementsAre(3, 5));
 }
@@ -153,8 +154,10 @@ TEST(Partition, ExplicitListIsCheckedAgainstTheModel) {
   EXPECT_EQ(config_error([] { explicit_partition({4, 0, 4}, 8, 3); }),
             "pipeline.partition: [1] is 0: virtual stage 1 would hold no unit; every virtual "
             "stage needs at least one");
-  EXPECT_THAT(config_error([] { explicit_partition({4, 4}, 8, 4); }),
-              HasSubstr("lists 2 stages, not one per virtual stage (4"));
+  EXPECT_THAT(config_error([] {
+                explicit_partition({4, 4}, 8, 4);
+              }),
+              HasSubstr("lists 2 entries, not one per virtual stage (4"));
 }
 
 TEST(Partition, BoundariesAreTheRunningSum) {

@@ -15,10 +15,11 @@
 namespace zest::testing {
 namespace {
 
-void expect_named_failure(int stages, int data_parallel, int failing_rank, ScheduleKind kind) {
+void expect_named_failure(int pipeline_stages, int data_parallel, int failing_rank,
+                          ScheduleKind kind) {
   PipelineSpec spec;
   spec.model = TestModel::kGpt;
-  spec.stages = stages;
+  spec.stages = pipeline_stages;
   spec.data_parallel = data_parallel;
   spec.zero_stage = 3;
   spec.pipeline.micro_batches = 4;
@@ -44,7 +45,8 @@ void expect_named_failure(int stages, int data_parallel, int failing_rank, Sched
 
 // The error of the 5-layer MLP on 2 pipeline stages x 2 data-parallel ranks at ZeRO stage 3 with
 // `fault` at step 2 (world ranks 2 and 3 are the last pipeline stage); empty when it trained.
-// Note: not the GPT, whose tied embedding carries a NaN of the head to the first stage too.
+// Note: not the GPT, whose tied embedding carries a NaN of the head to the first pipeline stage
+// too.
 std::pair<ErrorKind, std::string> error_of_run_with(FaultInjection fault) {
   PipelineSpec spec;
   spec.model = TestModel::kMlp;
@@ -93,7 +95,7 @@ TEST(PipelineFailure, AFailedAllocationIsTheOutOfMemoryMessageOfTheWorldRank) {
   EXPECT_NE(message.find("rank 1: out of memory on cpu:1"), std::string::npos) << message;
 }
 
-// A middle pipeline stage stalled: its neighbours time out waiting for it, and the stages
+// A middle pipeline stage stalled: its neighbours time out waiting for it, and the pipeline stages
 // beyond them wait for those neighbours in turn. Whichever rank times out first, the message
 // names the stalled rank and never calls a healthy one stalled.
 void expect_stalled_rank_named(ScheduleKind kind) {
@@ -134,9 +136,9 @@ TEST(PipelineFailure, AStalledMiddleStageIsNamedNotTheHealthyStagesWaitingInTurn
 }
 
 TEST(PipelineFailure, AFailingRankMidScheduleEndsEveryRankNamingIt) {
-  expect_named_failure(2, 2, 1, ScheduleKind::kOneFOneB);  // the first stage
-  expect_named_failure(2, 2, 3, ScheduleKind::kZeroBubbleH1);  // the last stage
-  expect_named_failure(4, 1, 2, ScheduleKind::kGPipe);  // a middle stage
+  expect_named_failure(2, 2, 1, ScheduleKind::kOneFOneB);      // the first pipeline stage
+  expect_named_failure(2, 2, 3, ScheduleKind::kZeroBubbleH1);  // the last pipeline stage
+  expect_named_failure(4, 1, 2, ScheduleKind::kGPipe);         // a middle pipeline stage
 }
 
 }  // namespace

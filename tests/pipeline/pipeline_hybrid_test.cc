@@ -1,9 +1,10 @@
 // Hybrid sharding inside pipeline stages (zero_optimization.hybrid_shard_size with a pipeline):
-// each stage's data-parallel group in shard groups, the chunks' trainers in their shard group's
-// view. The MLP and the GPT (its embedding tied across the first and last stage) train to the
-// numbers of one rank, and of the same pipeline without hybrid sharding, within 1e-6 relative at
-// ZeRO 1-3, groups of 2 in 4 data-parallel ranks and groups of 1; a checkpoint holds each stage's
-// shards once (the first shard group's files) and resumes on the same layout bit for bit.
+// each pipeline stage's data-parallel group in shard groups, the chunks' trainers in their shard
+// group's view. The MLP and the GPT (its embedding tied across the first and last pipeline stage)
+// train to the numbers of one rank, and of the same pipeline without hybrid sharding, within 1e-6
+// relative at ZeRO 1-3, groups of 2 in 4 data-parallel ranks and groups of 1; a checkpoint holds
+// each pipeline stage's shards once (the first shard group's files) and resumes on the same layout
+// bit for bit.
 #include <gtest/gtest.h>
 
 #include <unistd.h>

@@ -25,10 +25,10 @@ std::string refusal(const PipelineOptions& options, std::size_t units) {
   return "accepted";
 }
 
-PipelineOptions options(int stages, int micro_batches, ScheduleKind kind = ScheduleKind::kOneFOneB,
-                        int chunks = 1) {
+PipelineOptions options(int pipeline_stages, int micro_batches,
+                        ScheduleKind kind = ScheduleKind::kOneFOneB, int chunks = 1) {
   PipelineOptions result;
-  result.stages = stages;
+  result.stages = pipeline_stages;
   result.micro_batches = micro_batches;
   result.schedule = kind;
   result.virtual_chunks = chunks;
@@ -41,14 +41,14 @@ TEST(PipelineOptions, RefusesWhatCannotRunNamingTheKey) {
   EXPECT_THAT(refusal(options(2, 4, ScheduleKind::kOneFOneB, 0), 8),
               HasSubstr("pipeline.virtual_chunks: must be >= 1"));
   EXPECT_THAT(refusal(options(2, 4, ScheduleKind::kOneFOneB, 2), 8),
-              HasSubstr("pipeline.virtual_chunks: 1f1b runs one chunk per stage"));
+              HasSubstr("pipeline.virtual_chunks: 1f1b runs one chunk per pipeline stage"));
   EXPECT_THAT(refusal(options(2, 4, ScheduleKind::kInterleavedOneFOneB, 1), 8),
               HasSubstr("pipeline.virtual_chunks: interleaved_1f1b needs >= 2"));
   EXPECT_THAT(refusal(options(4, 6, ScheduleKind::kInterleavedOneFOneB, 2), 16),
               HasSubstr("pipeline.micro_batches: interleaved_1f1b needs a multiple of "
                         "pipeline.stages (4), got 6"));
   EXPECT_THAT(refusal(options(4, 2, ScheduleKind::kInterleavedOneFOneB, 2), 16),
-              HasSubstr("pipeline.micro_batches"));  // fewer than the stages
+              HasSubstr("pipeline.micro_batches"));  // fewer than the pipeline stages
   EXPECT_THAT(
       refusal(options(4, 8), 3),
       HasSubstr("pipeline.partition: the model has 3 units, fewer than its 4 virtual stages"));
@@ -60,8 +60,9 @@ TEST(PipelineOptions, RefusesWhatCannotRunNamingTheKey) {
   EXPECT_THAT(refusal(partition, 5), HasSubstr("pipeline.partition: the list sums to 4 units, "
                                                "but the model has 5"));
   partition.units_per_virtual_stage = {2, 2, 1};
-  EXPECT_THAT(refusal(partition, 5),
-              HasSubstr("pipeline.partition: lists 3 stages, not one per virtual stage (2"));
+  EXPECT_THAT(
+      refusal(partition, 5),
+      HasSubstr("pipeline.partition: lists 3 entries, not one per virtual stage (2"));
 }
 
 TEST(PipelineOptions, FewerMicroBatchesThanStagesRunUnderGPipeOneFOneBAndZeroBubble) {

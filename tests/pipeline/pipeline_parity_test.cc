@@ -1,7 +1,7 @@
 // Pipeline stages × data-parallel ranks, as threads, against one rank training the same global
 // batch: every loss and every final parameter within 1e-6 relative (+1e-7 absolute), for the MLP
-// and the GPT (whose head borrows the embedding across the first and last stage), every ZeRO
-// stage, every schedule.
+// and the GPT (whose head borrows the embedding across the first and last pipeline stage), every
+// ZeRO pipeline stage, every schedule.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -28,11 +28,11 @@ void expect_parity(const PipelineSpec& spec, const std::string& what) {
   }
 }
 
-PipelineSpec spec_of(TestModel model, int stages, int data_parallel, int zero_stage,
+PipelineSpec spec_of(TestModel model, int pipeline_stages, int data_parallel, int zero_stage,
                      ScheduleKind schedule, int micro_batches, int chunks = 1) {
   PipelineSpec spec;
   spec.model = model;
-  spec.stages = stages;
+  spec.stages = pipeline_stages;
   spec.data_parallel = data_parallel;
   spec.zero_stage = zero_stage;
   spec.pipeline.schedule = schedule;
@@ -49,7 +49,7 @@ std::string name_of(TestModel model, int p, int d, int zero, ScheduleKind kind, 
 
 TEST(PipelineParity, MeshShapesMatchOneRank) {
   for (TestModel model : {TestModel::kMlp, TestModel::kGpt}) {
-    // 1×4: data parallelism only; 4×1 and 3×1: units that do not divide by the stages.
+    // 1×4: data parallelism only; 4×1 and 3×1: units that do not divide by the pipeline stages.
     for (auto [p, d] : std::vector<std::pair<int, int>>{{1, 4}, {2, 2}, {4, 1}, {3, 1}}) {
       expect_parity(spec_of(model, p, d, 1, ScheduleKind::kOneFOneB, 4),
                     name_of(model, p, d, 1, ScheduleKind::kOneFOneB, 4));
@@ -96,7 +96,7 @@ TEST(PipelineParity, StageThreeKeepsUnitsGatheredAcrossMicroBatches) {
   }
 }
 
-// Clipping needs the whole model's norm: every stage's share, the tied embedding once.
+// Clipping needs the whole model's norm: every pipeline stage's share, the tied embedding once.
 TEST(PipelineParity, GradientClippingSeesTheWholeModelsNorm) {
   for (TestModel model : {TestModel::kMlp, TestModel::kGpt}) {
     const TrainResult single = train_single(model, 3, 48, 1, 0.05f);
@@ -112,8 +112,9 @@ TEST(PipelineParity, GradientClippingSeesTheWholeModelsNorm) {
   }
 }
 
-// reshard_after_forward false: a stage's units stay gathered through the step's micro-batches
-// (the wide MLP's three 512 × 512 layers share a size class of two ring slots otherwise).
+// reshard_after_forward false: a pipeline stage's units stay gathered through the step's
+// micro-batches (the wide MLP's three 512 × 512 layers share a size class of two ring slots
+// otherwise).
 TEST(PipelineParity, ReshardAfterForwardFalseKeepsEveryUnitGathered) {
   for (bool reshard : {true, false}) {
     PipelineSpec spec = spec_of(TestModel::kWideMlp, 1, 2, 3, ScheduleKind::kOneFOneB, 2);

@@ -1,8 +1,8 @@
 // Recomputation inside pipeline stages (activation_checkpointing with a pipeline): each chunk
 // recomputes what the whole model's plan gives its units (EngineOptions::recompute_plan), as the
-// planner and the config's `recomputed` list say — a stage of the embedding alone recomputes
-// nothing rather than failing, and a chunk's last unit recomputes — and the run trains to the
-// bit as the same pipeline without recomputation, for every schedule.
+// planner and the config's `recomputed` list say — a pipeline stage of the embedding alone
+// recomputes nothing rather than failing, and a chunk's last unit recomputes — and the run trains
+// to the bit as the same pipeline without recomputation, for every schedule.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -16,7 +16,7 @@ namespace {
 
 struct RecomputeCase {
   ScheduleKind schedule;
-  int stages;
+  int pipeline_stages;
   int chunks;
   int zero_stage;
   RecomputePolicy policy;
@@ -25,8 +25,8 @@ struct RecomputeCase {
 PipelineSpec spec_of(const RecomputeCase& run, RecomputePolicy policy) {
   PipelineSpec spec;
   spec.model = TestModel::kGpt;
-  spec.stages = run.stages;
-  spec.data_parallel = 4 / run.stages;
+  spec.stages = run.pipeline_stages;
+  spec.data_parallel = 4 / run.pipeline_stages;
   spec.zero_stage = run.zero_stage;
   spec.pipeline.schedule = run.schedule;
   spec.pipeline.micro_batches = 4;
@@ -40,8 +40,8 @@ PipelineSpec spec_of(const RecomputeCase& run, RecomputePolicy policy) {
 }
 
 std::string name_of(const RecomputeCase& run) {
-  return std::string(schedule_kind_name(run.schedule)) + " " + std::to_string(run.stages) +
-         " stages x " + std::to_string(run.chunks) + " chunks, zero " +
+  return std::string(schedule_kind_name(run.schedule)) + " " + std::to_string(run.pipeline_stages) +
+         " pipeline stages x " + std::to_string(run.chunks) + " chunks, zero " +
          std::to_string(run.zero_stage) + ", " + recompute_policy_name(run.policy);
 }
 

@@ -89,8 +89,8 @@ TEST_F(PipelineTraceFile, EachActionEventCarriesItsCpuTime) {
   EXPECT_EQ(actions, 2 * 2 * 2);  // ranks x (forward, backward) x micro-batches
 }
 
-// Idle fraction of the last step (pipeline/measured_bubble.h): over each stage, the time from the
-// step's first action to its last not covered by an action slice.
+// Idle fraction of the last step (pipeline/measured_bubble.h): over each pipeline stage, the time
+// from the step's first action to its last not covered by an action slice.
 TEST(PipelineTrace, MeasuredIdleFractionBesideThePrediction) {
   for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kOneFOneB,
                             ScheduleKind::kZeroBubbleH1}) {

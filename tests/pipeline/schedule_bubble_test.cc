@@ -1,7 +1,7 @@
 // The generated schedules against the closed formulas: the simulator's bubble (unit costs
 // F = B = W = 1) for GPipe and 1F1B is (p − 1)/m, interleaved 1F1B (p − 1)/(v·m), and ZB-H1's
 // about a third of 1F1B's, at p = 2 and 4, m = 4, 8 and 16; and the activations each pipeline
-// stage holds (GPipe all m, 1F1B at most p − s, ZB-H1 no more than 1F1B's peak, p).
+// pipeline stage holds (GPipe all m, 1F1B at most p − s, ZB-H1 no more than 1F1B's peak, p).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -64,9 +64,11 @@ TEST(ScheduleBubble, InFlightMicroBatchesAreGPipesAllAndOneFOneBsAtMostPMinusS) 
       const ScheduleSimulation ofob = simulate_schedule(one_f_one_b_schedule(p, m));
       const ScheduleSimulation zb = simulate_schedule(zero_bubble_h1_schedule(p, m));
       for (int s = 0; s < p; ++s) {
-        EXPECT_EQ(gpipe.stages[s].peak_in_flight, m);
-        EXPECT_EQ(ofob.stages[s].peak_in_flight, std::min(p - s, m)) << "p=" << p << " s=" << s;
-        EXPECT_LE(zb.stages[s].peak_in_flight, ofob.stages[0].peak_in_flight);  // 1F1B's peak
+        EXPECT_EQ(gpipe.pipeline_stages[s].peak_in_flight, m);
+        EXPECT_EQ(ofob.pipeline_stages[s].peak_in_flight, std::min(p - s, m))
+            << "p=" << p << " s=" << s;
+        EXPECT_LE(zb.pipeline_stages[s].peak_in_flight,
+                  ofob.pipeline_stages[0].peak_in_flight);  // 1F1B's peak
       }
     }
   }

@@ -20,16 +20,17 @@ namespace zest {
 namespace {
 
 // Virtual stage v adds v + 1 to its input; its backward adds its output to the gradient. The
-// first stage's gradient of micro-batch b is then the sum of every virtual stage's output.
+// first pipeline stage's gradient of micro-batch b is then the sum of every virtual stage's output.
 float expected_gradient(int virtual_stages, int micro_batch) {
   float value = static_cast<float>(micro_batch), sum = 0.0f;
   for (int v = 0; v < virtual_stages; ++v) sum += (value += static_cast<float>(v + 1));
   return sum;
 }
 
-void run_schedule(ScheduleKind kind, int ranks, int stages, int micro_batches, int chunks) {
-  const DeviceMesh mesh(ranks, stages);
-  const Schedule schedule = make_schedule(kind, stages, micro_batches, chunks);
+void run_schedule(ScheduleKind kind, int ranks, int pipeline_stages, int micro_batches,
+                  int chunks) {
+  const DeviceMesh mesh(ranks, pipeline_stages);
+  const Schedule schedule = make_schedule(kind, pipeline_stages, micro_batches, chunks);
   (void)simulate_schedule(schedule);  // checked before the first step
   const int virtual_stages = schedule.virtual_stages();
   std::vector<std::vector<float>> first_stage_gradients(ranks);
@@ -117,12 +118,13 @@ void run_schedule(ScheduleKind kind, int ranks, int stages, int micro_batches, i
 }
 
 TEST(ScheduleOnRanks, EveryScheduleRunsWithoutDeadlockAndMovesEveryMicroBatchInOrder) {
-  for (const auto& [ranks, stages] : std::vector<std::pair<int, int>>{{2, 2}, {4, 4}, {4, 2}}) {
+  for (const auto& [ranks, pipeline_stages] :
+       std::vector<std::pair<int, int>>{{2, 2}, {4, 4}, {4, 2}}) {
     for (int m : {4, 8}) {
-      run_schedule(ScheduleKind::kGPipe, ranks, stages, m, 1);
-      run_schedule(ScheduleKind::kOneFOneB, ranks, stages, m, 1);
-      run_schedule(ScheduleKind::kInterleavedOneFOneB, ranks, stages, m, 2);
-      run_schedule(ScheduleKind::kZeroBubbleH1, ranks, stages, m, 1);
+      run_schedule(ScheduleKind::kGPipe, ranks, pipeline_stages, m, 1);
+      run_schedule(ScheduleKind::kOneFOneB, ranks, pipeline_stages, m, 1);
+      run_schedule(ScheduleKind::kInterleavedOneFOneB, ranks, pipeline_stages, m, 2);
+      run_schedule(ScheduleKind::kZeroBubbleH1, ranks, pipeline_stages, m, 1);
     }
   }
 }

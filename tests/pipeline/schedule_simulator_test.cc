@@ -19,9 +19,9 @@ namespace {
 using ::testing::HasSubstr;
 using testing::capture_error;
 
-// The index of the first action of `stage` equal to `action`.
-std::size_t find(const Schedule& schedule, int stage, const Action& action) {
-  const auto& list = schedule.actions[stage];
+// The index of the first action of `pipeline_stage` equal to `action`.
+std::size_t find(const Schedule& schedule, int pipeline_stage, const Action& action) {
+  const auto& list = schedule.actions[pipeline_stage];
   const auto at = std::find(list.begin(), list.end(), action);
   EXPECT_NE(at, list.end()) << describe_action(action);
   return static_cast<std::size_t>(at - list.begin());
@@ -50,7 +50,7 @@ TEST(ScheduleSimulator, EveryGeneratedScheduleChecksOutAtEveryShape) {
 }
 
 TEST(ScheduleSimulator, FewerMicroBatchesThanStagesStillRunsUnder1F1B) {
-  // The users' hang with micro-batches < stages: here it is a schedule that checks out.
+  // The users' hang with micro-batches < pipeline stages: here it is a schedule that checks out.
   const ScheduleSimulation run = simulate_schedule(one_f_one_b_schedule(4, 2));
   EXPECT_NEAR(run.makespan, 3.0 * (2 + 4 - 1), 1e-12);
 }

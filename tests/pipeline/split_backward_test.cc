@@ -1,7 +1,7 @@
 // Split backward in the pipeline: the MLP's layers offer it, so ZB-H1 runs their input
 // gradients at B and their weight gradients at W; that gives the same bits as the whole backward
-// at the same place (GPipe on one stage runs the same micro-batches in the same order). The
-// GPT's blocks split too; a chunk with a unit that does not (embedding, head) runs its whole
+// at the same place (GPipe on one pipeline stage runs the same micro-batches in the same order).
+// The GPT's blocks split too; a chunk with a unit that does not (embedding, head) runs its whole
 // backward at B.
 #include <gtest/gtest.h>
 
@@ -36,9 +36,9 @@ TEST(SplitBackward, WeightGradientsDeferredToWGiveTheSameBits) {
   }
 }
 
-// The GPT's blocks split; its embedding and head do not, so only a stage of blocks splits. At 3
-// stages with the blocks alone on the middle one, ZB-H1 matches one rank (the LayerNorms'
-// parameter gradients are summed in another order, so not bit for bit).
+// The GPT's blocks split; its embedding and head do not, so only a pipeline stage of blocks splits.
+// At 3 pipeline stages with the blocks alone on the middle one, ZB-H1 matches one rank (the
+// LayerNorms' parameter gradients are summed in another order, so not bit for bit).
 TEST(SplitBackward, GptBlocksSplitOnAStageOfBlocksOnly) {
   PipelineSpec spec;
   spec.model = TestModel::kGpt;

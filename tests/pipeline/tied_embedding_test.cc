@@ -1,9 +1,9 @@
 // GPT's head borrows the embedding's wte across the first and last pipeline stage: the last
-// stage trains a copy, and the two stages sum their reduced gradients before either updates.
-// At 2×2 and ZeRO stages 2 and 3 (a data-parallel size where a sum of the wrong things — a full
-// local gradient against a reduced shard — would show): the run matches one rank; the two
-// copies end bit-identical; and with the cross-stage sum left out the same run is far from one
-// rank, so the parity check sees the tied gradient.
+// pipeline stage trains a copy, and the two pipeline stages sum their reduced gradients before
+// either updates. At 2×2 and ZeRO stages 2 and 3 (a data-parallel size where a sum of the wrong
+// things — a full local gradient against a reduced shard — would show): the run matches one rank;
+// the two copies end bit-identical; and with the cross-stage sum left out the same run is far from
+// one rank, so the parity check sees the tied gradient.
 #include <gtest/gtest.h>
 
 #include <mutex>
@@ -43,7 +43,7 @@ TEST(TiedEmbedding, CopiesOnTheFirstAndLastStageStayIdenticalAndMatchOneRank) {
     EXPECT_LE(worst_relative_difference(single, run, &where), 1.0)
         << "zero " << zero << ": " << where;
     ASSERT_FALSE(wte[0].empty());
-    EXPECT_EQ(wte[0], wte[2]) << "zero " << zero << ": the last stage's copy drifted";
+    EXPECT_EQ(wte[0], wte[2]) << "zero " << zero << ": the last pipeline stage's copy drifted";
     EXPECT_EQ(wte[1], wte[3]) << "zero " << zero;
   }
 }

@@ -1,8 +1,9 @@
 // Each pipeline stage's measured peak equals its plan (planner/pipeline_plan.h) to the byte, in
 // every category, on ranks as threads (the CPU device): GPipe and 1F1B at 2x2 and 4x1 (pipeline
-// stages x data-parallel ranks) at ZeRO stages 0-3, ZB-H1 (a split unit's backward workspace
-// held from B to W), interleaved 1F1B, on the MLP and the GPT (its embedding tied to the head's
-// stage). GPipe holds every micro-batch, 1F1B at most p - s on stage s: the plans show both.
+// pipeline stages x data-parallel ranks) at ZeRO stages 0-3, ZB-H1 (a split unit's backward
+// workspace held from B to W), interleaved 1F1B, on the MLP and the GPT (its embedding tied to the
+// head's pipeline stage). GPipe holds every micro-batch, 1F1B at most p - s on pipeline stage s:
+// the plans show both.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,7 +25,7 @@ namespace {
 
 struct Case {
   TestModel model = TestModel::kMlp;
-  int stages = 2;
+  int pipeline_stages = 2;
   int data_parallel = 2;
   int zero = 0;
   ScheduleKind schedule = ScheduleKind::kOneFOneB;
@@ -33,13 +34,13 @@ struct Case {
   int chunks() const { return schedule == ScheduleKind::kInterleavedOneFOneB ? 2 : 1; }
   std::int64_t rows() const { return 8 * data_parallel * micro_batches; }  // 8 per micro-batch
   std::string name() const {
-    return std::string(is_mlp(model) ? "mlp " : "gpt ") + std::to_string(stages) + "x" +
+    return std::string(is_mlp(model) ? "mlp " : "gpt ") + std::to_string(pipeline_stages) + "x" +
            std::to_string(data_parallel) + " zero " + std::to_string(zero) + " " +
            std::string(schedule_kind_name(schedule));
   }
   PipelineOptions options() const {
     PipelineOptions options;
-    options.stages = stages;
+    options.stages = pipeline_stages;
     options.micro_batches = micro_batches;
     options.schedule = schedule;
     options.virtual_chunks = chunks();
@@ -49,9 +50,9 @@ struct Case {
 
 // Two steps; every rank's allocator usage after them.
 std::vector<MemoryUsage> measure(const Case& c) {
-  std::vector<MemoryUsage> usage(static_cast<std::size_t>(c.stages * c.data_parallel));
+  std::vector<MemoryUsage> usage(static_cast<std::size_t>(c.pipeline_stages * c.data_parallel));
   WorldOptions world;
-  world.ranks = c.stages * c.data_parallel;
+  world.ranks = c.pipeline_stages * c.data_parallel;
   world.hold_frees = true;  // frees when a wait proves them, as the plan replays
   World(world).run([&](RankContext& context) {
     EngineOptions options;
@@ -82,7 +83,7 @@ std::vector<PipelineStagePeak> plan(const Case& c) {
                            make_optimizer(test_optimizer(c.model))->state_count(),
                            c.data_parallel);
   input.units_per_virtual_stage = c.options().partition(model->units().size());
-  input.schedule = make_schedule(c.schedule, c.stages, c.micro_batches, c.chunks());
+  input.schedule = make_schedule(c.schedule, c.pipeline_stages, c.micro_batches, c.chunks());
   return predict_pipeline_peaks(input);
 }
 
@@ -135,7 +136,7 @@ TEST(PipelineMeasured, GptAndInterleavedEqualThePlan) {
   expect_measured_equals_planned({TestModel::kMlp, 2, 2, 3, ScheduleKind::kInterleavedOneFOneB});
 }
 
-// GPipe keeps all m micro-batches on every stage, 1F1B at most p - s on stage s.
+// GPipe keeps all m micro-batches on every pipeline stage, 1F1B at most p - s on pipeline stage s.
 TEST(PipelineMeasured, GPipeHoldsEveryMicroBatchOneFOneBAtMostTheStages) {
   for (auto [p, d] : kMeshes) {
     const auto gpipe = plan({TestModel::kMlp, p, d, 0, ScheduleKind::kGPipe, 8});

@@ -26,7 +26,8 @@ constexpr std::size_t kSaved = 1000;
 constexpr std::size_t kKept = kOutput + kSaved;  // per unit and micro-batch
 
 // `tied`: the last unit borrows the first (the GPT's head and embedding).
-PeakPlanInput toy_model(int stage, int data_parallel, int micro_batches, bool tied = false) {
+PeakPlanInput toy_model(int pipeline_stage, int data_parallel, int micro_batches,
+                        bool tied = false) {
   PeakPlanInput input;
   for (int u = 0; u < 4; ++u) {
     UnitShapes shapes{"unit" + std::to_string(u), {{"w", {64}}}, {}, false};
@@ -38,7 +39,7 @@ PeakPlanInput toy_model(int stage, int data_parallel, int micro_batches, bool ti
     input.units.push_back(memory);
   }
   input.model.optimizer_states = 2;
-  input.engine.stage = stage;
+  input.engine.stage = pipeline_stage;
   input.engine.gradient_accumulation_steps = micro_batches;
   input.world_size = data_parallel;
   return input;
@@ -90,7 +91,7 @@ TEST(PipelinePlan, OneFOneBHoldsTwoMicroBatchesOnTheFirstStageAndOneOnTheLast) {
     EXPECT_EQ(peak.peak.of(Category::kWorkspace), fixed_workspace(2) + pipeline_workspace(4));
     // Stage 0 keeps the header it sent until the step's end; stage 1 frees the one it received
     // once read, before its activations peak.
-    const std::size_t header = peak.stage == 0 ? 8 * sizeof(std::int64_t) : 0;
+    const std::size_t header = peak.pipeline_stage == 0 ? 8 * sizeof(std::int64_t) : 0;
     EXPECT_EQ(peak.peak.device_total, 8 * kUnitBytes + peak.peak.of(Category::kActivations) +
                                           fixed_workspace(2) + 4 * sizeof(float) + header);
   }
@@ -113,7 +114,7 @@ TEST(PipelinePlan, OnePipelineStageIsThePlanOfTheWholeModel) {
   const auto peaks = predict_pipeline_peaks(input);
   ASSERT_EQ(peaks.size(), 1u);
   PeakPrediction whole = predict_peak(input.model);
-  // The pipeline's trainer keeps each micro-batch's loss (3 here); nothing crosses stages.
+  // The pipeline's trainer keeps each micro-batch's loss (3 here); nothing crosses pipeline stages.
   whole.peak[static_cast<std::size_t>(Category::kWorkspace)] += 3 * sizeof(float);
   whole.device_total += 3 * sizeof(float);
   EXPECT_EQ(peaks[0].peak.peak, whole.peak);

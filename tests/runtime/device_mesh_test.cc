@@ -31,11 +31,11 @@ TEST(DeviceMesh, DataParallelRanksAreConsecutive) {
 }
 
 TEST(DeviceMesh, EveryRankIsInExactlyOneGroupOfEachKind) {
-  for (const auto& [ranks, stages] : std::vector<std::pair<int, int>>{{1, 1}, {4, 1}, {4, 4},
-                                                                      {4, 2}, {6, 3}, {12, 4}}) {
-    const DeviceMesh mesh(ranks, stages);
+  for (const auto& [ranks, pipeline_stages] :
+       std::vector<std::pair<int, int>>{{1, 1}, {4, 1}, {4, 4}, {4, 2}, {6, 3}, {12, 4}}) {
+    const DeviceMesh mesh(ranks, pipeline_stages);
     std::multiset<int> in_data_parallel, in_pipeline;
-    for (int s = 0; s < stages; ++s) {
+    for (int s = 0; s < pipeline_stages; ++s) {
       for (int r : mesh.data_parallel_group(s)) {
         in_data_parallel.insert(r);
         EXPECT_EQ(mesh.coordinate(r).pipeline_stage, s);
@@ -56,7 +56,7 @@ TEST(DeviceMesh, EveryRankIsInExactlyOneGroupOfEachKind) {
 }
 
 TEST(DeviceMesh, NeighboursAreTheSameDataParallelIndexAtAdjacentStages) {
-  const DeviceMesh mesh(6, 3);  // stages of 2: ranks {0,1}, {2,3}, {4,5}
+  const DeviceMesh mesh(6, 3);  // pipeline stages of 2: ranks {0,1}, {2,3}, {4,5}
   EXPECT_EQ(mesh.previous_stage_rank(1), std::nullopt);
   EXPECT_EQ(mesh.next_stage_rank(1), 3);
   EXPECT_EQ(mesh.previous_stage_rank(3), 1);
@@ -102,11 +102,11 @@ TEST(DeviceMesh, TensorParallelRanksAreConsecutiveAndVaryFastest) {
 }
 
 TEST(DeviceMesh, EveryRankIsInExactlyOneGroupOfEachKindOnThreeAxes) {
-  for (const auto& [ranks, stages, tensor] :
+  for (const auto& [ranks, pipeline_stages, tensor] :
        std::vector<std::tuple<int, int, int>>{{4, 1, 4}, {8, 2, 2}, {12, 3, 2}, {16, 2, 4}}) {
-    const DeviceMesh mesh(ranks, stages, tensor);
+    const DeviceMesh mesh(ranks, pipeline_stages, tensor);
     std::multiset<int> in_data_parallel, in_pipeline, in_tensor;
-    for (int s = 0; s < stages; ++s) {
+    for (int s = 0; s < pipeline_stages; ++s) {
       for (int t = 0; t < tensor; ++t) {
         for (int r : mesh.data_parallel_group(s, t)) in_data_parallel.insert(r);
       }

@@ -56,26 +56,29 @@ TEST(PointToPoint, ActivationsForwardAndGradientsBackAlongAPipelineGroup) {
     const MeshCoordinate at = mesh.coordinate(r);
     auto pipeline = context.communicator.split(at.data_parallel_index, at.pipeline_stage,
                                                mesh.pipeline_group_name(at.data_parallel_index));
-    const int stage = pipeline->rank();
+    const int pipeline_stage = pipeline->rank();
     float activation = 100.0f * static_cast<float>(at.data_parallel_index);
-    if (stage > 0) {
-      pipeline->receive(context.compute, &activation, 1, DType::kFloat32, stage - 1);
+    if (pipeline_stage > 0) {
+      pipeline->receive(context.compute, &activation, 1, DType::kFloat32, pipeline_stage - 1);
     }
-    context.compute.enqueue([&activation] { activation += 1.0f; });  // this stage's "layer"
-    if (stage + 1 < mesh.pipeline_stages()) {
-      pipeline->send(context.compute, &activation, 1, DType::kFloat32, stage + 1);
+    context.compute.enqueue(
+        [&activation] { activation += 1.0f; });  // this pipeline stage's "layer"
+    if (pipeline_stage + 1 < mesh.pipeline_stages()) {
+      pipeline->send(context.compute, &activation, 1, DType::kFloat32, pipeline_stage + 1);
     }
     float gradient = 0.0f;
-    if (stage + 1 < mesh.pipeline_stages()) {
-      pipeline->receive(context.compute, &gradient, 1, DType::kFloat32, stage + 1);
+    if (pipeline_stage + 1 < mesh.pipeline_stages()) {
+      pipeline->receive(context.compute, &gradient, 1, DType::kFloat32, pipeline_stage + 1);
     }
     context.compute.enqueue([&gradient, &activation] { gradient += activation; });
-    if (stage > 0) pipeline->send(context.compute, &gradient, 1, DType::kFloat32, stage - 1);
+    if (pipeline_stage > 0)
+      pipeline->send(context.compute, &gradient, 1, DType::kFloat32, pipeline_stage - 1);
     context.synchronize();
     out[r] = activation;
     grad[r] = gradient;
   });
-  // Index 0: activations 1, 2, 3 by stage; gradients 3, 3+2, 5+1 back from the last stage.
+  // Index 0: activations 1, 2, 3 by pipeline stage; gradients 3, 3+2, 5+1 back from the last
+  // pipeline stage.
   EXPECT_EQ(out, (std::vector<float>{1, 101, 2, 102, 3, 103}));
   EXPECT_EQ(grad, (std::vector<float>{6, 306, 5, 205, 3, 103}));
 }

@@ -84,14 +84,14 @@ TEST_F(ZestEstimatePipeline, PrintsEachPipelineStagesPlanAndTheBubble) {
     const json& bytes = pipeline["per_stage"][s]["per_rank_bytes"];
     for (zest::Category category : zest::all_categories()) {
       EXPECT_EQ(bytes[zest::category_name(category)].get<std::size_t>(),
-                planned.stages[s].peak.of(category))
+                planned.pipeline_stages[s].peak.of(category))
           << zest::category_name(category) << " of pipeline stage " << s;
     }
   }
   // The top-level numbers are the largest pipeline stage's, on its data-parallel ranks.
   const std::size_t largest = planned.largest();
   EXPECT_EQ(printed["per_rank_bytes"]["device_total"].get<std::size_t>(),
-            planned.stages[largest].peak.device_total);
+            planned.pipeline_stages[largest].peak.device_total);
   EXPECT_EQ(printed["ranks"], 2);
 
   const ProcessResult text = run(kEstimate, args_with({kPipeline}));
@@ -101,7 +101,7 @@ TEST_F(ZestEstimatePipeline, PrintsEachPipelineStagesPlanAndTheBubble) {
   EXPECT_THAT(text.out, HasSubstr("pipeline stage 0: embedding..block1; 2 micro-batches in flight"));
   EXPECT_THAT(text.out, HasSubstr("pipeline stage 1: block2..head (+ a copy of embedding, tied); "
                                   "1 micro-batch in flight"));
-  EXPECT_THAT(text.out, HasSubstr(std::to_string(planned.stages[0].peak.device_total)));
+  EXPECT_THAT(text.out, HasSubstr(std::to_string(planned.pipeline_stages[0].peak.device_total)));
   EXPECT_THAT(text.out, HasSubstr("verdict: fits in 512.00 MiB per rank (the largest, pipeline "
                                   "stage " + std::to_string(largest)));
 }
@@ -119,22 +119,22 @@ TEST_F(ZestEstimatePipeline, FitFindsTheLargestModelWhoseEveryPipelineStageFits)
   ASSERT_EQ(fits.size(), 4u);
   std::vector<std::string> overrides = kOverrides;
   overrides.push_back(kPipeline);
-  auto fits_at = [&](int stage, std::int64_t layers) {
+  auto fits_at = [&](int pipeline_stage, std::int64_t layers) {
     std::vector<std::string> changed = overrides;
-    changed.push_back("zero_optimization.stage=" + std::to_string(stage));
+    changed.push_back("zero_optimization.stage=" + std::to_string(pipeline_stage));
     changed.push_back("model.n_layer=" + std::to_string(layers));
     const zest::TrainConfig config = zest::load_resolved_config(kGptConfig, changed);
     const zest::PipelineEstimate estimate =
         zest::pipeline_estimate(config, zest::job_from_config(config));
-    return estimate.stages[estimate.largest()].peak.device_total <= 24u << 20;
+    return estimate.pipeline_stages[estimate.largest()].peak.device_total <= 24u << 20;
   };
-  for (int stage = 0; stage < 4; ++stage) {
-    ASSERT_TRUE(fits[stage]["n_layer"].is_number()) << fits[stage].dump();
-    const std::int64_t layers = fits[stage]["n_layer"].get<std::int64_t>();
-    EXPECT_TRUE(fits_at(stage, layers)) << "stage " << stage;
-    EXPECT_FALSE(fits_at(stage, layers + 1)) << "stage " << stage;
+  for (int pipeline_stage = 0; pipeline_stage < 4; ++pipeline_stage) {
+    ASSERT_TRUE(fits[pipeline_stage]["n_layer"].is_number()) << fits[pipeline_stage].dump();
+    const std::int64_t layers = fits[pipeline_stage]["n_layer"].get<std::int64_t>();
+    EXPECT_TRUE(fits_at(pipeline_stage, layers)) << "stage " << pipeline_stage;
+    EXPECT_FALSE(fits_at(pipeline_stage, layers + 1)) << "stage " << pipeline_stage;
   }
-  // A higher stage never fits fewer layers.
+  // A higher pipeline stage never fits fewer layers.
   EXPECT_LE(fits[0]["n_layer"], fits[3]["n_layer"]);
 }
 

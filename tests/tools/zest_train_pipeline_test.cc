@@ -73,17 +73,17 @@ TEST_F(ZestTrainPipeline, TrainsAsTheSameJobWithoutPipelineStages) {
         std::string(R"(pipeline={"stages": 4, "schedule": "gpipe"})"),
         std::string(R"(pipeline={"stages": 2, "schedule": "zb_h1"})"),
         std::string(R"(pipeline={"stages": 2, "schedule": "interleaved_1f1b", "partition": "uniform"})")}) {
-    for (const char* stage : {"zero_optimization.stage=1", "zero_optimization.stage=3"}) {
-      const std::vector<StepLoss> steps = steps_of({pipeline, stage});
+    for (const char* pipeline_stage : {"zero_optimization.stage=1", "zero_optimization.stage=3"}) {
+      const std::vector<StepLoss> steps = steps_of({pipeline, pipeline_stage});
       ASSERT_EQ(steps.size(), reference.size()) << pipeline;
       for (std::size_t i = 0; i < steps.size(); ++i) {
         // fp32; the pipeline sums the same rows' losses and gradients in another order (its
         // micro-batches are a data-parallel index's contiguous rows, the reference's interleave
         // across ranks), and the metrics print 8 significant digits: a few ulps of the step.
         EXPECT_NEAR(steps[i].loss, reference[i].loss, 1e-5 * std::fabs(reference[i].loss))
-            << pipeline << ", " << stage << ", step " << i + 1;
+            << pipeline << ", " << pipeline_stage << ", step " << i + 1;
         EXPECT_NEAR(steps[i].grad_norm, reference[i].grad_norm, 1e-5 * reference[i].grad_norm)
-            << pipeline << ", " << stage << ", step " << i + 1;
+            << pipeline << ", " << pipeline_stage << ", step " << i + 1;
       }
     }
   }
@@ -173,7 +173,8 @@ TEST_F(ZestTrainPipeline, ExportInitialWritesThePlainRunsFileByteForByte) {
   ASSERT_EQ(plain.status, 0) << plain.err;
   const std::string expected = file_bytes(path("plain.safetensors"));
   ASSERT_FALSE(expected.empty());
-  // 2 x 2 (the embedding tied to the head's stage), 4 x 1, and ZeRO 1 inside the stages.
+  // 2 x 2 (the embedding tied to the head's pipeline stage), 4 x 1, and ZeRO 1 inside the pipeline
+  // stages.
   for (const std::vector<std::string>& extra :
        {std::vector<std::string>{R"(pipeline={"stages": 2})"},
         std::vector<std::string>{R"(pipeline={"stages": 4, "schedule": "gpipe"})"},
@@ -241,11 +242,11 @@ TEST_F(ZestTrainPipeline, RecomputesInsidePipelineStagesToTheBit) {
 // Vocabulary pieces cannot cross pipeline stages (the pieces read the head's saved values): one
 // input error from the config, before anything runs, at any pipeline shape — never a crash.
 TEST_F(ZestTrainPipeline, VocabularyPiecesWithPipelineStagesAreOneInputError) {
-  for (const std::string& stages : {std::string("pipeline.stages=2"),
-                                    std::string("pipeline.stages=4")}) {
+  for (const std::string& pipeline_stages :
+       {std::string("pipeline.stages=2"), std::string("pipeline.stages=4")}) {
     for (const std::vector<std::string>& flags :
          {std::vector<std::string>{}, std::vector<std::string>{"--print-config"}}) {
-      expect_input_error({"model.vocab_pieces=2", stages}, flags,
+      expect_input_error({"model.vocab_pieces=2", pipeline_stages}, flags,
                          "model.vocab_pieces: must be 1 with pipeline.stages > 1");
     }
   }

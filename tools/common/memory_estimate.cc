@@ -188,8 +188,8 @@ std::vector<ModelVariant> model_variants(const TrainConfig& config) {
 
 std::size_t PipelineEstimate::largest() const {
   std::size_t largest = 0;
-  for (std::size_t s = 1; s < stages.size(); ++s) {
-    if (stages[s].peak.device_total > stages[largest].peak.device_total) largest = s;
+  for (std::size_t s = 1; s < pipeline_stages.size(); ++s) {
+    if (pipeline_stages[s].peak.device_total > pipeline_stages[largest].peak.device_total) largest = s;
   }
   return largest;
 }
@@ -213,7 +213,7 @@ PipelineEstimate pipeline_estimate(const TrainConfig& config, const EstimateJob&
   input.units_per_virtual_stage = pipeline.units_per_virtual_stage;
   input.schedule = estimate.schedule;
   input.reshard_after_forward = pipeline.reshard_after_forward;
-  estimate.stages = predict_pipeline_peaks(input);
+  estimate.pipeline_stages = predict_pipeline_peaks(input);
   estimate.unit_names = unit_names(config.model);
   estimate.data_parallel = pipeline.data_parallel;
   estimate.reshard_after_forward = pipeline.reshard_after_forward;
@@ -363,7 +363,7 @@ std::vector<StageFit> fit_pipeline(const TrainConfig& config, std::size_t capaci
         // Parsed and resolved again: the partition is resolved for the candidate's units.
         const TrainConfig candidate = parse_resolved_config(changed);
         const PipelineEstimate estimate = pipeline_estimate(candidate, job_from_config(candidate));
-        for (const PipelineStagePeak& peak : estimate.stages) {
+        for (const PipelineStagePeak& peak : estimate.pipeline_stages) {
           if (peak.peak.device_total > capacity || peak.peak.host_total() > host_capacity) {
             return false;
           }

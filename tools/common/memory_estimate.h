@@ -46,8 +46,8 @@ struct PipelineEstimate {
   Schedule schedule;
   ScheduleSimulation simulation;
   double closed_form_bubble_ratio = 0.0;
-  std::vector<PipelineStagePeak> stages;
-  std::vector<std::string> unit_names;  // the model's, for the stages' units
+  std::vector<PipelineStagePeak> pipeline_stages;
+  std::vector<std::string> unit_names;  // the model's, for the pipeline stages' units
   int data_parallel = 1;
   bool reshard_after_forward = true;
   // The pipeline stage with the largest device peak: the one a capacity is held against.

@@ -87,7 +87,7 @@ int estimate_pipeline(const Options& options, const zest::TrainConfig& config,
   }
   const zest::PipelineEstimate estimate = zest::pipeline_estimate(config, job);
   if (options.json) {
-    const zest::PipelineStagePeak& largest = estimate.stages[estimate.largest()];
+    const zest::PipelineStagePeak& largest = estimate.pipeline_stages[estimate.largest()];
     zest::EstimateJob per_stage = job;
     per_stage.input.world_size = config.pipeline.data_parallel;
     nlohmann::ordered_json out = zest::estimate_json(per_stage, largest.peak, capacity);

@@ -1,7 +1,7 @@
 // How zest-estimate shows a config with pipeline stages: the schedule's bubble (simulated beside
 // the closed formula) and micro-batches in flight, then each pipeline stage's peak per rank by
-// category with its units, and the verdict against the capacity for the largest stage; as text
-// or as the `pipeline` member of --json.
+// category with its units, and the verdict against the capacity for the largest pipeline stage; as
+// text or as the `pipeline` member of --json.
 #pragma once
 
 #include <cstddef>

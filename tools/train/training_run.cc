@@ -104,7 +104,7 @@ std::optional<float> evaluate(RankContext& context, Trainer& trainer, const RunS
   slice.world_size = data_parallel_size(context, config);
   if (config.pipeline.enabled()) {
     // The same held-out rows, split over the data-parallel indices (each runs its share as one
-    // micro-batch through the stages).
+    // micro-batch through the pipeline stages).
     slice.world_size = config.pipeline.data_parallel;
     slice.rank = context.rank % config.pipeline.data_parallel;
   }
@@ -123,8 +123,9 @@ void export_parameters(RankContext& context, Trainer& trainer, const std::string
   std::vector<std::vector<float>> values;
   std::size_t name_index = 0;
   const std::vector<std::string> names = trainer.parameter_names();
-  // A pipeline stage's rank holds only its stage's units; parameter_names() and full_parameter()
-  // are the whole model's (a collective over every rank), in the order of placement's units.
+  // A pipeline stage's rank holds only its pipeline stage's units; parameter_names() and
+  // full_parameter() are the whole model's (a collective over every rank), in the order of
+  // placement's units.
   const std::optional<CheckpointPlacement> placement = trainer.checkpoint_placement();
   for (const ShardLayout& layout : placement ? placement->units : trainer.layouts()) {
     for (const ParamPlace& place : layout.params()) {
@@ -210,8 +211,8 @@ void record(RunState& run, MetricsLog* metrics, const ordered_json& line) {
 }
 
 // With pipeline stages (config.pipeline): one PipelineTrainer per rank over the mesh of
-// pipeline stages x data-parallel ranks, each stage's units trained by the ZeRO engine in its
-// data-parallel group; the pipeline accumulates over its micro-batches itself.
+// pipeline stages x data-parallel ranks, each pipeline stage's units trained by the ZeRO engine in
+// its data-parallel group; the pipeline accumulates over its micro-batches itself.
 std::unique_ptr<Trainer> make_pipeline_trainer(RankContext& context, const TrainConfig& config) {
   const PipelineOptions pipeline = pipeline_options(config.pipeline);
   EngineOptions engine = config.engine;
