@@ -1,7 +1,7 @@
 // How a model's units are split into the pipeline's virtual stages: a contiguous run of units
 // per virtual stage (chunk c of pipeline stage s is virtual stage c·p + s, schedule.h), given as
 // the number of units each holds, in order. Four ways: uniformly, by parameter count, by costs
-// the caller computes per unit and virtual stage (the planner's per-stage memory), or a list
+// the caller computes per unit and virtual stage (the planner's memory per virtual stage), or a list
 // the user writes. Invariant: the result has one entry per virtual stage, none zero, summing to
 // the model's units; anything else is a one-line kConfig Error naming `pipeline.partition`.
 #pragma once

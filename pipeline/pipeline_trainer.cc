@@ -78,7 +78,7 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
         throw Error(ErrorKind::kConfig,
                     "pipeline.partition: unit '" + whole[w]->name() + "' reads unit '" +
                         whole[b]->name() + "' of another chunk of the same pipeline stage; tied "
-                        "units must be in one chunk or on two stages");
+                        "units must be in one chunk or on two pipeline stages");
       }
       pairs.insert({std::min(a, c), std::max(a, c)});
       lent_units.insert(b);

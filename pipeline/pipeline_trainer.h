@@ -107,7 +107,8 @@ class PipelineTrainer final : public Trainer {
   // would hold — the shape and dtype of the activations virtual stage v receives (data unused).
   using ReceivedShapes = std::function<Tensor(int virtual_stage)>;
   void answer_shape_headers(ReceivedShapes shapes) { received_shapes_ = std::move(shapes); }
-  // Tests only: leave the tied units' cross-stage sum out, to show that the parity tests see it.
+  // Tests only: leave the tied units' sum across pipeline stages out, to show that the parity
+  // tests see it.
   void skip_tied_sum_for_tests() { skip_tied_sum_ = true; }
   // For tests: chunk c's trainer on this rank.
   ZeroTrainer& chunk_trainer(int chunk) { return *chunks_.at(static_cast<std::size_t>(chunk)).trainer; }

@@ -96,7 +96,7 @@ class Simulator {
         static_cast<int>(s_.actions.size()) != s_.pipeline_stages) {
       fail(
           fmt::format("{} pipeline stages, {} chunks, {} micro-batches and action lists for {} "
-                      "stages do not make a schedule",
+                      "pipeline stages do not make a schedule",
                       s_.pipeline_stages, s_.chunks, s_.micro_batches, s_.actions.size()));
     }
     for (int p = 0; p < s_.pipeline_stages; ++p) {
