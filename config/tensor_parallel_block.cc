@@ -34,6 +34,14 @@ void check_model(const TrainConfig& out) {
                                    "layers: use model.type \"gpt\" or tensor_parallel.size 1");
   }
   validate_tensor_parallel(out.model.gpt, out.tensor_parallel.size);
+  const int seq_len = out.model.gpt.seq_len;
+  if (out.tensor_parallel.sequence_parallel && seq_len % out.tensor_parallel.size != 0) {
+    config_error("tensor_parallel.sequence_parallel",
+                 "true splits each sequence's tokens among the tensor_parallel.size " +
+                     std::to_string(out.tensor_parallel.size) + " ranks, which do not divide "
+                     "model.seq_len " + std::to_string(seq_len) +
+                     "; choose a seq_len the size divides, or set sequence_parallel to false");
+  }
 }
 
 }  // namespace
@@ -75,11 +83,6 @@ void parse_tensor_parallel_shape(Block& root, TrainConfig& out) {
 }
 
 void refuse_tensor_parallel_compositions(const TrainConfig& out) {
-  if (out.tensor_parallel.sequence_parallel) {
-    config_error("tensor_parallel.sequence_parallel",
-                 "true is not supported yet (LayerNorm and the residual stream sharded along the "
-                 "sequence are the next slice); set it to false");
-  }
   if (!out.tensor_parallel.enabled()) return;
   check_model(out);
   const EngineOptions& engine = out.engine;

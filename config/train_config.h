@@ -110,7 +110,9 @@ struct PipelineConfig {
 // `autotp_size` is read as `size`. Without the block, or with size 1: nothing changes.
 struct TensorParallelConfig {
   int size = 1;
-  bool sequence_parallel = false;  // refused for now (the next slice)
+  // LayerNorms and the residual stream split along the tokens (models/tensor_slice.h); no
+  // effect at size 1.
+  bool sequence_parallel = false;
   bool enabled() const { return size > 1; }
 };
 

@@ -56,8 +56,9 @@ struct Rebuilt {
 struct Activations {
   float *ln1, *mean1, *rstd1, *qkv, *split, *probs, *y, *x1, *ln2, *mean2, *rstd2, *h, *g;
 
-  static Activations whole(float* s, float* qkv, const AttentionShape& a, std::int64_t channels) {
-    const Saved at(a, channels);
+  static Activations whole(float* s, float* qkv, const AttentionShape& a, std::int64_t channels,
+                           std::int64_t stream_rows) {
+    const Saved at(a, channels, stream_rows);
     return {s + at.ln1, s + at.mean1, s + at.rstd1, qkv,         s + at.split,
             s + at.probs, s + at.y,   s + at.x1,    s + at.ln2,  s + at.mean2,
             s + at.rstd2, s + at.h,   s + at.g};
@@ -105,14 +106,6 @@ GptBlock::GptBlock(int index, const GptConfig& config, TensorSlice slice)
 
 AttentionShape GptBlock::attention_shape(std::int64_t batch, std::int64_t seq) const {
   return {batch, seq, config_.n_head / slice_.size, config_.n_embd / config_.n_head};
-}
-
-// Sums the tensor group's partial values in place (a whole block has none to sum).
-void GptBlock::sum_across_slice(Stream& stream, float* values, std::size_t count,
-                                const char* label) const {
-  if (slice_.size == 1) return;
-  slice_.group->label_next(label);
-  slice_.group->all_reduce(stream, values, values, count, DType::kFloat32);
 }
 
 UnitMemory GptBlock::memory(const GptConfig& config, std::int64_t batch, std::int64_t seq) {
@@ -181,19 +174,48 @@ std::vector<ParamSpec> GptBlock::parameters() const {
   return specs;
 }
 
+void GptBlock::row_parallel_forward(Stream& stream, const float* y, const float* weight,
+                                    const float* bias, const float* residual, std::int64_t rows,
+                                    std::int64_t inner, float* partial, float* out) const {
+  const std::int64_t C = config_.n_embd;
+  const auto whole = static_cast<std::size_t>(rows * C);
+  if (slice_.sequence_parallel) {
+    // Every row's partial sum, reduce-scattered to the row's rank, which then adds the residual
+    // and the bias once.
+    matmul(stream, false, true, rows, C, inner, 1.0f, y, weight, 0.0f, partial);
+    slice_.sum_rows(stream, partial, out, whole, "sequence-parallel row-parallel product");
+    const std::int64_t own = slice_.stream_rows(rows);
+    accumulate_into(stream, out, DType::kFloat32, residual, DType::kFloat32,
+                    static_cast<std::size_t>(own * C));
+    add_bias(stream, out, bias, own, C);
+    return;
+  }
+  // Note: under tensor parallelism the group's first rank adds the residual and the bias, the
+  // others their product only, so the all-reduce adds each once.
+  if (slice_.rank == 0) {
+    linear_forward(stream, y, weight, bias, rows, inner, C, residual, out);
+  } else {
+    matmul(stream, false, true, rows, C, inner, 1.0f, y, weight, 0.0f, out);
+  }
+  slice_.sum_rows(stream, out, out, whole, "tensor-parallel row-parallel product");
+}
+
 void GptBlock::forward(UnitContext& context) {
   const Tensor input = context.input();
   const std::int64_t C = config_.n_embd;
+  const std::int64_t split = slice_.sequence_parallel ? slice_.size : 1;
   if (input.dtype != DType::kFloat32 || input.rank() != 3 || input.dim(0) < 1 ||
-      input.dim(1) < 1 || input.dim(1) > config_.seq_len || input.dim(2) != C || input.empty()) {
+      input.dim(1) < 1 || input.dim(1) * split > config_.seq_len || input.dim(2) != C ||
+      input.empty()) {
     throw Error(ErrorKind::kUsage, name_ + ": input must be float32 [B, T, " + std::to_string(C) +
                                        "] with B >= 1 and 1 <= T <= " +
-                                       std::to_string(config_.seq_len) + ", got " +
+                                       std::to_string(config_.seq_len / split) + ", got " +
                                        describe_tensor(input));
   }
   const std::int64_t B = input.dim(0);
-  const std::int64_t T = input.dim(1);
+  const std::int64_t T = input.dim(1) * split;  // the whole sequence
   const std::int64_t N = B * T;
+  const std::int64_t Ns = slice_.stream_rows(N);
   const std::int64_t Cl = C / slice_.size;
   const AttentionShape shape = attention_shape(B, T);
   Stream& stream = context.stream();
@@ -206,6 +228,9 @@ void GptBlock::forward(UnitContext& context) {
   if (!split_kept_.empty()) context.release(std::move(split_kept_));
   selective_ = supports_selective_recompute() && context.backward_follows() &&
                context.recompute_selectively();
+  // Sequence parallelism: one [N, C] buffer for the gathered LayerNorm outputs and the partial
+  // sums in turn.
+  const std::size_t whole_rows = slice_.sequence_parallel ? static_cast<std::size_t>(N * C) : 0;
   Buffer workspace;
   Activations act{};
   if (selective_) {
@@ -215,48 +240,36 @@ void GptBlock::forward(UnitContext& context) {
                                  Category::kWorkspace);
     act = Activations::selective(saved_.as<float>(), rebuilt_.as<float>(), shape);
   } else {
-    saved_ = context.allocate(Saved(shape, C).total * sizeof(float), Category::kActivations);
-    workspace = context.allocate(forward_workspace_elements(shape) * sizeof(float),
+    saved_ = context.allocate(Saved(shape, C, Ns).total * sizeof(float), Category::kActivations);
+    workspace = context.allocate((forward_workspace_elements(shape) + whole_rows) * sizeof(float),
                                  Category::kWorkspace);
-    act = Activations::whole(saved_.as<float>(), workspace.as<float>(), shape, C);
+    act = Activations::whole(saved_.as<float>(), workspace.as<float>(), shape, C, Ns);
   }
   saved_batch_ = B;
   saved_seq_ = T;
   float* scratch = selective_ ? workspace.as<float>() : workspace.as<float>() + 3 * N * Cl;
+  float* whole = selective_ ? nullptr : workspace.as<float>() + forward_workspace_elements(shape);
   const float* x = input.as<const float>();
-  float* out = context.make_output({B, T, C}, DType::kFloat32).as<float>();
-
-  const std::size_t nc = static_cast<std::size_t>(N * C);
-  // Note: under tensor parallelism the group's first rank adds the residual and the bias, the
-  // others their product only, so the all-reduce adds each once.
-  const bool first = slice_.rank == 0;
+  float* out = context.make_output({B, T / split, C}, DType::kFloat32).as<float>();
+  const auto ns_c = static_cast<std::size_t>(Ns * C);
 
   // Attention: x1 = x + c_proj.bias + Σ_ranks c_proj_r(attn(c_attn_r(ln_1(x)))).
-  layernorm_forward(stream, x, param(kLn1Weight), param(kLn1Bias), N, C, kLayerNormEps, act.ln1,
+  layernorm_forward(stream, x, param(kLn1Weight), param(kLn1Bias), Ns, C, kLayerNormEps, act.ln1,
                     act.mean1, act.rstd1);
-  linear_forward(stream, act.ln1, param(kAttnWeight), param(kAttnBias), N, C, 3 * Cl, nullptr,
+  const float* ln1 = slice_.gather_rows(stream, act.ln1, whole, ns_c, "sequence-parallel ln_1");
+  linear_forward(stream, ln1, param(kAttnWeight), param(kAttnBias), N, C, 3 * Cl, nullptr,
                  act.qkv);
   attention_forward(stream, shape, act.qkv, act.split, act.probs, act.y, scratch);
-  if (first) {
-    linear_forward(stream, act.y, param(kAttnProjWeight), param(kAttnProjBias), N, Cl, C, x,
-                   act.x1);
-  } else {
-    matmul(stream, false, true, N, C, Cl, 1.0f, act.y, param(kAttnProjWeight), 0.0f, act.x1);
-  }
-  sum_across_slice(stream, act.x1, nc, "tensor-parallel attention output");
+  row_parallel_forward(stream, act.y, param(kAttnProjWeight), param(kAttnProjBias), x, N, Cl,
+                       whole, act.x1);
 
   // MLP: out = x1 + mlp.c_proj.bias + Σ_ranks mlp.c_proj_r(gelu(mlp.c_fc_r(ln_2(x1)))).
-  layernorm_forward(stream, act.x1, param(kLn2Weight), param(kLn2Bias), N, C, kLayerNormEps,
+  layernorm_forward(stream, act.x1, param(kLn2Weight), param(kLn2Bias), Ns, C, kLayerNormEps,
                     act.ln2, act.mean2, act.rstd2);
-  linear_gelu_forward(stream, act.ln2, param(kFcWeight), param(kFcBias), N, C, 4 * Cl, act.h,
-                      act.g);
-  if (first) {
-    linear_forward(stream, act.g, param(kMlpProjWeight), param(kMlpProjBias), N, 4 * Cl, C,
-                   act.x1, out);
-  } else {
-    matmul(stream, false, true, N, C, 4 * Cl, 1.0f, act.g, param(kMlpProjWeight), 0.0f, out);
-  }
-  sum_across_slice(stream, out, nc, "tensor-parallel MLP output");
+  const float* ln2 = slice_.gather_rows(stream, act.ln2, whole, ns_c, "sequence-parallel ln_2");
+  linear_gelu_forward(stream, ln2, param(kFcWeight), param(kFcBias), N, C, 4 * Cl, act.h, act.g);
+  row_parallel_forward(stream, act.g, param(kMlpProjWeight), param(kMlpProjBias), act.x1, N,
+                       4 * Cl, whole, out);
 
   context.release(std::move(workspace));
   if (!context.backward_follows()) context.release(std::move(saved_));
@@ -300,9 +313,11 @@ void GptBlock::backward(UnitContext& context) {
   const std::int64_t T = saved_seq_;
   const std::int64_t C = config_.n_embd;
   const std::int64_t N = B * T;
+  const std::int64_t Ns = slice_.stream_rows(N);
   const std::int64_t Cl = C / slice_.size;
+  const bool sequence = slice_.sequence_parallel;
   const Tensor grad_output = context.grad_output();
-  check_stream(name_, "grad_output", grad_output, B, T, C);
+  check_stream(name_, "grad_output", grad_output, B, sequence ? T / slice_.size : T, C);
   const AttentionShape shape = attention_shape(B, T);
   Stream& stream = context.stream();
   Device& device = context.device();
@@ -314,51 +329,74 @@ void GptBlock::backward(UnitContext& context) {
   }
   const Activations act =
       selective_ ? Activations::selective(saved_.as<float>(), rebuilt_.as<float>(), shape)
-                 : Activations::whole(saved_.as<float>(), nullptr, shape, C);
+                 : Activations::whole(saved_.as<float>(), nullptr, shape, C, Ns);
   const float* x = context.input().as<const float>();
   const float* dout = grad_output.as<const float>();
   const std::size_t nc = static_cast<std::size_t>(N * C);
   const std::size_t ncl = static_cast<std::size_t>(N * Cl);
+  const std::size_t ns_c = static_cast<std::size_t>(Ns * C);
+  const auto c = static_cast<std::size_t>(C);
 
   const bool attention_scratch = device.kind() != DeviceKind::kCuda;
-  Buffer workspace = context.allocate(
-      backward_workspace_elements(shape, C, attention_scratch) * sizeof(float),
-      Category::kWorkspace);
-  float* dx1 = workspace.as<float>();  // [N, C]: d(loss)/d(x1), the residual stream after attn
+  const std::size_t base = backward_workspace_elements(shape, C, attention_scratch);
+  // Sequence parallelism: a gathered [N, C], the rank's rows of d(ln out) [Ns, C], and the
+  // gradients every rank computes from its rows only, summed across the group at the end: ln_2
+  // and ln_1 weight and bias, the two row-parallel biases (6C).
+  const std::size_t extra = sequence ? nc + ns_c + 6 * c : 0;
+  Buffer workspace = context.allocate((base + extra) * sizeof(float), Category::kWorkspace);
+  float* dx1 = workspace.as<float>();  // [Ns, C]: d(loss)/d(x1), the residual stream after attn
   float* dh = dx1 + nc;                // [N, 4C_l]
-  float* dln = dh + 4 * ncl;           // [N, C]: d(ln_2 out), then d(ln_1 out)
+  float* dln = dh + 4 * ncl;           // [N, C]: d(ln_2 out), then d(ln_1 out), partial sums
   float* dy = dln + nc;                // [N, C_l]: d(attention output), before c_proj
   float* dqkv = dy + ncl;              // [N, 3C_l]
   float* scratch = attention_scratch ? dqkv + 3 * ncl : nullptr;
-  float* dx = context.make_grad_input({B, T, C}, DType::kFloat32).as<float>();
+  float* whole = sequence ? workspace.as<float>() + base : nullptr;  // [N, C]
+  float* dln_own = sequence ? whole + nc : dln;                         // [Ns, C]
+  float* sums = sequence ? dln_own + ns_c : nullptr;                    // [6C]
+  auto own_grad = [&](Param p, std::size_t at) { return sequence ? sums + at * c : grad(p); };
+  if (sequence) device.fill_zero(stream, sums, 6 * c * sizeof(float));
+  float* dx = context.make_grad_input({B, sequence ? T / slice_.size : T, C}, DType::kFloat32)
+                  .as<float>();
 
   // MLP. Parameter gradients accumulate (beta = 1); input gradients are made fresh (beta = 0).
   // d(out) is the same on every tensor rank; the product's input gradient is this rank's share.
-  device.copy(stream, dx1, dout, nc * sizeof(float));
-  matmul(stream, true, false, C, 4 * Cl, N, 1.0f, dout, act.g, 1.0f, grad(kMlpProjWeight));
-  bias_grad(stream, dout, grad(kMlpProjBias), N, C);
-  matmul(stream, false, false, N, 4 * Cl, C, 1.0f, dout, param(kMlpProjWeight), 0.0f, dh);
+  device.copy(stream, dx1, dout, ns_c * sizeof(float));
+  bias_grad(stream, dout, own_grad(kMlpProjBias, 4), Ns, C);
+  const float* dout_all = slice_.gather_rows(stream, dout, whole, ns_c, "sequence-parallel d(out)");
+  matmul(stream, true, false, C, 4 * Cl, N, 1.0f, dout_all, act.g, 1.0f, grad(kMlpProjWeight));
+  matmul(stream, false, false, N, 4 * Cl, C, 1.0f, dout_all, param(kMlpProjWeight), 0.0f, dh);
   gelu_backward(stream, act.h, dh, dh, 4 * ncl);
-  matmul(stream, true, false, 4 * Cl, C, N, 1.0f, dh, act.ln2, 1.0f, grad(kFcWeight));
+  const float* ln2 = slice_.gather_rows(stream, act.ln2, whole, ns_c, "sequence-parallel ln_2");
+  matmul(stream, true, false, 4 * Cl, C, N, 1.0f, dh, ln2, 1.0f, grad(kFcWeight));
   bias_grad(stream, dh, grad(kFcBias), N, 4 * Cl);
   matmul(stream, false, false, N, C, 4 * Cl, 1.0f, dh, param(kFcWeight), 0.0f, dln);
-  sum_across_slice(stream, dln, nc, "tensor-parallel d(ln_2 output)");
-  layernorm_backward(stream, dln, act.x1, param(kLn2Weight), act.mean2, act.rstd2, N, C,
-                     dx1, grad(kLn2Weight), grad(kLn2Bias));
+  slice_.sum_rows(stream, dln, dln_own, nc, "tensor-parallel d(ln_2 output)");
+  layernorm_backward(stream, dln_own, act.x1, param(kLn2Weight), act.mean2, act.rstd2, Ns, C,
+                     dx1, own_grad(kLn2Weight, 0), own_grad(kLn2Bias, 1));
 
   // Attention.
-  matmul(stream, true, false, C, Cl, N, 1.0f, dx1, act.y, 1.0f, grad(kAttnProjWeight));
-  bias_grad(stream, dx1, grad(kAttnProjBias), N, C);
-  matmul(stream, false, false, N, Cl, C, 1.0f, dx1, param(kAttnProjWeight), 0.0f, dy);
+  bias_grad(stream, dx1, own_grad(kAttnProjBias, 5), Ns, C);
+  const float* dx1_all = slice_.gather_rows(stream, dx1, whole, ns_c, "sequence-parallel d(x1)");
+  matmul(stream, true, false, C, Cl, N, 1.0f, dx1_all, act.y, 1.0f, grad(kAttnProjWeight));
+  matmul(stream, false, false, N, Cl, C, 1.0f, dx1_all, param(kAttnProjWeight), 0.0f, dy);
   attention_backward(stream, shape, dy, act.split, act.probs, dqkv, scratch);
-  matmul(stream, true, false, 3 * Cl, C, N, 1.0f, dqkv, act.ln1, 1.0f, grad(kAttnWeight));
+  const float* ln1 = slice_.gather_rows(stream, act.ln1, whole, ns_c, "sequence-parallel ln_1");
+  matmul(stream, true, false, 3 * Cl, C, N, 1.0f, dqkv, ln1, 1.0f, grad(kAttnWeight));
   bias_grad(stream, dqkv, grad(kAttnBias), N, 3 * Cl);
   matmul(stream, false, false, N, C, 3 * Cl, 1.0f, dqkv, param(kAttnWeight), 0.0f, dln);
-  sum_across_slice(stream, dln, nc, "tensor-parallel d(ln_1 output)");
-  device.copy(stream, dx, dx1, nc * sizeof(float));
-  layernorm_backward(stream, dln, x, param(kLn1Weight), act.mean1, act.rstd1, N, C, dx,
-                     grad(kLn1Weight), grad(kLn1Bias));
+  slice_.sum_rows(stream, dln, dln_own, nc, "tensor-parallel d(ln_1 output)");
+  device.copy(stream, dx, dx1, ns_c * sizeof(float));
+  layernorm_backward(stream, dln_own, x, param(kLn1Weight), act.mean1, act.rstd1, Ns, C, dx,
+                     own_grad(kLn1Weight, 2), own_grad(kLn1Bias, 3));
 
+  if (sequence) {
+    slice_.sum(stream, sums, 6 * c, "sequence-parallel LayerNorm and bias gradients");
+    const Param order[6] = {kLn2Weight, kLn2Bias, kLn1Weight, kLn1Bias, kMlpProjBias,
+                            kAttnProjBias};
+    for (std::size_t i = 0; i < 6; ++i) {
+      accumulate_into(stream, grad(order[i]), DType::kFloat32, sums + i * c, DType::kFloat32, c);
+    }
+  }
   context.release(std::move(workspace));
   context.release(std::move(saved_));
   if (!rebuilt_.empty()) context.release(std::move(rebuilt_));
@@ -385,7 +423,7 @@ void GptBlock::backward_input(UnitContext& context) {
   auto param = [&context](Param p) { return context.param(p).as<const float>(); };
   const Activations act =
       selective_ ? Activations::selective(saved_.as<float>(), rebuilt_.as<float>(), shape)
-                 : Activations::whole(saved_.as<float>(), nullptr, shape, C);
+                 : Activations::whole(saved_.as<float>(), nullptr, shape, C, N);
   const float* x = context.input().as<const float>();
   const float* dout = grad_output.as<const float>();
   const std::size_t nc = static_cast<std::size_t>(N * C);
@@ -435,7 +473,7 @@ void GptBlock::backward_weight(UnitContext& context) {
   auto grad = [&context](Param p) { return context.grad(p).as<float>(); };
   const Activations act =
       selective_ ? Activations::selective(saved_.as<float>(), rebuilt_.as<float>(), shape)
-                 : Activations::whole(saved_.as<float>(), nullptr, shape, C);
+                 : Activations::whole(saved_.as<float>(), nullptr, shape, C, N);
   const std::size_t nc = static_cast<std::size_t>(N * C);
   const auto c = static_cast<std::size_t>(C);
   const float* dx1 = split_workspace_.as<const float>();

@@ -11,7 +11,11 @@
 // attn.c_proj and mlp.c_proj — and a whole copy of the LayerNorms and the row-parallel biases.
 // Forward all-reduces the two row-parallel products' partial sums; backward all-reduces the
 // gradients of the two LayerNorm outputs that the column-parallel products' inputs were, on the
-// compute stream in stream order. Its parameters draw as the slices of the whole block's values
+// compute stream in stream order. With sequence parallelism (models/tensor_slice.h) the input,
+// output, LayerNorms and residual additions hold the rank's rows only: the LayerNorm outputs are
+// all-gathered before the column-parallel products (again in backward, not kept whole), the
+// partial sums reduce-scattered, and the gradients of the LayerNorms and the row-parallel biases,
+// which each rank computes from its own rows, summed across the group. Its parameters draw as the slices of the whole block's values
 // (ParamSpec::DrawSlice), so the group computes what the whole block computes, up to the order
 // of the sums. Size 1 (the default) is the whole block: no collective, the same kernels.
 #pragma once
@@ -24,17 +28,9 @@
 #include "memory/allocator.h"
 #include "models/gpt.h"
 #include "engine/module.h"
-#include "runtime/communicator.h"
+#include "models/tensor_slice.h"
 
 namespace zest {
-
-// Where a rank sits in its tensor-parallel group, and the group (borrowed: it outlives the model;
-// null at size 1).
-struct TensorSlice {
-  int rank = 0;
-  int size = 1;
-  Communicator* group = nullptr;
-};
 
 class GptBlock final : public Unit {
  public:
@@ -58,7 +54,11 @@ class GptBlock final : public Unit {
 
  private:
   AttentionShape attention_shape(std::int64_t batch, std::int64_t seq) const;
-  void sum_across_slice(Stream& stream, float* values, std::size_t count, const char* label) const;
+  // A row-parallel product y Wᵀ (+ bias + residual) into the rank's rows of `out`, summed across
+  // the group; `partial` [N, C] is scratch under sequence parallelism.
+  void row_parallel_forward(Stream& stream, const float* y, const float* weight, const float* bias,
+                            const float* residual, std::int64_t rows, std::int64_t inner,
+                            float* partial, float* out) const;
 
   const std::string name_;
   const GptConfig config_;

@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "models/describe_tensor.h"
+#include "kernels/convert.h"
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
@@ -37,26 +38,35 @@ class VocabularyParallelEmbedding final : public Unit {
     const std::int64_t T = tokens.dim(1);
     const std::int64_t C = config_.n_embd;
     const std::int64_t rows = config_.vocab_size / slice_.size;
+    check_sequence_split(name_.c_str(), slice_, T);
+    const std::int64_t split = slice_.sequence_parallel ? slice_.size : 1;
     Stream& stream = context.stream();
-    float* out = context.make_output({B, T, C}, DType::kFloat32).as<float>();
+    float* out = context.make_output({B, T / split, C}, DType::kFloat32).as<float>();
     const std::size_t count = static_cast<std::size_t>(B * T * C);
+    // Sequence parallelism: every row summed in `whole`, then reduce-scattered to the rank's rows.
+    Buffer whole_rows;
+    float* whole = out;
+    if (slice_.sequence_parallel) {
+      whole_rows = context.allocate(count * sizeof(float), Category::kWorkspace);
+      whole = whole_rows.as<float>();
+    }
     // Note: the first rank adds wpe, every rank its rows (zero elsewhere): one nonzero row term
     // per token in the sum, so the all-reduce gives the whole embedding's values exactly.
     if (slice_.rank == 0) {
       embedding_rows_forward(stream, ids, B, T, context.param(0).as<const float>(), 0, rows,
                              context.param(1).as<const float>(), nullptr, config_.vocab_size, C,
-                             out);
+                             whole);
     } else {
       // Zeros as the base (the kernel's base and output must not alias).
       Buffer zeros = context.allocate(count * sizeof(float), Category::kWorkspace);
       context.device().fill_zero(stream, zeros.data(), count * sizeof(float));
       embedding_rows_forward(stream, ids, B, T, context.param(0).as<const float>(),
                              slice_.rank * rows, rows, nullptr, zeros.as<const float>(),
-                             config_.vocab_size, C, out);
+                             config_.vocab_size, C, whole);
       context.release(std::move(zeros));
     }
-    slice_.group->label_next("tensor-parallel embedding");
-    slice_.group->all_reduce(stream, out, out, count, DType::kFloat32);
+    slice_.sum_rows(stream, whole, out, count, "tensor-parallel embedding");
+    if (!whole_rows.empty()) context.release(std::move(whole_rows));
   }
 
   void backward(UnitContext& context) override {
@@ -66,11 +76,22 @@ class VocabularyParallelEmbedding final : public Unit {
     const std::int64_t T = tokens.dim(1);
     const std::int64_t C = config_.n_embd;
     const std::int64_t rows = config_.vocab_size / slice_.size;
+    const std::int64_t split = slice_.sequence_parallel ? slice_.size : 1;
     const Tensor grad_output = context.grad_output();
-    check_stream(name_, "grad_output", grad_output, B, T, C);
-    embedding_rows_backward(context.stream(), ids, B, T, grad_output.as<const float>(),
-                            slice_.rank * rows, rows, config_.vocab_size, C,
-                            context.grad(0).as<float>(), context.grad(1).as<float>());
+    check_stream(name_, "grad_output", grad_output, B, T / split, C);
+    // Every token's gradient reaches this rank's rows of wte: the rows' gradients gathered whole.
+    const std::size_t count = static_cast<std::size_t>(B * T * C);
+    Buffer whole_rows;
+    if (slice_.sequence_parallel) {
+      whole_rows = context.allocate(count * sizeof(float), Category::kWorkspace);
+    }
+    const float* dout = slice_.gather_rows(context.stream(), grad_output.as<const float>(),
+                                           whole_rows.as<float>(), count / split,
+                                           "sequence-parallel d(embedding output)");
+    embedding_rows_backward(context.stream(), ids, B, T, dout, slice_.rank * rows, rows,
+                            config_.vocab_size, C, context.grad(0).as<float>(),
+                            context.grad(1).as<float>());
+    if (!whole_rows.empty()) context.release(std::move(whole_rows));
   }
 
  private:
@@ -80,8 +101,10 @@ class VocabularyParallelEmbedding final : public Unit {
 };
 
 // ln_f, then this rank's columns of the logits (its wte rows, borrowed) and the
-// vocabulary-parallel cross-entropy. Saved: ln_f(x) [N, C], mean, rstd, lse [N] each, and the
-// logits' columns [N, V/t], which backward turns into their gradient in place.
+// vocabulary-parallel cross-entropy. Saved: ln_f(x) [Ns, C], mean, rstd [Ns] each, lse [N], and
+// the logits' columns [N, V/t], which backward turns into their gradient in place (Ns: the rank's
+// rows of the residual stream, all N without sequence parallelism, whose ln_f(x) is all-gathered
+// before the logits and again in backward).
 class VocabularyParallelHead final : public Unit {
  public:
   VocabularyParallelHead(const GptConfig& config, TensorSlice slice)
@@ -102,33 +125,38 @@ class VocabularyParallelHead final : public Unit {
     const std::int64_t C = config_.n_embd;
     check_head_input(name_, input, C);
     const std::int64_t B = input.dim(0);
-    const std::int64_t T = input.dim(1);
+    const std::int64_t T = input.dim(1) * (slice_.sequence_parallel ? slice_.size : 1);
     const std::int32_t* targets = checked_head_targets(name_, context.batch(), B, T);
     const std::int64_t N = B * T;
+    const std::int64_t Ns = slice_.stream_rows(N);
     const std::int64_t Vl = config_.vocab_size / slice_.size;
     Stream& stream = context.stream();
     Communicator& group = *slice_.group;
 
     if (!saved_.empty()) context.release(std::move(saved_));
-    saved_ = context.allocate(static_cast<std::size_t>(N * C + 3 * N + N * Vl) * sizeof(float),
+    saved_ = context.allocate(static_cast<std::size_t>(Ns * C + 2 * Ns + N + N * Vl) * sizeof(float),
                               Category::kActivations);
     saved_batch_ = B;
     saved_seq_ = T;
     float* ln = saved_.as<float>();
-    float* mean = ln + N * C;
-    float* rstd = mean + N;
-    float* lse = rstd + N;
+    float* mean = ln + Ns * C;
+    float* rstd = mean + Ns;
+    float* lse = rstd + Ns;
     float* logits = lse + N;
     const auto t = static_cast<std::size_t>(slice_.size);
-    Buffer workspace = context.allocate((t + 3) * static_cast<std::size_t>(N) * sizeof(float),
-                                        Category::kWorkspace);
+    const std::size_t whole_rows = slice_.sequence_parallel ? static_cast<std::size_t>(N * C) : 0;
+    Buffer workspace = context.allocate(
+        ((t + 3) * static_cast<std::size_t>(N) + whole_rows) * sizeof(float), Category::kWorkspace);
     float* gathered = workspace.as<float>();  // [t, N] row maxima
     float* max = gathered + t * N;            // [N]
     float* partial = max + N;                 // [2, N]: exp-sums, target logits
+    float* whole = partial + 2 * N;           // [N, C] under sequence parallelism
     layernorm_forward(stream, input.as<const float>(), context.param(0).as<const float>(),
-                      context.param(1).as<const float>(), N, C, kLayerNormEps, ln, mean, rstd);
-    matmul(stream, false, true, N, Vl, C, 1.0f, ln, context.borrowed_param(0, 0).as<const float>(),
-           0.0f, logits);
+                      context.param(1).as<const float>(), Ns, C, kLayerNormEps, ln, mean, rstd);
+    const float* ln_all = slice_.gather_rows(stream, ln, whole, static_cast<std::size_t>(Ns * C),
+                                             "sequence-parallel ln_f");
+    matmul(stream, false, true, N, Vl, C, 1.0f, ln_all,
+           context.borrowed_param(0, 0).as<const float>(), 0.0f, logits);
     vocab_parallel_row_max(stream, logits, N, Vl, max);
     group.label_next("tensor-parallel logits' row maxima");
     group.all_gather(stream, max, gathered, static_cast<std::size_t>(N), DType::kFloat32);
@@ -146,33 +174,53 @@ class VocabularyParallelHead final : public Unit {
     const std::int64_t B = saved_batch_;
     const std::int64_t T = saved_seq_;
     const std::int64_t N = B * T;
+    const std::int64_t Ns = slice_.stream_rows(N);
     const std::int64_t C = config_.n_embd;
     const std::int64_t Vl = config_.vocab_size / slice_.size;
+    const bool sequence = slice_.sequence_parallel;
     const std::int32_t* targets = checked_head_targets(name_, context.batch(), B, T);
     Stream& stream = context.stream();
     float* ln = saved_.as<float>();
-    float* mean = ln + N * C;
-    float* rstd = mean + N;
-    float* lse = rstd + N;
+    float* mean = ln + Ns * C;
+    float* rstd = mean + Ns;
+    float* lse = rstd + Ns;
     float* logits = lse + N;
     const float* wte = context.borrowed_param(0, 0).as<const float>();
-    Buffer workspace = context.allocate(static_cast<std::size_t>(N * C) * sizeof(float),
+    const auto nc = static_cast<std::size_t>(N * C);
+    const auto ns_c = static_cast<std::size_t>(Ns * C);
+    const auto c = static_cast<std::size_t>(C);
+    // Sequence parallelism: a gathered ln_f(x) [N, C], the rank's rows of d(ln_f out) [Ns, C] and
+    // ln_f's gradients from those rows (2C), summed across the group at the end.
+    Buffer workspace = context.allocate((nc + (sequence ? nc + ns_c + 2 * c : 0)) * sizeof(float),
                                         Category::kWorkspace);
     float* dln = workspace.as<float>();
-    float* dx = context.make_grad_input({B, T, C}, DType::kFloat32).as<float>();
+    float* whole = sequence ? dln + nc : nullptr;
+    float* dln_own = sequence ? whole + nc : dln;
+    float* sums = sequence ? dln_own + ns_c : nullptr;
+    float* dx = context.make_grad_input({B, sequence ? T / slice_.size : T, C}, DType::kFloat32)
+                    .as<float>();
 
     vocab_parallel_cross_entropy_backward(stream, logits, targets, N, Vl, slice_.rank * Vl, lse,
                                           context.loss_scale(), logits);
     // wte is read before its gradient is asked for (Unit::gradients_replace_parameters).
     matmul(stream, false, false, N, C, Vl, 1.0f, logits, wte, 0.0f, dln);
-    matmul(stream, true, false, Vl, C, N, 1.0f, logits, ln, 1.0f,
+    const float* ln_all = slice_.gather_rows(stream, ln, whole, ns_c, "sequence-parallel ln_f");
+    matmul(stream, true, false, Vl, C, N, 1.0f, logits, ln_all, 1.0f,
            context.borrowed_grad(0, 0).as<float>());
-    slice_.group->label_next("tensor-parallel d(ln_f output)");
-    slice_.group->all_reduce(stream, dln, dln, static_cast<std::size_t>(N * C), DType::kFloat32);
-    context.device().fill_zero(stream, dx, static_cast<std::size_t>(N * C) * sizeof(float));
-    layernorm_backward(stream, dln, context.input().as<const float>(),
-                       context.param(0).as<const float>(), mean, rstd, N, C, dx,
-                       context.grad(0).as<float>(), context.grad(1).as<float>());
+    slice_.sum_rows(stream, dln, dln_own, nc, "tensor-parallel d(ln_f output)");
+    context.device().fill_zero(stream, dx, ns_c * sizeof(float));
+    if (sequence) context.device().fill_zero(stream, sums, 2 * c * sizeof(float));
+    layernorm_backward(stream, dln_own, context.input().as<const float>(),
+                       context.param(0).as<const float>(), mean, rstd, Ns, C, dx,
+                       sequence ? sums : context.grad(0).as<float>(),
+                       sequence ? sums + c : context.grad(1).as<float>());
+    if (sequence) {
+      slice_.sum(stream, sums, 2 * c, "sequence-parallel ln_f gradients");
+      for (std::size_t i = 0; i < 2; ++i) {
+        accumulate_into(stream, context.grad(i).as<float>(), DType::kFloat32, sums + i * c,
+                        DType::kFloat32, c);
+      }
+    }
     context.release(std::move(workspace));
     context.release(std::move(saved_));
   }

@@ -7,8 +7,11 @@
 // all-gathered, the exp-sums and target logits all-reduced), so the [N, V] logits are never
 // whole on any rank. Every parameter draws as its slice of the tensor-parallel-1 model's
 // (ParamSpec::DrawSlice): with the same seed and data the group trains the same model up to the
-// order of sums. Invariant: every rank of the group gets the same batch and computes the same
-// loss; the ZeRO engine shards each rank's units within its data-parallel group.
+// order of sums. With sequence parallelism (TensorSlice::sequence_parallel, models/tensor_slice.h)
+// the embedding reduce-scatters its rows instead of all-reducing them, and the head's ln_f works
+// on the rank's rows, gathered before the logits. Invariant: every rank of the group gets the same
+// batch and computes the same loss; the ZeRO engine shards each rank's units within its
+// data-parallel group.
 #pragma once
 
 #include <memory>

@@ -61,6 +61,7 @@
 #include "models/mlp.h"
 #include "models/registry.h"
 #include "models/tensor_parallel_gpt.h"
+#include "models/tensor_slice.h"
 
 // config/: the JSON config shared with zest-train and zest-estimate; resolve/: loading it for a
 // run (the partition, the recomputed units, the out-of-memory advice decided).

@@ -1,8 +1,8 @@
 // The `tensor_parallel` block: its size divides the ranks (one line naming the numbers otherwise),
 // DeepSpeed's autotp_size is the same number, the batch counts the data-parallel ranks
-// (world.ranks / size), the model's dimensions divide by it, and what the first slice does not
-// compose with yet is refused at config time, one line naming the key. Without the block (or at
-// size 1) every config resolves as before.
+// (world.ranks / size), the model's dimensions divide by it (the sequence too, with sequence
+// parallelism), and what the first slice does not compose with yet is refused at config time, one
+// line naming the key. Without the block (or at size 1) every config resolves as before.
 #include <string>
 
 #include <gmock/gmock.h>
@@ -95,11 +95,25 @@ TEST(TensorParallelConfig, ModelDimensionsThatDoNotDivideAreOneErrorEach) {
   EXPECT_THAT(config_error(raw), HasSubstr("model.type: \"mlp\" has no tensor-parallel form"));
 }
 
+// Sequence parallelism splits each sequence's tokens among the tensor-parallel ranks: accepted
+// where the size divides model.seq_len, refused naming both numbers where it does not.
+TEST(TensorParallelConfig, SequenceParallelNeedsASequenceLengthTheSizeDivides) {
+  json raw = gpt_config();
+  raw["tensor_parallel"]["sequence_parallel"] = true;
+  const TrainConfig config = parse_resolved_config(raw);
+  EXPECT_TRUE(config.tensor_parallel.sequence_parallel);
+  EXPECT_EQ(config.json["tensor_parallel"]["sequence_parallel"], true);
+  raw["model"]["seq_len"] = 15;
+  EXPECT_THAT(config_error(raw),
+              HasSubstr("tensor_parallel.sequence_parallel: true splits each sequence's tokens "
+                        "among the tensor_parallel.size 2 ranks, which do not divide "
+                        "model.seq_len 15"));
+}
+
 // Each composition the first slice does not do yet: refused, one line naming the key and saying
 // it is not supported with tensor parallelism yet.
 TEST(TensorParallelConfig, CompositionsNotSupportedYetAreRefusedNamingTheKey) {
   const std::vector<std::pair<std::string, json>> cases = {
-      {"tensor_parallel.sequence_parallel", {{"tensor_parallel", {{"size", 2}, {"sequence_parallel", true}}}}},
       {"pipeline.stages", {{"pipeline", {{"stages", 2}}}, {"world", {{"backend", "local"}, {"ranks", 8}}}}},
       {"zero_optimization.offload_optimizer",
        {{"zero_optimization", {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}}}}},
@@ -115,7 +129,7 @@ TEST(TensorParallelConfig, CompositionsNotSupportedYetAreRefusedNamingTheKey) {
     raw.merge_patch(patch);
     const std::string message = config_error(raw);
     EXPECT_THAT(message, HasSubstr(key)) << message;
-    if (key != "tensor_parallel.sequence_parallel" && key != "model.vocab_pieces") {
+    if (key != "model.vocab_pieces") {
       EXPECT_THAT(message, HasSubstr("not supported with tensor parallelism yet")) << message;
     }
   }

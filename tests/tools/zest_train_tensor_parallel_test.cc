@@ -1,8 +1,8 @@
 // zest-train with a `tensor_parallel` block, ranks as threads: 4 ranks as 2 data-parallel x 2
-// tensor-parallel train the losses and gradient norms, step by step, of the same job on 2 ranks
-// without it (the same global batch, the same seed: the slices start as the whole model's
-// values); the description says the layout; a size that does not divide the ranks, and
-// zest-estimate on a tensor-parallel config, are one input error each.
+// tensor-parallel (with and without sequence parallelism) train the losses and gradient norms,
+// step by step, of the same job on 2 ranks without it (the same global batch, the same seed: the
+// slices start as the whole model's values); the description says the layout; a size that does
+// not divide the ranks, and zest-estimate on a tensor-parallel config, are one input error each.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -49,7 +49,8 @@ class ZestTrainTensorParallel : public zest::testing::ScratchDirectoryTest {
 TEST_F(ZestTrainTensorParallel, TrainsAsTheSameJobOnItsDataParallelRanksAlone) {
   const std::vector<StepLoss> reference = steps_of({"world.ranks=2"});
   ASSERT_EQ(reference.size(), 3u);
-  for (const char* stage : {"zero_optimization.stage=1", "zero_optimization.stage=3"}) {
+  for (const char* stage : {"zero_optimization.stage=1", "zero_optimization.stage=3",
+                            "tensor_parallel.sequence_parallel=true"}) {
     const std::vector<StepLoss> steps =
         steps_of({"world.ranks=4", R"(tensor_parallel={"size": 2})", stage});
     ASSERT_EQ(steps.size(), reference.size()) << stage;
@@ -65,6 +66,10 @@ TEST_F(ZestTrainTensorParallel, TrainsAsTheSameJobOnItsDataParallelRanksAlone) {
   const ProcessResult shown = train({"world.ranks=4", R"(tensor_parallel={"size": 2})"});
   ASSERT_EQ(shown.status, 0) << shown.err;
   EXPECT_THAT(shown.out, HasSubstr("x 2 data-parallel ranks, 3 steps, 2 tensor-parallel ranks"));
+  const ProcessResult sequence = train({"world.ranks=4", R"(tensor_parallel={"size": 2})",
+                                        "tensor_parallel.sequence_parallel=true"});
+  ASSERT_EQ(sequence.status, 0) << sequence.err;
+  EXPECT_THAT(sequence.out, HasSubstr("2 tensor-parallel ranks (sequence-parallel)"));
 }
 
 TEST_F(ZestTrainTensorParallel, ASizeThatDoesNotDivideTheRanksIsOneInputError) {

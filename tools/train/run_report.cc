@@ -49,7 +49,8 @@ std::string describe_run(const TrainConfig& config, std::size_t parameter_count)
       config.pipeline.enabled() || config.tensor_parallel.enabled() ? "data-parallel " : "",
       config.pipeline.data_parallel == 1 ? "" : "s", config.steps);
   if (config.tensor_parallel.enabled()) {
-    line += fmt::format(", {} tensor-parallel ranks", config.tensor_parallel.size);
+    line += fmt::format(", {} tensor-parallel ranks{}", config.tensor_parallel.size,
+                        config.tensor_parallel.sequence_parallel ? " (sequence-parallel)" : "");
   }
   if (config.pipeline.enabled()) {
     line += fmt::format(", {} pipeline stages ({}{})", config.pipeline.stages,

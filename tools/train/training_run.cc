@@ -254,7 +254,8 @@ void train_rank(RankContext& context, RunState& run) {
     tensor_groups = split_tensor_parallel_groups(context, DeviceMesh(context.world_size, 1, size));
     model = std::make_unique<TensorParallelGpt>(
         config.model.gpt,
-        TensorSlice{tensor_groups.at.tensor_parallel_index, size, tensor_groups.tensor.get()});
+        TensorSlice{tensor_groups.at.tensor_parallel_index, size, tensor_groups.tensor.get(),
+                    config.tensor_parallel.sequence_parallel});
     EngineOptions options = config.engine;
     // Note: the planner's advice counts the whole model on each rank; none rather than wrong.
     options.out_of_memory_advice = nullptr;
