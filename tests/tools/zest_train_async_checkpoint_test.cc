@@ -32,6 +32,7 @@ using testing::ScratchDirectory;
 
 const std::string kBinary = ZEST_BINARY_DIR "/bin/zest-train";
 const std::string kConfig = ZEST_SOURCE_DIR "/configs/mlp.json";
+const std::string kEstimate = ZEST_BINARY_DIR "/bin/zest-estimate";
 
 // A job of the on/off comparisons: its name (for the directories), ZeRO stage and settings.
 struct Job {
@@ -158,6 +159,26 @@ TEST_F(ZestTrainAsyncCheckpoint, TheHostSnapshotBytesAreThePlansTwiceARankFile) 
       EXPECT_EQ(planned, 2 * file);
     }
   }
+  // zest-estimate prints the same plan: `host snapshot` in the text, host.snapshot in the JSON.
+  const std::vector<std::string> job = {
+      "--config", kConfig, "--set", "world.ranks=2", "--set", "zero_optimization.stage=0",
+      "--set", "steps=3", "--set", "checkpoint.dir=" + path("plan_stage0"), "--set",
+      "checkpoint.every_steps=1", "--set", "checkpoint.async=true"};
+  const std::size_t file = std::filesystem::file_size(path("plan_stage0/step-1/rank-0.bin"));
+  std::vector<std::string> json_args = job;
+  json_args.push_back("--json");
+  const ProcessResult estimated =
+      testing::wait_for_program(testing::start_program(kEstimate, json_args, output_files()),
+                                output_files());
+  ASSERT_EQ(estimated.status, 0) << estimated.err;
+  const nlohmann::json bytes = nlohmann::json::parse(estimated.out)["per_rank_bytes"];
+  EXPECT_EQ(bytes["host"]["snapshot"].get<std::size_t>(), 2 * file) << bytes.dump();
+  const ProcessResult text = testing::wait_for_program(
+      testing::start_program(kEstimate, job, output_files()), output_files());
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("host snapshot"));
+  EXPECT_THAT(text.out, HasSubstr(std::to_string(2 * file)));
+
   // One save in the run (at its end), one buffer; none without checkpoint.async.
   for (bool async : {true, false}) {
     const std::string dir = async ? "once_async" : "once_sync";
