@@ -1,6 +1,8 @@
 #include "checkpoint/async_writer.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include <xxhash.h>
 
@@ -28,12 +30,16 @@ struct AsyncCheckpointWriter::Pending {
   TemporaryDirectory guard;
   std::optional<std::uint64_t> budget;
   std::size_t buffer = 0;
-  std::uint64_t bytes = 0;
+  std::uint64_t bytes = 0;  // of the buffer, which holds exactly the rank file's bytes
   PhaseRecord record;
   std::optional<Error> failure;
   std::atomic<bool> done{false};
   double write_s = 0.0;
 };
+
+int snapshot_buffers(std::int64_t saves) {
+  return static_cast<int>(std::clamp<std::int64_t>(saves, 0, 2));
+}
 
 AsyncCheckpointWriter::AsyncCheckpointWriter(CheckpointOptions options)
     : options_(std::move(options)) {}
@@ -51,23 +57,12 @@ void AsyncCheckpointWriter::wait_for_writer() {
 std::optional<SavedCheckpoint> AsyncCheckpointWriter::save(RankContext& context, Trainer& trainer,
                                                            const nlohmann::json& config,
                                                            const nlohmann::json& extra) {
-  // The snapshot, into the buffer the writer is not reading; the step loop waits for this copy
-  // only. Note: NVMe-resident state is read through its swap files a sub-group at a time here
-  // (stream_rank_state), not by the writer: the next step's optimizer rewrites those files.
   auto next = std::make_unique<Pending>();
   next->save = describe_save(context, trainer, options_, config, extra);
   next->budget = save_budget(context, options_);
   next->buffer = next_buffer_;
   const auto copy_start = std::chrono::steady_clock::now();
-  std::vector<unsigned char>& buffer = buffers_[next->buffer];
-  buffer.clear();
-  if (rank_file_role(next->save.placement) != RankFileRole::kNone) {
-    stream_rank_state(context, trainer, next->save, [&](const void* bytes, std::size_t size) {
-      const auto* first = static_cast<const unsigned char*>(bytes);
-      buffer.insert(buffer.end(), first, first + size);
-    });
-  }
-  next->bytes = buffer.size();
+  take_snapshot(context, trainer, *next);
   stats_.snapshot_s = seconds_since(copy_start);
   stats_.snapshot_bytes = std::max<std::uint64_t>(stats_.snapshot_bytes, next->bytes);
 
@@ -86,9 +81,38 @@ std::optional<SavedCheckpoint> AsyncCheckpointWriter::save(RankContext& context,
   return published;
 }
 
+void AsyncCheckpointWriter::take_snapshot(RankContext& context, Trainer& trainer, Pending& next) {
+  // The snapshot, into the buffer the writer is not reading; the step loop waits for this copy
+  // only. Note: NVMe-resident state is read through its swap files a sub-group at a time here
+  // (stream_rank_state), not by the writer: the next step's optimizer rewrites those files.
+  const bool snapshot = rank_file_role(next.save.placement) != RankFileRole::kNone;
+  const std::size_t size = snapshot ? rank_state_bytes(trainer, next.save) : 0;
+  Buffer& buffer = buffers_[next.buffer];
+  if (buffer.bytes() != size) {
+    buffer.reset();  // before the new one: the peak is one buffer here, not two
+    buffer = context.device.host_allocator().allocate(size, Category::kSnapshot);
+  }
+  std::size_t filled = 0;
+  if (snapshot) {
+    stream_rank_state(context, trainer, next.save, [&](const void* bytes, std::size_t count) {
+      if (count > size - filled) {
+        throw Error(ErrorKind::kInternal, "the checkpoint snapshot overflows its " +
+                                              std::to_string(size) + " planned bytes");
+      }
+      std::memcpy(buffer.as<unsigned char>() + filled, bytes, count);
+      filled += count;
+    });
+  }
+  if (filled != size) {
+    throw Error(ErrorKind::kInternal, "the checkpoint snapshot filled " + std::to_string(filled) +
+                                          " of its " + std::to_string(size) + " planned bytes");
+  }
+  next.bytes = size;
+}
+
 void AsyncCheckpointWriter::start_writer(RankContext& context, std::size_t buffer) {
   Pending* pending = pending_.get();
-  const std::vector<unsigned char>* bytes = &buffers_[buffer];
+  const auto* bytes = buffers_[buffer].as<const unsigned char>();
   TraceRecorder* trace = context.trace;
   const int rank = context.rank;
   writer_ = std::thread([pending, bytes, trace, rank] {
@@ -99,10 +123,10 @@ void AsyncCheckpointWriter::start_writer(RankContext& context, std::size_t buffe
       if (rank_file_role(pending->save.placement) == RankFileRole::kWrite) {
         HashingFileWriter writer(rank_file_path(pending->temporary, pending->save.placement),
                                  &pending->budget);
-        writer.write(bytes->data(), bytes->size());
+        writer.write(bytes, pending->bytes);
         digest = writer.finish();
       } else if (rank_file_role(pending->save.placement) == RankFileRole::kHash) {
-        digest = {bytes->size(), XXH3_64bits(bytes->data(), bytes->size())};
+        digest = {pending->bytes, XXH3_64bits(bytes, pending->bytes)};
       }
       pending->record.bytes = digest.bytes;
       pending->record.xxh3 = digest.xxh3;
@@ -110,7 +134,7 @@ void AsyncCheckpointWriter::start_writer(RankContext& context, std::size_t buffe
     pending->write_s = seconds_since(start);
     if (trace != nullptr) {
       trace->add({rank, "checkpoint writer", "write " + pending->save.final_name, begin_us,
-                  TraceRecorder::now_us(), static_cast<std::int64_t>(bytes->size()), -1});
+                  TraceRecorder::now_us(), static_cast<std::int64_t>(pending->bytes), -1});
     }
     pending->done.store(true);
   });

@@ -2,7 +2,8 @@
 // snapshot between steps and a background thread writes, checksums and fsyncs the rank file
 // while training goes on. The snapshot is double-buffered: the next save fills the other buffer
 // before it waits for the writer of the previous one, so only the disk's excess over the steps
-// between saves is waited for (AsyncSaveStats::wait_s).
+// between saves is waited for (AsyncSaveStats::wait_s). The buffers are host memory of the
+// device's host allocator, category `snapshot`, each rank_state_bytes long (the plan's size).
 // Invariant: `latest` moves only when every rank's file is durable, and the ranks agree on that
 // only in collectives of the calling thread — save(), poll() and finish() are collectives every
 // rank calls at the same points (between steps); the writer thread never touches a communicator.
@@ -21,6 +22,7 @@
 
 #include "checkpoint/writer.h"
 #include "engine/engine.h"
+#include "memory/allocator.h"
 #include "runtime/world.h"
 
 namespace zest {
@@ -37,6 +39,10 @@ struct AsyncSaveStats {
   double total_wait_s = 0.0;
   std::uint64_t snapshot_bytes = 0;  // one buffer; two are held once a second save started
 };
+
+// The snapshot buffers an asynchronous checkpoint holds at its peak over a run that saves
+// `saves` times: one per save, two at most (the double buffer). For the memory plan.
+int snapshot_buffers(std::int64_t saves);
 
 class AsyncCheckpointWriter {
  public:
@@ -71,8 +77,13 @@ class AsyncCheckpointWriter {
   void wait_for_writer();
   SavedCheckpoint publish(RankContext& context);
 
+  void take_snapshot(RankContext& context, Trainer& trainer, Pending& next);
+
   CheckpointOptions options_;
-  std::vector<unsigned char> buffers_[2];
+  // Note: from the device's host allocator, charged to `snapshot`, so the run measures them as
+  // the plan predicts them; on the CUDA device that memory is pinned, which device-to-host
+  // copies need to run at full speed.
+  Buffer buffers_[2];
   std::size_t next_buffer_ = 0;
   std::unique_ptr<Pending> pending_;
   std::thread writer_;

@@ -12,6 +12,7 @@
 #include "base/durable_file.h"
 #include "base/error.h"
 #include "checkpoint/state_shard_copies.h"
+#include "engine/state_bytes.h"
 
 namespace zest {
 namespace {
@@ -185,6 +186,10 @@ std::string prepare_save(RankContext& context, const SaveDescription& save,
   const PhaseRecord prepared = share_record(context, record, 0, failure);
   raise_if_failed({prepared}, failure, save.what);
   return join(save.root, prepared.get_text());
+}
+
+std::size_t rank_state_bytes(Trainer& trainer, const SaveDescription& save) {
+  return state_bytes(trainer, saved_units(save.placement));
 }
 
 void stream_rank_state(const RankContext& context, Trainer& trainer, const SaveDescription& save,

@@ -41,6 +41,9 @@ struct PeakPlanInput {
   // Per unit, what it recomputes; empty: plan_recompute(engine.activation_checkpointing) over
   // these units. A pipeline stage's plan takes the whole model's plan for its units.
   std::vector<RecomputePolicy> recompute;
+  // The host snapshot buffers an asynchronous checkpoint holds (checkpoint.async; 0, 1 or 2:
+  // checkpoint/async_writer.h's snapshot_buffers), each the state of the units the rank saves.
+  int snapshots = 0;
 };
 
 // The units' memory at another micro-batch (rows per rank); empty when unknown.

@@ -18,11 +18,14 @@ enum class Category {
   kActivations,  // what forward keeps for backward
   kWorkspace,    // scratch that lives within one operation
   kOffload,      // in host memory: an offloaded optimizer's master weights, moments, transfers
+  kSnapshot,     // in host memory: an asynchronous checkpoint's snapshot buffers
 };
 
-inline constexpr std::size_t kCategoryCount = 9;
+inline constexpr std::size_t kCategoryCount = 10;
 
 const char* category_name(Category category);
+// The categories charged in the host arena, never on the device: `offload` and `snapshot`.
+bool in_host_memory(Category category);
 // All categories in declaration order, for loops and reports.
 const std::array<Category, kCategoryCount>& all_categories();
 

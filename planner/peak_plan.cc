@@ -9,6 +9,7 @@
 #include "engine/parameter_offload.h"
 #include "engine/secondary_shard.h"
 #include "engine/stage_plan.h"
+#include "engine/state_bytes.h"
 #include "optim/optimizer.h"
 #include "planner/shape_module.h"
 #include "runtime/hybrid_communicator.h"
@@ -73,6 +74,21 @@ ShapeCommunicators shape_communicators(const PeakPlanInput& input) {
   return communicators;
 }
 
+// An asynchronous checkpoint's snapshot buffers in the host arena, each the size the writer
+// gives its own (engine/state_bytes.h): the state of every unit the rank saves, all of them
+// outside a pipeline.
+std::vector<Buffer> snapshot_buffers(shape::ShapeDevice& device, Trainer& trainer, int count) {
+  std::vector<Buffer> buffers;
+  if (count <= 0) return buffers;
+  std::vector<std::size_t> units(trainer.layouts().size());
+  for (std::size_t u = 0; u < units.size(); ++u) units[u] = u;
+  const std::size_t bytes = state_bytes(trainer, units);
+  for (int i = 0; i < count; ++i) {
+    buffers.push_back(device.host_allocator().allocate(bytes, Category::kSnapshot));
+  }
+  return buffers;
+}
+
 // One rank that believes it is rank 0 of the shard group trains two steps on the shape-only
 // device; its allocators are the ledger. Ranks are alike: every shard has the same length.
 PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
@@ -101,6 +117,9 @@ PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
   {
     const std::unique_ptr<Trainer> trainer =
         engine.shard(module, make_optimizer(shape_optimizer(input.model.optimizer_states)));
+    // Held from before the steps, as a run holds them from its first saves on: the host's peak
+    // is theirs plus a step's.
+    const std::vector<Buffer> snapshots = snapshot_buffers(device, *trainer, input.snapshots);
     // Two steps: the second starts while the first's optimizer scratch may still be queued.
     for (int step = 0; step < 2; ++step) {
       for (int micro = 0; micro < options.gradient_accumulation_steps; ++micro) {
@@ -120,12 +139,15 @@ PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
   prediction.model_state.nvme = swap_bytes;
   const MemoryUsage usage = device.allocator().usage();
   for (Category category : all_categories()) {
-    if (category == Category::kOffload) continue;
+    if (in_host_memory(category)) continue;
     prediction.peak[static_cast<std::size_t>(category)] = usage.peak_of(category);
   }
   prediction.device_total = usage.total_peak;
   const MemoryUsage host = device.host_allocator().usage();
-  prediction.peak[static_cast<std::size_t>(Category::kOffload)] = host.peak_of(Category::kOffload);
+  for (Category category : all_categories()) {
+    if (!in_host_memory(category)) continue;
+    prediction.peak[static_cast<std::size_t>(category)] = host.peak_of(category);
+  }
   for (Category category : all_categories()) {
     prediction.host_peak[static_cast<std::size_t>(category)] = host.peak_of(category);
   }

@@ -27,7 +27,8 @@ struct PeakPrediction {
   // The memory table (docs/architecture.md): params, grads, optimizer, offload
   MemoryPrediction model_state;
   // The host tier (the device's host arena) by category: an offloaded optimizer's state under
-  // `offload`, offloaded parameter shards (offload_param) under `params`; and the peak of its sum.
+  // `offload`, offloaded parameter shards (offload_param) under `params`, an asynchronous
+  // checkpoint's snapshot buffers under `snapshot`; and the peak of its sum.
   std::array<std::size_t, kCategoryCount> host_peak{};
   std::size_t host_peak_total = 0;
   // The NVMe tier by category (offload_optimizer "nvme": the master and the moments under

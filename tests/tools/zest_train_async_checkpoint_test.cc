@@ -1,5 +1,7 @@
 // zest-train with `checkpoint.async`: the background writer saves the same rank files as the
-// synchronous save and training goes on with the same losses, at every ZeRO stage; an async
+// synchronous save and training goes on with the same losses, at every ZeRO stage and with the
+// optimizer's state offloaded to the host or to NVMe; the host snapshot buffers the run measures
+// are the plan's, twice a rank file's bytes; an async
 // checkpoint resumes at another world size; a kill -9 while the writer runs leaves a `latest` that
 // resumes; a SIGTERM waits for the writer and publishes the last save; every step's metrics
 // record says how long the loop waited for the save; a value that is not a boolean is one config
@@ -30,9 +32,28 @@ using testing::ScratchDirectory;
 
 const std::string kBinary = ZEST_BINARY_DIR "/bin/zest-train";
 const std::string kConfig = ZEST_SOURCE_DIR "/configs/mlp.json";
+const std::string kEstimate = ZEST_BINARY_DIR "/bin/zest-estimate";
+
+// A job of the on/off comparisons: its name (for the directories), ZeRO stage and settings.
+struct Job {
+  std::string name;
+  int stage = 0;
+  std::vector<std::string> settings;
+};
 
 class ZestTrainAsyncCheckpoint : public ::testing::Test {
  protected:
+  // The jobs whose saves are compared: stages 0, 2 and 3, the optimizer offloaded to the host,
+  // and its state on NVMe (read through the swap files at the snapshot).
+  std::vector<Job> jobs() const {
+    const std::string nvme = "{\"device\": \"nvme\", \"nvme_path\": \"" + path("nvme") + "\"}";
+    return {{"stage0", 0, {}},
+            {"stage2", 2, {}},
+            {"stage3", 3, {}},
+            {"offload", 2, {"--set", "zero_optimization.offload_optimizer.device=cpu"}},
+            {"nvme", 3, {"--set", "zero_optimization.offload_optimizer=" + nvme}}};
+  }
+
   std::string path(const std::string& name) const { return scratch_.path(name); }
 
   testing::OutputFiles output_files() const { return {path("stdout.txt"), path("stderr.txt")}; }
@@ -49,12 +70,26 @@ class ZestTrainAsyncCheckpoint : public ::testing::Test {
   }
 
   // A run of `steps` that saves every step into `dir`, async or not.
+  ProcessResult save_every_step(const Job& job, const std::string& dir, bool async,
+                                int steps) const {
+    std::vector<std::string> args = {
+        "--set", "steps=" + std::to_string(steps), "--set", "checkpoint.dir=" + path(dir),
+        "--set", "checkpoint.every_steps=1", "--set", "checkpoint.keep_last=100", "--set",
+        std::string("checkpoint.async=") + (async ? "true" : "false"), "--metrics",
+        path(dir + ".jsonl")};
+    args.insert(args.end(), job.settings.begin(), job.settings.end());
+    return run(2, job.stage, args);
+  }
   ProcessResult save_every_step(int stage, const std::string& dir, bool async, int steps) const {
-    return run(2, stage, {"--set", "steps=" + std::to_string(steps), "--set",
-                          "checkpoint.dir=" + path(dir), "--set", "checkpoint.every_steps=1",
-                          "--set", "checkpoint.keep_last=100", "--set",
-                          std::string("checkpoint.async=") + (async ? "true" : "false"),
-                          "--metrics", path(dir + ".jsonl")});
+    return save_every_step(Job{"", stage, {}}, dir, async, steps);
+  }
+
+  // The run summary: the metrics file's last record.
+  nlohmann::json summary_of(const std::string& metrics) const {
+    std::istringstream stream(testing::read_whole_file(path(metrics)));
+    nlohmann::json last;
+    for (std::string line; std::getline(stream, line);) last = nlohmann::json::parse(line);
+    return last;
   }
 
   // The metrics lines of the steps, without their timings.
@@ -73,16 +108,17 @@ class ZestTrainAsyncCheckpoint : public ::testing::Test {
 };
 
 // The manifests hold the resolved config (checkpoint.dir and checkpoint.async differ), so the
-// comparison is of what the ranks wrote: every rank file of every step, and `latest`.
+// comparison is of what the ranks wrote: every rank file of every step (the parameters and the
+// optimizer's state), and `latest`.
 TEST_F(ZestTrainAsyncCheckpoint, WritesTheSameRankFilesAndLossesAsTheSynchronousSave) {
   constexpr int kSteps = 4;
-  for (int stage : {0, 2, 3}) {
-    SCOPED_TRACE("stage " + std::to_string(stage));
-    const std::string sync = "sync" + std::to_string(stage);
-    const std::string async = "async" + std::to_string(stage);
-    const ProcessResult plain = save_every_step(stage, sync, false, kSteps);
+  for (const Job& job : jobs()) {
+    SCOPED_TRACE(job.name);
+    const std::string sync = "sync_" + job.name;
+    const std::string async = "async_" + job.name;
+    const ProcessResult plain = save_every_step(job, sync, false, kSteps);
     ASSERT_EQ(plain.status, 0) << plain.err;
-    const ProcessResult background = save_every_step(stage, async, true, kSteps);
+    const ProcessResult background = save_every_step(job, async, true, kSteps);
     ASSERT_EQ(background.status, 0) << background.err;
     EXPECT_EQ(step_lines(sync + ".jsonl"), step_lines(async + ".jsonl"));
     EXPECT_EQ(step_lines(async + ".jsonl").size(), static_cast<std::size_t>(kSteps));
@@ -97,6 +133,65 @@ TEST_F(ZestTrainAsyncCheckpoint, WritesTheSameRankFilesAndLossesAsTheSynchronous
         EXPECT_TRUE(expected == testing::read_whole_file(path(async + file))) << file;
       }
     }
+  }
+}
+
+// The snapshot buffers are host memory of the device's host allocator (category `snapshot`):
+// with a save every step the run holds two, each a rank file's bytes, and the plan (the
+// planner on the shape-only device, shown by zest-estimate and in the run summary) says so.
+// The rank file is the independent measure: the synchronous save's writer sizes nothing.
+TEST_F(ZestTrainAsyncCheckpoint, TheHostSnapshotBytesAreThePlansTwiceARankFile) {
+  for (const Job& job : jobs()) {
+    if (job.name == "stage2") continue;  // stage 0, stage 3 and the offloaded optimizer suffice
+    SCOPED_TRACE(job.name);
+    const std::string dir = "plan_" + job.name;
+    const ProcessResult result = save_every_step(job, dir, true, 3);
+    ASSERT_EQ(result.status, 0) << result.err;
+    const nlohmann::json summary = summary_of(dir + ".jsonl");
+    ASSERT_TRUE(summary.contains("planned_peak_bytes")) << summary.dump();
+    const std::size_t planned = summary["planned_peak_bytes"]["snapshot"].get<std::size_t>();
+    ASSERT_EQ(summary["peak_bytes"].size(), 2u);
+    for (std::size_t rank = 0; rank < 2; ++rank) {
+      const std::size_t file = std::filesystem::file_size(
+          path(dir + "/step-1/rank-" + std::to_string(rank) + ".bin"));
+      ASSERT_GT(file, 0u);
+      EXPECT_EQ(summary["peak_bytes"][rank]["snapshot"].get<std::size_t>(), 2 * file);
+      EXPECT_EQ(planned, 2 * file);
+    }
+  }
+  // zest-estimate prints the same plan: `host snapshot` in the text, host.snapshot in the JSON.
+  const std::vector<std::string> job = {
+      "--config", kConfig, "--set", "world.ranks=2", "--set", "zero_optimization.stage=0",
+      "--set", "steps=3", "--set", "checkpoint.dir=" + path("plan_stage0"), "--set",
+      "checkpoint.every_steps=1", "--set", "checkpoint.async=true"};
+  const std::size_t file = std::filesystem::file_size(path("plan_stage0/step-1/rank-0.bin"));
+  std::vector<std::string> json_args = job;
+  json_args.push_back("--json");
+  const ProcessResult estimated =
+      testing::wait_for_program(testing::start_program(kEstimate, json_args, output_files()),
+                                output_files());
+  ASSERT_EQ(estimated.status, 0) << estimated.err;
+  const nlohmann::json bytes = nlohmann::json::parse(estimated.out)["per_rank_bytes"];
+  EXPECT_EQ(bytes["host"]["snapshot"].get<std::size_t>(), 2 * file) << bytes.dump();
+  const ProcessResult text = testing::wait_for_program(
+      testing::start_program(kEstimate, job, output_files()), output_files());
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("host snapshot"));
+  EXPECT_THAT(text.out, HasSubstr(std::to_string(2 * file)));
+
+  // One save in the run (at its end), one buffer; none without checkpoint.async.
+  for (bool async : {true, false}) {
+    const std::string dir = async ? "once_async" : "once_sync";
+    const ProcessResult once = run(2, 0, {"--set", "steps=2", "--set", "checkpoint.dir=" + path(dir),
+                                          "--set", std::string("checkpoint.async=") +
+                                                       (async ? "true" : "false"),
+                                          "--metrics", path(dir + ".jsonl")});
+    ASSERT_EQ(once.status, 0) << once.err;
+    const nlohmann::json summary = summary_of(dir + ".jsonl");
+    const std::size_t file = std::filesystem::file_size(path(dir + "/step-2/rank-0.bin"));
+    const std::size_t expected = async ? file : 0;
+    EXPECT_EQ(summary["peak_bytes"][0]["snapshot"].get<std::size_t>(), expected);
+    EXPECT_EQ(summary["planned_peak_bytes"]["snapshot"].get<std::size_t>(), expected);
   }
 }
 

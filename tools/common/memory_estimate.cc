@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "checkpoint/async_writer.h"
 #include "engine/hybrid_shards.h"
 #include "engine/outer_loop.h"
 #include "engine/stage_plan.h"
@@ -25,6 +26,18 @@ std::string setup(int ranks, const EngineOptions& engine) {
                      engine.offload_param.device == OffloadDevice::kNvme ? ", parameters on nvme"
                      : engine.offload_param.enabled()                    ? ", parameters offloaded"
                                                                          : "");
+}
+
+// The most saves a run of config.steps steps makes with checkpoint.async (every_steps' saves,
+// then save_on_exit's at the end or at a stop signal, unless a periodic save was that step),
+// as the host snapshot buffers it holds.
+int planned_snapshots(const TrainConfig& config) {
+  const CheckpointConfig& checkpoint = config.checkpoint;
+  if (!checkpoint.async || checkpoint.dir.empty()) return 0;
+  const std::int64_t every = checkpoint.every_steps;
+  std::int64_t saves = every > 0 ? config.steps / every : 0;
+  if (checkpoint.save_on_exit && (every <= 0 || config.steps % every != 0)) ++saves;
+  return snapshot_buffers(saves);
 }
 
 std::string describe_model(const ModelConfig& model) {
@@ -111,6 +124,7 @@ EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> m
   job.input = plan_input(*model, micro_batch_shape(config.model, config.micro_batch), config.engine,
                          states, shard_ranks(config));
   job.input.synchronize_between_steps = true;  // zest-train's stop check after every step
+  job.input.snapshots = planned_snapshots(config);
   const int shard = shard_ranks(config);
   if (config.engine.outer_loop.enabled()) {
     // The groups as a count: the planner's world is every group's shard ranks (peak_plan.h).

@@ -222,11 +222,13 @@ void wire_section(HtmlPage& page, const RunReportInput& input) {
               row("last (" + std::to_string(counted.back()->step) + ")", *counted.back())});
 }
 
-// The categories of a peak record, in the order written, without the rank and the total.
+// The device categories of a peak record, in the order written: without the rank, the total
+// and the host arena's (offload, snapshot).
 std::vector<std::string> categories_of(const json& peak) {
   std::vector<std::string> names;
   for (const auto& item : peak.items()) {
-    if (item.key() != "rank" && item.key() != "total" && item.key() != "offload") {
+    if (item.key() != "rank" && item.key() != "total" && item.key() != "offload" &&
+        item.key() != "snapshot") {
       names.push_back(item.key());
     }
   }
@@ -282,18 +284,21 @@ void memory_section(HtmlPage& page, const RunReportInput& input) {
     const json& peak = (*peaks)[rank];
     std::string model_state = "-";
     std::string offload = fmt::format("{:.2f}", bytes_in(peak, "offload") / kMiB);
+    std::string snapshot = fmt::format("{:.2f}", bytes_in(peak, "snapshot") / kMiB);
     if (predicted != summary->end() && predicted->is_array() && rank < predicted->size()) {
       model_state = fmt::format("{:.2f}", bytes_in((*predicted)[rank], "total") / kMiB);
     }
     rows.push_back({fmt::format("rank {}", rank),
-                    fmt::format("{:.2f}", bytes_in(peak, "total") / kMiB), model_state, offload});
+                    fmt::format("{:.2f}", bytes_in(peak, "total") / kMiB), model_state, offload,
+                    snapshot});
   }
   if (has_plan) {
     rows.push_back({"plan", fmt::format("{:.2f}", bytes_in(*planned, "total") / kMiB), "-",
-                    fmt::format("{:.2f}", bytes_in(*planned, "offload") / kMiB)});
+                    fmt::format("{:.2f}", bytes_in(*planned, "offload") / kMiB),
+                    fmt::format("{:.2f}", bytes_in(*planned, "snapshot") / kMiB)});
   }
   page.table({"", "device total peak (MiB)", "predicted model state (MiB)",
-              "offloaded, host (MiB)"},
+              "offloaded, host (MiB)", "checkpoint snapshots, host (MiB)"},
              rows, true);
   page.paragraph("Each category's bar is that category's own peak; they need not all peak at "
                  "the same moment, so a stack may stand above the device total.");

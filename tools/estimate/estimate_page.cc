@@ -19,11 +19,11 @@ constexpr double kMiB = 1024.0 * 1024.0;
 constexpr RecomputePolicy kFitPolicies[] = {RecomputePolicy::kNone, RecomputePolicy::kSelective,
                                             RecomputePolicy::kFull};
 
-// The device's categories: `offload` is host memory, shown in the table instead.
+// The device's categories: `offload` and `snapshot` are host memory, shown in the table instead.
 std::vector<Category> device_categories() {
   std::vector<Category> categories;
   for (Category category : all_categories()) {
-    if (category != Category::kOffload) categories.push_back(category);
+    if (!in_host_memory(category)) categories.push_back(category);
   }
   return categories;
 }
@@ -145,8 +145,9 @@ HtmlPage estimate_page(const EstimateJob& job, const PeakPrediction& prediction,
              stack_chart({fmt::format("stage {}", stage)}, {&prediction}, capacity));
   std::vector<std::vector<std::string>> rows;
   for (Category category : all_categories()) {
-    const std::string name = category == Category::kOffload ? "offload (host)"
-                                                            : std::string(category_name(category));
+    const std::string name = in_host_memory(category)
+                                 ? std::string(category_name(category)) + " (host)"
+                                 : std::string(category_name(category));
     rows.push_back({name, format_bytes(prediction.of(category)),
                     std::to_string(prediction.of(category))});
   }

@@ -59,7 +59,7 @@ void print_estimate(const EstimateJob& job, const PeakPrediction& prediction,
   std::cout << fmt::format("peak bytes per rank (every one of the {} ranks holds the same):\n",
                            job.input.world_size);
   for (Category category : all_categories()) {
-    if (category == Category::kOffload) continue;
+    if (in_host_memory(category)) continue;
     std::cout << fmt::format("  {:<14}{:>16}  {:>11}\n", category_name(category),
                              prediction.of(category), format_bytes(prediction.of(category)));
   }

@@ -64,7 +64,7 @@ void print_pipeline_estimate(const EstimateJob& job, const PipelineEstimate& est
                              planned.pipeline_stage, stage_units(estimate, planned),
                              planned.peak_in_flight, planned.peak_in_flight == 1 ? "" : "es");
     for (Category category : all_categories()) {
-      if (category == Category::kOffload) continue;
+      if (in_host_memory(category)) continue;
       std::cout << fmt::format("  {:<14}{:>16}  {:>11}\n", category_name(category),
                                planned.peak.of(category), format_bytes(planned.peak.of(category)));
     }

@@ -122,11 +122,15 @@ void print_host_params(const std::vector<std::size_t>& measured,
 
 MemoryUsage rank_memory_usage(Device& device) {
   MemoryUsage usage = device.allocator().usage();
-  // Nothing on the device is charged to `offload`; the host arena's offloaded optimizer is.
+  // Nothing on the device is charged to `offload` or `snapshot`; the host arena's offloaded
+  // optimizer and asynchronous checkpoint snapshots are.
   const MemoryUsage host = device.host_allocator().usage();
-  const auto offload = static_cast<std::size_t>(Category::kOffload);
-  usage.current[offload] = host.current[offload];
-  usage.peak[offload] = host.peak[offload];
+  for (Category category : all_categories()) {
+    if (!in_host_memory(category)) continue;
+    const auto c = static_cast<std::size_t>(category);
+    usage.current[c] = host.current[c];
+    usage.peak[c] = host.peak[c];
+  }
   return usage;
 }
 
@@ -139,9 +143,9 @@ void print_memory_table(const std::vector<MemoryUsage>& usage,
   }
   header += fmt::format(" {:>11} | {:>11} {:>11} {:>11} {:>11} {:>11}", "total", "params",
                         "grads", "optimizer", "total", "offload");
-  // Note: `offload` is host memory (the host arena), so neither total counts it.
+  // Note: `offload` and `snapshot` are host memory (the host arena), so neither total counts them.
   Console::say("peak bytes per rank (measured by the allocator | predicted model state; "
-               "offload is host memory, outside the totals)");
+               "offload and snapshot are host memory, outside the totals)");
   Console::say(header);
   for (std::size_t rank = 0; rank < usage.size(); ++rank) {
     std::string line = fmt::format("{:>4}", rank);
