@@ -15,19 +15,20 @@
 // output, LayerNorms and residual additions hold the rank's rows only: the LayerNorm outputs are
 // all-gathered before the column-parallel products (again in backward, not kept whole), the
 // partial sums reduce-scattered, and the gradients of the LayerNorms and the row-parallel biases,
-// which each rank computes from its own rows, summed across the group. Its parameters draw as the slices of the whole block's values
-// (ParamSpec::DrawSlice), so the group computes what the whole block computes, up to the order
-// of the sums. Size 1 (the default) is the whole block: no collective, the same kernels.
+// which each rank computes from its own rows, summed across the group. Its parameters draw as the
+// slices of the whole block's values (ParamSpec::DrawSlice), so the group computes what the whole
+// block computes, up to the order of the sums. Size 1 (the default) is the whole block: no
+// collective, the same kernels.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "engine/module.h"
 #include "kernels/attention.h"
 #include "memory/allocator.h"
 #include "models/gpt.h"
-#include "engine/module.h"
 #include "models/tensor_slice.h"
 
 namespace zest {

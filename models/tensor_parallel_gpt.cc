@@ -3,12 +3,12 @@
 #include <utility>
 
 #include "base/error.h"
-#include "models/describe_tensor.h"
 #include "kernels/convert.h"
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/vocab_parallel_cross_entropy.h"
+#include "models/describe_tensor.h"
 
 namespace zest {
 namespace {
@@ -85,9 +85,9 @@ class VocabularyParallelEmbedding final : public Unit {
     if (slice_.sequence_parallel) {
       whole_rows = context.allocate(count * sizeof(float), Category::kWorkspace);
     }
-    const float* dout = slice_.gather_rows(context.stream(), grad_output.as<const float>(),
-                                           whole_rows.as<float>(), count / split,
-                                           "sequence-parallel d(embedding output)");
+    const float* dout =
+        slice_.gather_rows(context.stream(), grad_output.as<const float>(), whole_rows.as<float>(),
+                           count / split, "sequence-parallel d(embedding output)");
     embedding_rows_backward(context.stream(), ids, B, T, dout, slice_.rank * rows, rows,
                             config_.vocab_size, C, context.grad(0).as<float>(),
                             context.grad(1).as<float>());
@@ -134,8 +134,9 @@ class VocabularyParallelHead final : public Unit {
     Communicator& group = *slice_.group;
 
     if (!saved_.empty()) context.release(std::move(saved_));
-    saved_ = context.allocate(static_cast<std::size_t>(Ns * C + 2 * Ns + N + N * Vl) * sizeof(float),
-                              Category::kActivations);
+    saved_ =
+        context.allocate(static_cast<std::size_t>(Ns * C + 2 * Ns + N + N * Vl) * sizeof(float),
+                         Category::kActivations);
     saved_batch_ = B;
     saved_seq_ = T;
     float* ln = saved_.as<float>();

@@ -32,8 +32,8 @@ struct TensorSlice {
   }
   // The columns-parallel input: `local` [stream_rows(N), columns] made whole [N, columns] in
   // `whole` (all-gathered); without sequence parallelism `local` is whole already and is returned.
-  const float* gather_rows(Stream& stream, const float* local, float* whole, std::size_t local_count,
-                           const char* label) const;
+  const float* gather_rows(Stream& stream, const float* local, float* whole,
+                           std::size_t local_count, const char* label) const;
   // A row-parallel product's partial sums `partial` [N, columns] summed across the group into
   // `out` [stream_rows(N), columns]: reduce-scattered with sequence parallelism, else all-reduced
   // (then `out` must be `partial`). Nothing at size 1.

@@ -77,7 +77,7 @@ ShapeCommunicators shape_communicators(const PeakPlanInput& input) {
 // An asynchronous checkpoint's snapshot buffers in the host arena, each the size the writer
 // gives its own (engine/state_bytes.h): the state of every unit the rank saves, all of them
 // outside a pipeline.
-std::vector<Buffer> snapshot_buffers(shape::ShapeDevice& device, Trainer& trainer, int count) {
+std::vector<Buffer> allocate_snapshots(shape::ShapeDevice& device, Trainer& trainer, int count) {
   std::vector<Buffer> buffers;
   if (count <= 0) return buffers;
   std::vector<std::size_t> units(trainer.layouts().size());
@@ -119,7 +119,7 @@ PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
         engine.shard(module, make_optimizer(shape_optimizer(input.model.optimizer_states)));
     // Held from before the steps, as a run holds them from its first saves on: the host's peak
     // is theirs plus a step's.
-    const std::vector<Buffer> snapshots = snapshot_buffers(device, *trainer, input.snapshots);
+    const std::vector<Buffer> snapshots = allocate_snapshots(device, *trainer, input.snapshots);
     // Two steps: the second starts while the first's optimizer scratch may still be queued.
     for (int step = 0; step < 2; ++step) {
       for (int micro = 0; micro < options.gradient_accumulation_steps; ++micro) {

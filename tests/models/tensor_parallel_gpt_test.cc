@@ -290,8 +290,7 @@ TEST(TensorParallelGpt, SequenceParallelGradientNormEqualsTp1AndClipsTheSame) {
 }
 
 // Rank 0's peak of activation bytes over one forward and backward of `rows` sequences.
-std::size_t activation_peak(const GptConfig& config, int tensor, bool sequence,
-                            std::int64_t rows) {
+std::size_t activation_peak(const GptConfig& config, int tensor, bool sequence, std::int64_t rows) {
   std::size_t peak = 0;
   WorldOptions world_options;
   world_options.ranks = tensor;
@@ -305,8 +304,8 @@ std::size_t activation_peak(const GptConfig& config, int tensor, bool sequence,
       groups = split_tensor_parallel_groups(world, DeviceMesh(world.world_size, 1, tensor));
       context = groups.data_context.get();
       model = std::make_unique<TensorParallelGpt>(
-          config, TensorSlice{groups.at.tensor_parallel_index, tensor, groups.tensor.get(),
-                              sequence});
+          config,
+          TensorSlice{groups.at.tensor_parallel_index, tensor, groups.tensor.get(), sequence});
     }
     Engine engine(*context, EngineOptions{});
     OptimizerOptions optimizer;
@@ -314,7 +313,8 @@ std::size_t activation_peak(const GptConfig& config, int tensor, bool sequence,
     auto trainer = engine.shard(*model, make_optimizer(optimizer));
     std::vector<std::int32_t> tokens(static_cast<std::size_t>(rows * config.seq_len));
     for (std::size_t i = 0; i < tokens.size(); ++i) {
-      tokens[i] = static_cast<std::int32_t>((7 * i + 3) % static_cast<std::size_t>(config.vocab_size));
+      tokens[i] =
+          static_cast<std::int32_t>((7 * i + 3) % static_cast<std::size_t>(config.vocab_size));
     }
     const Tensor batch{tokens.data(), {rows, config.seq_len}, DType::kInt32};
     trainer->forward_backward({batch, batch});
@@ -345,8 +345,8 @@ TEST(TensorParallelGpt, ASequenceTheGroupCannotSplitIsOneUsageError) {
   std::mutex mutex;
   World(world_options).run([&](RankContext& world) {
     TensorParallelGroups groups = split_tensor_parallel_groups(world, DeviceMesh(2, 1, 2));
-    TensorParallelGpt model(kConfig, TensorSlice{groups.at.tensor_parallel_index, 2,
-                                                 groups.tensor.get(), true});
+    TensorParallelGpt model(
+        kConfig, TensorSlice{groups.at.tensor_parallel_index, 2, groups.tensor.get(), true});
     Engine engine(*groups.data_context, EngineOptions{});
     OptimizerOptions optimizer;
     optimizer.type = "AdamW";

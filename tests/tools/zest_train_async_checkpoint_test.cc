@@ -182,10 +182,10 @@ TEST_F(ZestTrainAsyncCheckpoint, TheHostSnapshotBytesAreThePlansTwiceARankFile) 
   // One save in the run (at its end), one buffer; none without checkpoint.async.
   for (bool async : {true, false}) {
     const std::string dir = async ? "once_async" : "once_sync";
-    const ProcessResult once = run(2, 0, {"--set", "steps=2", "--set", "checkpoint.dir=" + path(dir),
-                                          "--set", std::string("checkpoint.async=") +
-                                                       (async ? "true" : "false"),
-                                          "--metrics", path(dir + ".jsonl")});
+    const ProcessResult once =
+        run(2, 0, {"--set", "steps=2", "--set", "checkpoint.dir=" + path(dir), "--set",
+                   std::string("checkpoint.async=") + (async ? "true" : "false"), "--metrics",
+                   path(dir + ".jsonl")});
     ASSERT_EQ(once.status, 0) << once.err;
     const nlohmann::json summary = summary_of(dir + ".jsonl");
     const std::size_t file = std::filesystem::file_size(path(dir + "/step-2/rank-0.bin"));

@@ -1,18 +1,18 @@
 #include "tools/common/memory_estimate.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <climits>
 #include <functional>
-
-#include <fmt/format.h>
 
 #include "base/error.h"
 #include "checkpoint/async_writer.h"
 #include "engine/hybrid_shards.h"
 #include "engine/outer_loop.h"
 #include "engine/stage_plan.h"
-#include "pipeline/schedule_generators.h"
 #include "models/registry.h"
+#include "pipeline/schedule_generators.h"
 #include "resolve/resolved_config.h"
 #include "tools/common/model_size.h"
 
@@ -203,7 +203,8 @@ std::vector<ModelVariant> model_variants(const TrainConfig& config) {
 std::size_t PipelineEstimate::largest() const {
   std::size_t largest = 0;
   for (std::size_t s = 1; s < pipeline_stages.size(); ++s) {
-    if (pipeline_stages[s].peak.device_total > pipeline_stages[largest].peak.device_total) largest = s;
+    if (pipeline_stages[s].peak.device_total > pipeline_stages[largest].peak.device_total)
+      largest = s;
   }
   return largest;
 }
