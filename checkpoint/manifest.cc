@@ -84,7 +84,7 @@ std::vector<CheckpointUnit> describe_units(const std::vector<ShardLayout>& layou
     CheckpointUnit unit{
         layout.unit_name(), layout.numel(), layout.flat_length(), layout.shard_length(), {}};
     for (const ParamPlace& place : layout.params()) {
-      unit.params.push_back({place.name, place.shape, place.offset, place.numel});
+      unit.params.push_back({place.name, place.shape, place.offset, place.numel, {}});
     }
     unit.pipeline_stage = u < parts.size() ? parts[u] : 0;
     units.push_back(std::move(unit));
@@ -105,10 +105,15 @@ CheckpointPlacement placement_of(const Trainer& trainer, int rank, int world_siz
   }
   const CheckpointPlacement& p = *given;
   bool fits = p.parts >= 1 && p.shards >= 1 && p.replicas >= 1 && p.replica >= 0 &&
-              p.replica < p.replicas && p.parts * p.shards * p.replicas == world_size &&
-              (p.part * p.replicas + p.replica) * p.shards + p.shard == rank &&
+              p.replica < p.replicas && p.tensor_ranks >= 1 && p.tensor_rank >= 0 &&
+              p.tensor_rank < p.tensor_ranks &&
+              p.parts * p.shards * p.replicas * p.tensor_ranks == world_size &&
+              ((p.part * p.replicas + p.replica) * p.shards + p.shard) * p.tensor_ranks +
+                      p.tensor_rank ==
+                  rank &&
               p.unit_parts.size() == p.units.size() &&
-              p.local_units.size() == trainer.layouts().size();
+              p.local_units.size() == trainer.layouts().size() &&
+              (p.tensor_ranks == 1 || p.slices.size() == p.units.size());
   for (std::size_t i = 0; fits && i < p.local_units.size(); ++i) {
     fits = p.local_units[i] < p.units.size() &&
            p.units[p.local_units[i]].unit_name() == trainer.layouts()[i].unit_name();

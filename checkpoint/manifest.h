@@ -30,6 +30,7 @@
 
 #include "base/dtype.h"
 #include "memory/shard_layout.h"
+#include "checkpoint/tensor_split.h"
 #include "engine/engine.h"
 
 namespace zest {
@@ -47,6 +48,7 @@ struct CheckpointParam {
   std::vector<std::int64_t> shape;
   std::size_t offset = 0;  // first element in the unit's flat buffer
   std::size_t numel = 0;
+  TensorSplit split;  // how the tensor ranks cut it (kWhole without tensor parallelism)
 };
 
 struct CheckpointUnit {
@@ -74,8 +76,9 @@ struct CheckpointManifest {
   std::string zest_version;
   std::int64_t step = 0;  // optimizer steps taken (TrainerCounters::steps_taken)
   int world_size = 1;       // ranks each unit is sharded over
-  int pipeline_stages = 1;  // parts; files = pipeline_stages × world_size
+  int pipeline_stages = 1;  // parts; files = pipeline_stages × tensor_parallel_size × world_size
   int hybrid_replicas = 1;  // shard groups that held these shards; only the first saved them
+  int tensor_parallel_size = 1;  // ranks that each held a part of every unit, with files of its own
   int stage = 0;
   DType compute_dtype = DType::kFloat32;
   std::size_t shard_alignment = kDefaultShardAlignment;
@@ -84,7 +87,7 @@ struct CheckpointManifest {
   nlohmann::json extra = nlohmann::json::object();  // the caller's: the data position, ...
   std::vector<CheckpointUnit> units;
   std::vector<CheckpointTensor> tensors;
-  std::vector<CheckpointFile> files;  // one per saving rank, in rank order (part-major)
+  std::vector<CheckpointFile> files;  // one per saving rank: part-major, then tensor rank
   // Set by read_manifest: manifest.json's own checksum, when it had one (then it matched); none
   // for a manifest written before zest checksummed manifests. Ignored when writing.
   std::optional<std::uint64_t> manifest_xxh3;
@@ -93,9 +96,10 @@ struct CheckpointManifest {
   // of part `part`.
   std::uint64_t block_offset(std::size_t unit, std::size_t tensor) const;
   std::uint64_t rank_file_bytes(int part = 0) const;
-  // The file that holds shard `shard` of `unit`.
-  int file_of(std::size_t unit, int shard) const {
-    return units.at(unit).pipeline_stage * world_size + shard;
+  // The file that holds shard `shard` of tensor rank `tensor_rank`'s part of `unit`.
+  int file_of(std::size_t unit, int shard, int tensor_rank = 0) const {
+    return (units.at(unit).pipeline_stage * tensor_parallel_size + tensor_rank) * world_size +
+           shard;
   }
   // Index into `tensors`, or -1.
   int find_tensor(const std::string& name) const;

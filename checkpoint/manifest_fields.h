@@ -24,6 +24,7 @@ class ManifestFields {
   const json& at(const std::string& key) const;
   std::string path(const std::string& key) const;
   bool has(const std::string& key) const { return value_.contains(key); }
+  const std::string& source() const { return source_; }
 
   std::string string(const std::string& key) const;
   std::int64_t integer(const std::string& key, std::int64_t min = 0,

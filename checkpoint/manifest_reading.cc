@@ -140,6 +140,7 @@ CheckpointManifest manifest_from_json(const nlohmann::json& value, const std::st
       }
       param.offset = static_cast<std::size_t>(pf.integer("offset"));
       if (param.offset != next) pf.fail_key("offset", "does not follow the previous parameter");
+      read_param_mesh_keys(pf, m, param);
       if (param.numel > unit.numel - next) {
         f.fail_key("numel", "is less than the sum of its parameters' sizes");
       }

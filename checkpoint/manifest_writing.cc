@@ -38,7 +38,9 @@ nlohmann::ordered_json manifest_to_json(const CheckpointManifest& m) {
   for (const CheckpointUnit& u : m.units) {
     nlohmann::ordered_json params = nlohmann::ordered_json::array();
     for (const CheckpointParam& p : u.params) {
-      params.push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}});
+      nlohmann::ordered_json param = {{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}};
+      write_param_mesh_keys(param, p);
+      params.push_back(std::move(param));
     }
     nlohmann::ordered_json unit = {{"name", u.name},
                                    {"numel", u.numel},

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -15,6 +16,7 @@
 #include "checkpoint/manifest.h"
 #include "checkpoint/source.h"
 #include "checkpoint/state_shard_copies.h"
+#include "checkpoint/tensor_parallel_reads.h"
 
 namespace zest {
 namespace {
@@ -32,6 +34,16 @@ int tensor_for(const CheckpointSource& source, const StateShard& shard) {
 }
 
 namespace fs = std::filesystem;
+
+// Where the checkpoint's model and this one differ; at their whole shapes when either was cut
+// among tensor-parallel ranks.
+std::vector<std::string> differences(const CheckpointManifest& manifest,
+                                     const CheckpointPlacement& placement) {
+  if (!crosses_tensor_parallel(manifest, placement)) {
+    return model_differences(manifest.units, placement.units);
+  }
+  return model_differences(whole_units(manifest), whole_layouts(placement));
+}
 
 std::string tensor_names(const std::vector<std::string>& names) {
   return names.empty() ? "none" : printable(fmt::format("{}", fmt::join(names, ", ")));
@@ -63,11 +75,11 @@ void check_fits(const CheckpointSource& source, Trainer& trainer,
                             "this model has {}; set model.vocab_pieces to {} to load it",
                             source.dir(), saved_pieces, pieces, saved_pieces));
   }
-  const std::vector<std::string> differences = model_differences(manifest.units, placement.units);
-  if (!differences.empty()) {
+  const std::vector<std::string> different = differences(manifest, placement);
+  if (!different.empty()) {
     throw Error(ErrorKind::kCheckpoint,
                 fmt::format("checkpoint {} was saved from another model: {}", source.dir(),
-                            fmt::join(differences, "; ")));
+                            fmt::join(different, "; ")));
   }
   std::vector<std::string> saved_states, wanted_states;
   for (const CheckpointTensor& t : manifest.tensors) {
@@ -130,18 +142,71 @@ std::unique_ptr<CheckpointSource> open_for(const std::string& dir,
     return std::make_unique<CheckpointSource>(dir);
   } catch (const Error& error) {
     if (error.kind() != ErrorKind::kCheckpoint) throw;
-    std::vector<std::string> differences;
+    std::vector<std::string> different;
     try {
-      differences = model_differences(read_manifest(dir, ManifestChecksum::kIgnore).units,
-                                      placement.units);
+      different = differences(read_manifest(dir, ManifestChecksum::kIgnore), placement);
     } catch (const Error&) {
       throw error;
     }
-    if (differences.empty()) throw;
+    if (different.empty()) throw;
     throw Error(ErrorKind::kCheckpoint,
                 fmt::format("{}; read regardless, it differs from this model: {}", error.what(),
-                            fmt::join(differences, "; ")));
+                            fmt::join(different, "; ")));
   }
+}
+
+using ShardReader = std::function<void(std::size_t unit, std::size_t tensor, std::size_t begin,
+                                        std::size_t end, void* host, DType type)>;
+
+// Fills every state shard of this rank through `read` (the placement's unit, the saved tensor, a
+// flat range of the unit, where to, as what).
+void fill_shards(RankContext& context, const CheckpointSource& source,
+                 const CheckpointPlacement& placement,
+                 const std::vector<std::vector<StateShard>>& shards, const ShardReader& read) {
+  for (std::size_t u = 0; u < shards.size(); ++u) {
+    for (const StateShard& shard : shards[u]) {
+      const int tensor = tensor_for(source, shard);
+      write_state_elements(context, shard, 0, shard.end - shard.begin,
+                           [&](void* host, std::size_t first, std::size_t count) {
+                             if (tensor < 0) {  // starts afresh: zero in every float type
+                               std::memset(host, 0, count * dtype_size(shard.dtype));
+                               return;
+                             }
+                             read(placement.local_units[u], static_cast<std::size_t>(tensor),
+                                  shard.begin + first, shard.begin + first + count, host,
+                                  shard.dtype);
+                           });
+    }
+  }
+}
+
+// The same tensor-parallel layout: flat ranges of the same units, from the old ranks' files that
+// hold them (verified first, all at once).
+void read_flat_ranges(RankContext& context, const CheckpointSource& source,
+                      const CheckpointPlacement& placement,
+                      const std::vector<std::vector<StateShard>>& shards) {
+  std::set<int> needed;
+  for (std::size_t u = 0; u < shards.size(); ++u) {
+    if (shards[u].empty()) continue;
+    const StateShard& first = shards[u].front();
+    for (int rank : source.ranks_holding(placement.local_units[u], first.begin, first.end)) {
+      needed.insert(rank);
+    }
+  }
+  for (int rank : needed) source.verify(rank);
+  fill_shards(context, source, placement, shards,
+              [&](std::size_t unit, std::size_t tensor, std::size_t begin, std::size_t end,
+                  void* host, DType type) { source.read(unit, tensor, begin, end, host, type); });
+}
+
+// Another tensor-parallel size on either side: through the whole parameters.
+void read_across_tensor_parallel(RankContext& context, const CheckpointSource& source,
+                                 const CheckpointPlacement& placement,
+                                 const std::vector<std::vector<StateShard>>& shards) {
+  TensorParallelReader reader(source, placement);
+  fill_shards(context, source, placement, shards,
+              [&](std::size_t unit, std::size_t tensor, std::size_t begin, std::size_t end,
+                  void* host, DType type) { reader.read(unit, tensor, begin, end, host, type); });
 }
 
 }  // namespace
@@ -176,38 +241,20 @@ LoadedCheckpoint load_checkpoint(RankContext& context, Trainer& trainer, const s
     // Which saved tensor fills each wanted one, and which old ranks' files this rank reads.
     const std::vector<ShardLayout>& layouts = trainer.layouts();
     std::vector<std::vector<StateShard>> shards;
-    std::set<int> needed;
-    for (std::size_t u = 0; u < layouts.size(); ++u) {
-      shards.push_back(trainer.state_shards(u));
-      if (shards.back().empty()) continue;
-      const StateShard& first = shards.back().front();
-      for (int rank : source.ranks_holding(placement.local_units[u], first.begin, first.end)) {
-        needed.insert(rank);
-      }
-    }
-    for (int rank : needed) source.verify(rank);
-    for (std::size_t u = 0; u < shards.size(); ++u) {
-      for (const StateShard& shard : shards[u]) {
-        const int tensor = tensor_for(source, shard);
-        write_state_elements(context, shard, 0, shard.end - shard.begin,
-                             [&](void* host, std::size_t first, std::size_t count) {
-                               if (tensor < 0) {  // starts afresh: zero in every float type
-                                 std::memset(host, 0, count * dtype_size(shard.dtype));
-                                 return;
-                               }
-                               source.read(placement.local_units[u],
-                                           static_cast<std::size_t>(tensor),
-                                           shard.begin + first, shard.begin + first + count, host,
-                                           shard.dtype);
-                             });
-      }
+    for (std::size_t u = 0; u < layouts.size(); ++u) shards.push_back(trainer.state_shards(u));
+    if (crosses_tensor_parallel(manifest, placement)) {
+      read_across_tensor_parallel(context, source, placement, shards);
+    } else {
+      read_flat_ranges(context, source, placement, shards);
     }
     loaded.step = manifest.step;
     loaded.saved_world_size = manifest.world_size;
     loaded.saved_stage = manifest.stage;
     loaded.saved_pipeline_stages = manifest.pipeline_stages;
     loaded.saved_replicas = manifest.hybrid_replicas;
-    loaded.resharded = manifest.world_size != placement.shards;
+    loaded.saved_tensor_parallel_size = manifest.tensor_parallel_size;
+    loaded.resharded = manifest.world_size != placement.shards ||
+                       manifest.tensor_parallel_size != placement.tensor_ranks;
     loaded.config = manifest.config;
     loaded.extra = manifest.extra;
     loaded.manifest_checksum = manifest.manifest_xxh3.has_value();

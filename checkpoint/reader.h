@@ -6,7 +6,8 @@
 // the same shape at every stage). Units are found by their place in the whole model, so a
 // pipeline's checkpoint loads at any pipeline stages × data-parallel ranks, or into a plain
 // trainer, and back (Trainer::checkpoint_placement); a hybrid run's holds its shards once, and
-// every shard group's rank reads its shard from them. Invariant: either every rank loads and the trainer continues
+// every shard group's rank reads its shard from them. A tensor-parallel run's loads at any other
+// tensor-parallel size (checkpoint/tensor_parallel_reads.h). Invariant: either every rank loads and the trainer continues
 // exactly where the saved run stood, or every rank throws (a failed load leaves the trainer's
 // state undefined: build a new one).
 #pragma once
@@ -33,8 +34,9 @@ struct LoadedCheckpoint {
   int saved_world_size = 1;       // ranks each unit was sharded over (per pipeline stage)
   int saved_pipeline_stages = 1;
   int saved_replicas = 1;  // hybrid sharding's shard groups (each held every shard)
+  int saved_tensor_parallel_size = 1;
   int saved_stage = 0;
-  bool resharded = false;  // the shard count differed: shards were cut anew
+  bool resharded = false;  // the shard count or tensor-parallel size differed: cut anew
   nlohmann::json config;   // the saved run's resolved config
   nlohmann::json extra;    // what save_checkpoint was given (the data position)
   // manifest.json carried its checksum (and it matched); false: an older zest wrote it, so its

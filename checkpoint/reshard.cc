@@ -55,6 +55,12 @@ ReshardResult reshard_checkpoint(const std::string& source_path, const std::stri
   manifest.hybrid_replicas = 1;  // one copy of each shard was read: the output is its only one
   manifest.stage = stage.value_or(old.stage);
   manifest.units = describe_units(layouts_for(old, world_size));
+  for (std::size_t u = 0; u < manifest.units.size(); ++u) {
+    // Each tensor rank's part is resharded on its own: the cut stays the saved one.
+    for (std::size_t p = 0; p < manifest.units[u].params.size(); ++p) {
+      manifest.units[u].params[p].split = old.units[u].params[p].split;
+    }
+  }
   manifest.files.clear();
 
   const fs::path target = fs::absolute(out);
@@ -69,8 +75,10 @@ ReshardResult reshard_checkpoint(const std::string& source_path, const std::stri
   ReshardResult result{target.string(), world_size, manifest.stage, 0};
   try {
     std::vector<char> buffer;
-    for (int rank = 0; rank < world_size; ++rank) {
-      HashingFileWriter writer((fs::path(temporary) / rank_file_name(rank)).string(), nullptr);
+    for (int file = 0; file < manifest.tensor_parallel_size * world_size; ++file) {
+      const int tensor_rank = file / world_size;
+      const int rank = file % world_size;
+      HashingFileWriter writer((fs::path(temporary) / rank_file_name(file)).string(), nullptr);
       for (std::size_t u = 0; u < manifest.units.size(); ++u) {
         const std::size_t length = manifest.units[u].shard_length;
         const std::size_t first = static_cast<std::size_t>(rank) * length;
@@ -79,13 +87,14 @@ ReshardResult reshard_checkpoint(const std::string& source_path, const std::stri
           for (std::size_t done = 0; done < length; done += kChunkElements) {
             const std::size_t now = std::min(kChunkElements, length - done);
             buffer.resize(now * dtype_size(dtype));
-            source.read(u, t, first + done, first + done + now, buffer.data(), dtype);
+            source.read(u, t, first + done, first + done + now, buffer.data(), dtype,
+                        tensor_rank);
             writer.write(buffer.data(), buffer.size());
           }
         }
       }
       const FileDigest digest = writer.finish();
-      manifest.files.push_back({rank_file_name(rank), digest.bytes, digest.xxh3});
+      manifest.files.push_back({rank_file_name(file), digest.bytes, digest.xxh3});
       result.bytes += digest.bytes;
     }
     result.bytes += write_manifest(temporary, manifest);

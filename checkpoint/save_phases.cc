@@ -51,9 +51,53 @@ std::vector<std::size_t> saved_units(const CheckpointPlacement& placement) {
   return saved;
 }
 
-// The world rank that holds shard `shard` of part `part` in shard group `replica`.
-int world_rank_of(const CheckpointPlacement& p, int part, int replica, int shard) {
-  return (part * p.replicas + replica) * p.shards + shard;
+// The world rank that holds shard `shard` of tensor rank `tensor_rank`'s part of part `part` in
+// shard group `replica`.
+int world_rank_of(const CheckpointPlacement& p, int part, int replica, int shard,
+                  int tensor_rank = 0) {
+  return ((part * p.replicas + replica) * p.shards + shard) * p.tensor_ranks + tensor_rank;
+}
+
+// The file number of a rank's shard: part-major, then tensor rank.
+int file_number(const CheckpointPlacement& p, int part, int tensor_rank, int shard) {
+  return (part * p.tensor_ranks + tensor_rank) * p.shards + shard;
+}
+
+// The saved units as the manifest lists them, each parameter with the rule its tensor ranks cut
+// it by (rank 0's slices: the rule is the same for every rank).
+std::vector<CheckpointUnit> saved_unit_descriptions(const CheckpointPlacement& p) {
+  std::vector<CheckpointUnit> units = describe_units(p.units, p.unit_parts);
+  if (p.tensor_ranks == 1) return units;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    for (std::size_t i = 0; i < units[u].params.size(); ++i) {
+      CheckpointParam& param = units[u].params[i];
+      param.split = split_of(p.slices.at(u).at(i), param.shape, p.tensor_rank, p.tensor_ranks,
+                             units[u].name + "." + param.name);
+    }
+  }
+  return units;
+}
+
+// The files of one tensor rank's part of pipeline stage `part`, each shard's, from shard group 0;
+// every other group's twin must have hashed the same bytes (below).
+void add_part_files(const CheckpointPlacement& p, int part, int tensor_rank,
+                    const std::vector<PhaseRecord>& written, std::vector<CheckpointFile>& files) {
+  for (int shard = 0; shard < p.shards; ++shard) {
+    const int first = world_rank_of(p, part, 0, shard, tensor_rank);
+    const PhaseRecord& saved = written.at(static_cast<std::size_t>(first));
+    files.push_back(
+        {rank_file_name(file_number(p, part, tensor_rank, shard)), saved.bytes, saved.xxh3});
+    for (int replica = 1; p.replicas_agree && replica < p.replicas; ++replica) {
+      const int rank = world_rank_of(p, part, replica, shard, tensor_rank);
+      const PhaseRecord& twin = written.at(static_cast<std::size_t>(rank));
+      if (twin.bytes == saved.bytes && twin.xxh3 == saved.xxh3) continue;
+      throw Error(ErrorKind::kInternal,
+                  fmt::format("hybrid sharding's replicas disagree: rank {} holds another state "
+                              "than rank {} for the same shard (xxh3 {} and {}); nothing was "
+                              "saved",
+                              rank, first, hex_digest(twin.xxh3), hex_digest(saved.xxh3)));
+    }
+  }
 }
 
 // The manifest's files: shard group 0's, in file order (part-major). Every other group's rank
@@ -64,21 +108,8 @@ std::vector<CheckpointFile> saved_files(const CheckpointPlacement& p,
                                         const std::vector<PhaseRecord>& written) {
   std::vector<CheckpointFile> files;
   for (int part = 0; part < p.parts; ++part) {
-    for (int shard = 0; shard < p.shards; ++shard) {
-      const auto first = static_cast<std::size_t>(world_rank_of(p, part, 0, shard));
-      const PhaseRecord& saved = written.at(first);
-      files.push_back({rank_file_name(part * p.shards + shard), saved.bytes, saved.xxh3});
-      for (int replica = 1; p.replicas_agree && replica < p.replicas; ++replica) {
-        const int rank = world_rank_of(p, part, replica, shard);
-        const PhaseRecord& twin = written.at(static_cast<std::size_t>(rank));
-        if (twin.bytes == saved.bytes && twin.xxh3 == saved.xxh3) continue;
-        throw Error(ErrorKind::kInternal,
-                    fmt::format("hybrid sharding's replicas disagree: rank {} holds another state "
-                                "than rank {} for the same shard (xxh3 {} and {}); nothing was "
-                                "saved",
-                                rank, world_rank_of(p, part, 0, shard), hex_digest(twin.xxh3),
-                                hex_digest(saved.xxh3)));
-      }
+    for (int tensor_rank = 0; tensor_rank < p.tensor_ranks; ++tensor_rank) {
+      add_part_files(p, part, tensor_rank, written, files);
     }
   }
   return files;
@@ -231,7 +262,8 @@ RankFileRole rank_file_role(const CheckpointPlacement& placement) {
 }
 
 std::string rank_file_path(const std::string& temporary, const CheckpointPlacement& placement) {
-  return join(temporary, rank_file_name(placement.part * placement.shards + placement.shard));
+  return join(temporary, rank_file_name(file_number(placement, placement.part,
+                                                    placement.tensor_rank, placement.shard)));
 }
 
 SavedCheckpoint publish_save(RankContext& context, const SaveDescription& save,
@@ -253,13 +285,14 @@ SavedCheckpoint publish_save(RankContext& context, const SaveDescription& save,
       manifest.world_size = placement.shards;
       manifest.pipeline_stages = placement.parts;
       manifest.hybrid_replicas = placement.replicas;
+      manifest.tensor_parallel_size = placement.tensor_ranks;
       manifest.stage = save.stage;
       manifest.compute_dtype = save.compute_dtype;
       manifest.shard_alignment = save.shard_alignment;
       manifest.config = save.config;
       manifest.counters = save.counters;
       manifest.extra = save.extra;
-      manifest.units = describe_units(placement.units, placement.unit_parts);
+      manifest.units = saved_unit_descriptions(placement);
       manifest.tensors = save.tensors;
       manifest.files = saved_files(placement, written);
       std::uint64_t total = 0;

@@ -63,19 +63,20 @@ void CheckpointSource::verify_all() const {
 }
 
 std::vector<int> CheckpointSource::ranks_holding(std::size_t unit, std::size_t begin,
-                                                 std::size_t end) const {
+                                                 std::size_t end, int tensor_rank) const {
   const CheckpointUnit& u = manifest_.units.at(unit);
   end = std::min(end, u.numel);
   std::vector<int> ranks;
   if (begin >= end) return ranks;
   for (std::size_t r = begin / u.shard_length; r <= (end - 1) / u.shard_length; ++r) {
-    ranks.push_back(manifest_.file_of(unit, static_cast<int>(r)));
+    ranks.push_back(manifest_.file_of(unit, static_cast<int>(r), tensor_rank));
   }
   return ranks;
 }
 
 void CheckpointSource::read(std::size_t unit, std::size_t tensor, std::size_t begin,
-                            std::size_t end, void* destination, DType type) const {
+                            std::size_t end, void* destination, DType type,
+                            int tensor_rank) const {
   const CheckpointUnit& u = manifest_.units.at(unit);
   const CheckpointTensor& saved = manifest_.tensors.at(tensor);
   const std::size_t saved_size = dtype_size(saved.dtype);
@@ -85,7 +86,7 @@ void CheckpointSource::read(std::size_t unit, std::size_t tensor, std::size_t be
   std::vector<char> staging;
   std::size_t e = begin;
   while (e < stored_end) {
-    const int rank = manifest_.file_of(unit, static_cast<int>(e / u.shard_length));
+    const int rank = manifest_.file_of(unit, static_cast<int>(e / u.shard_length), tensor_rank);
     const std::size_t within = e % u.shard_length;
     const std::size_t count = std::min(stored_end - e, u.shard_length - within);
     const std::uint64_t offset =

@@ -32,13 +32,15 @@ class CheckpointSource {
   void verify_all() const;
 
   // The files (their index in the manifest: the old ranks) that hold flat elements [begin, end)
-  // of `unit` (padding excluded).
-  std::vector<int> ranks_holding(std::size_t unit, std::size_t begin, std::size_t end) const;
+  // of tensor rank `tensor_rank`'s part of `unit` (padding excluded).
+  std::vector<int> ranks_holding(std::size_t unit, std::size_t begin, std::size_t end,
+                                 int tensor_rank = 0) const;
 
   // Reads flat elements [begin, end) of checkpoint tensor `tensor` (an index into the
-  // manifest's tensors) of `unit` into `destination`, converted to `type`.
+  // manifest's tensors) of tensor rank `tensor_rank`'s part of `unit` into `destination`,
+  // converted to `type`.
   void read(std::size_t unit, std::size_t tensor, std::size_t begin, std::size_t end,
-            void* destination, DType type) const;
+            void* destination, DType type, int tensor_rank = 0) const;
 
   // The checkpoint tensor that state tensor `name` of dtype `type` is filled from, or -1:
   //   "params": the saved params when their dtype is `type`, else "master" when saved (fp32, so

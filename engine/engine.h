@@ -229,8 +229,12 @@ struct StateShard {
 // data-parallel group, or its shard group); this rank holds shard `shard` of part `part`, and its
 // file is number part × shards + shard. With hybrid sharding `replicas` shard groups hold the
 // same shards: this rank is in group `replica`, and only group 0 writes (the files are its). The
-// world rank is (part × replicas + replica) × shards + shard. A unit lent to another part (the
-// tied embedding's copy) is saved by its own part only and restored into both.
+// world rank is ((part × replicas + replica) × shards + shard) × tensor_ranks + tensor_rank. A
+// unit lent to another part (the tied embedding's copy) is saved by its own part only and restored
+// into both. With tensor parallelism each of the `tensor_ranks` ranks of a tensor-parallel group
+// holds its slice of every unit (models/tensor_slice.h) and writes files of its own, number
+// (part × tensor_ranks + tensor_rank) × shards + shard; `slices` says where each slice sits in the
+// whole parameter, so that another layout can read it.
 struct CheckpointPlacement {
   int parts = 1;
   int part = 0;
@@ -238,6 +242,10 @@ struct CheckpointPlacement {
   int shard = 0;
   int replicas = 1;
   int replica = 0;
+  int tensor_ranks = 1;
+  int tensor_rank = 0;
+  // Per `units` entry, per parameter: this rank's ParamSpec::draw_slice (tensor_ranks > 1 only).
+  std::vector<std::vector<ParamSpec::DrawSlice>> slices;
   std::vector<ShardLayout> units;  // the whole model's units, at `shards` ranks, in model order
   std::vector<int> unit_parts;     // the part that saves each of `units`
   std::vector<std::size_t> local_units;  // per layouts() entry: its index in `units`

@@ -128,7 +128,9 @@ void ZeroTrainer::state_loaded() {
 }
 
 std::optional<CheckpointPlacement> ZeroTrainer::checkpoint_placement() const {
-  if (context_.replicas <= 1) return std::nullopt;
+  const Communicator* tensor_group = module_.tensor_parallel_group();
+  const bool tensor_parallel = tensor_group != nullptr && tensor_group->world_size() > 1;
+  if (context_.replicas <= 1 && !tensor_parallel) return std::nullopt;
   CheckpointPlacement placement;
   placement.shards = context_.world_size;
   placement.shard = context_.rank;
@@ -139,6 +141,17 @@ std::optional<CheckpointPlacement> ZeroTrainer::checkpoint_placement() const {
   placement.units = layouts_;
   placement.unit_parts.assign(layouts_.size(), 0);
   for (std::size_t u = 0; u < layouts_.size(); ++u) placement.local_units.push_back(u);
+  if (tensor_parallel) {
+    // The engine runs on the data-parallel group, the tensor index varying fastest
+    // (runtime/device_mesh.h).
+    placement.replica = 0;
+    placement.tensor_ranks = tensor_group->world_size();
+    placement.tensor_rank = tensor_group->rank();
+    for (const FlatUnit& unit : units_) {
+      std::vector<ParamSpec::DrawSlice>& slices = placement.slices.emplace_back();
+      for (const ParamSpec& spec : unit.specs) slices.push_back(spec.draw_slice);
+    }
+  }
   return placement;
 }
 

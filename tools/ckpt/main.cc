@@ -88,7 +88,14 @@ int inspect(const std::string& path) {
   std::uint64_t bytes = 0;
   std::size_t parameters = 0;
   for (const zest::CheckpointFile& f : m.files) bytes += f.bytes;
-  for (const zest::CheckpointUnit& u : m.units) parameters += u.numel;
+  for (const zest::CheckpointUnit& u : m.units) {
+    for (const zest::CheckpointParam& p : u.params) {
+      // A part of a parameter cut among tensor ranks: the whole has every rank's.
+      parameters += p.split.axis == zest::TensorSplit::Axis::kWhole
+                        ? p.numel
+                        : p.numel * static_cast<std::size_t>(m.tensor_parallel_size);
+    }
+  }
   std::cout << fmt::format("checkpoint {}\n", zest::printable(dir));
   std::cout << fmt::format("  format version {}, written by zest {}\n", m.format_version,
                            zest::printable(m.zest_version));
@@ -98,6 +105,11 @@ int inspect(const std::string& path) {
   if (m.pipeline_stages > 1) {
     std::cout << fmt::format("  {} pipeline stages, each unit sharded over {} ranks\n",
                              m.pipeline_stages, m.world_size);
+  }
+  if (m.tensor_parallel_size > 1) {
+    std::cout << fmt::format("  tensor-parallel size {}: each tensor rank saved its part of every "
+                             "unit; the shapes below are one part's\n",
+                             m.tensor_parallel_size);
   }
   if (m.hybrid_replicas > 1) {
     std::cout << fmt::format("  hybrid sharding: saved by {} shard groups of {} ranks ({} ranks); "
@@ -127,8 +139,11 @@ int inspect(const std::string& path) {
                                  ? fmt::format("  (pipeline stage {})", u.pipeline_stage)
                                  : std::string());
     for (const zest::CheckpointParam& p : u.params) {
-      std::cout << fmt::format("    {:<18} {:>12} at {:<10} {}\n", zest::printable(p.name),
-                               p.numel, p.offset, shape_text(p.shape));
+      const std::string cut = p.split.axis == zest::TensorSplit::Axis::kWhole
+                                  ? std::string()
+                                  : std::string("  cut by ") + zest::axis_name(p.split.axis);
+      std::cout << fmt::format("    {:<18} {:>12} at {:<10} {}{}\n", zest::printable(p.name),
+                               p.numel, p.offset, shape_text(p.shape), cut);
     }
   }
   std::cout << fmt::format("  {:<14} {}\n", "manifest.json", manifest_checksum_text(m));

@@ -119,12 +119,15 @@ std::int64_t TrainCheckpoints::resume(RankContext& context, Trainer& trainer) {
   last_saved_ = loaded.step;
   if (leader) {
     // Every rank that trained: a hybrid run's other shard groups held the saved shards too.
-    const int saved_ranks =
-        loaded.saved_world_size * loaded.saved_pipeline_stages * loaded.saved_replicas;
-    const std::string groups =
+    const int saved_ranks = loaded.saved_world_size * loaded.saved_pipeline_stages *
+                            loaded.saved_replicas * loaded.saved_tensor_parallel_size;
+    std::string groups =
         loaded.saved_replicas > 1
             ? fmt::format(" in {} shard groups of {}", loaded.saved_replicas, loaded.saved_world_size)
             : std::string();
+    if (loaded.saved_tensor_parallel_size > 1) {
+      groups += fmt::format(", tensor-parallel size {}", loaded.saved_tensor_parallel_size);
+    }
     Console::say(fmt::format(
         "zest-train: resumed from {} at step {} (saved by {} rank{}{} at stage {}{})", loaded.path,
         loaded.step, saved_ranks, saved_ranks == 1 ? "" : "s", groups, loaded.saved_stage,

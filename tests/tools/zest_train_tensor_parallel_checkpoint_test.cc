@@ -1,0 +1,151 @@
+// zest-train's checkpoints with a `tensor_parallel` block, ranks as threads: a checkpoint saved
+// at tensor-parallel size 2 resumes at size 1, and that run's at size 4, to the losses and
+// gradient norms of the uninterrupted size-2 run; zest-ckpt exports it as the whole model's
+// tensors, which are the tensor-parallel-1 run's parameters at the same step; and zest-ckpt
+// reshards it over another number of data-parallel ranks, each tensor rank's part on its own.
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "checkpoint/safetensors.h"
+#include "tests/support/scratch_directory.h"
+#include "tests/support/subprocess.h"
+#include "tests/tools/zest_train_support.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+using zest::testing::ProcessResult;
+using zest::testing::StepLoss;
+
+// The default job made small: 4 heads, so that sizes 1, 2 and 4 all divide them; the vocabulary
+// (the text's bytes) divides by 4.
+const std::vector<std::string> kOverrides = {
+    "data.path=" ZEST_SOURCE_DIR "/configs/corpus/stories.txt",
+    "model.n_layer=2", "model.n_head=4", "model.n_embd=64", "model.vocab_size=256",
+    "scheduler={}", "eval_every=0", "train_micro_batch_size_per_gpu=4", "checkpoint.every_steps=2"};
+
+const std::string kSize2 = R"(tensor_parallel={"size": 2})";
+const std::string kSize4 = R"(tensor_parallel={"size": 4})";
+
+// fp32, sums in another order at each size (zest_train_tensor_parallel_test.cc): the losses and
+// norms agree to a few ulps per step, and the metrics print 8 significant digits.
+constexpr double kRelative = 1e-5;
+
+class ZestTrainTensorParallelCheckpoint : public zest::testing::ScratchDirectoryTest {
+ protected:
+  ProcessResult train(const std::vector<std::string>& extra,
+                      const std::vector<std::string>& flags = {}) const {
+    std::vector<std::string> assignments = kOverrides;
+    assignments.insert(assignments.end(), extra.begin(), extra.end());
+    return zest::testing::train_default_config(assignments, flags,
+                                               {path("stdout.txt"), path("stderr.txt")});
+  }
+
+  // The steps a run trained, from its metrics.
+  std::vector<StepLoss> steps_of(const std::vector<std::string>& extra,
+                                 std::vector<std::string> flags = {}) const {
+    const std::string metrics = path("metrics.jsonl");
+    flags.insert(flags.end(), {"--metrics", metrics});
+    const ProcessResult result = train(extra, flags);
+    EXPECT_EQ(result.status, 0) << result.err;
+    return zest::testing::step_losses(metrics);
+  }
+
+  ProcessResult ckpt(const std::vector<std::string>& args) const {
+    return zest::testing::run_program(ZEST_BINARY_DIR "/bin/zest-ckpt", args,
+                                      {path("ckpt-stdout.txt"), path("ckpt-stderr.txt")});
+  }
+
+  std::map<std::string, std::vector<float>> exported(const std::string& checkpoint,
+                                                     const std::string& name) const {
+    const std::string out = path(name);
+    const ProcessResult result = ckpt({"export", checkpoint, "--out", out});
+    EXPECT_EQ(result.status, 0) << result.err;
+    std::map<std::string, std::vector<float>> tensors;
+    const zest::SafetensorsReader reader(out);
+    for (const zest::SafetensorsTensor& tensor : reader.tensors()) {
+      tensors[tensor.name] = reader.read_float32(tensor.name);
+    }
+    return tensors;
+  }
+};
+
+void expect_same_steps(const std::vector<StepLoss>& resumed, const std::vector<StepLoss>& whole,
+                       std::size_t first, const std::string& what) {
+  ASSERT_EQ(whole.size(), first + resumed.size()) << what;
+  for (std::size_t i = 0; i < resumed.size(); ++i) {
+    const StepLoss& expected = whole[first + i];
+    EXPECT_NEAR(resumed[i].loss, expected.loss, kRelative * std::fabs(expected.loss))
+        << what << ", step " << first + i + 1;
+    EXPECT_NEAR(resumed[i].grad_norm, expected.grad_norm, kRelative * expected.grad_norm)
+        << what << ", step " << first + i + 1;
+  }
+}
+
+TEST_F(ZestTrainTensorParallelCheckpoint, ResumesAtOtherTensorParallelSizesToTheSameLosses) {
+  // Size 2 x 2 data-parallel ranks, 6 steps, saved at 2, 4 and 6.
+  const std::string first = path("size2");
+  const std::vector<StepLoss> whole = steps_of(
+      {"world.ranks=4", kSize2, "steps=6", "zero_optimization.stage=3", "checkpoint.dir=" + first});
+  ASSERT_EQ(whole.size(), 6u);
+
+  // Its step 2 at size 1 on 2 data-parallel ranks (stage 1), saving its own step 4 ...
+  const std::string second = path("size1");
+  const std::vector<StepLoss> at_size1 =
+      steps_of({"world.ranks=2", "steps=4", "zero_optimization.stage=1",
+                "checkpoint.dir=" + second},
+               {"--resume", first + "/step-2"});
+  expect_same_steps(at_size1, whole, 2, "size 2 -> 1");
+  const std::string said = zest::testing::read_file(path("stdout.txt"));
+  EXPECT_THAT(said, HasSubstr("saved by 4 ranks, tensor-parallel size 2 at stage 3; resharded"));
+
+  // ... which resumes at size 4 on 1 data-parallel rank with sequence parallelism.
+  const std::vector<StepLoss> at_size4 = steps_of(
+      {"world.ranks=4", kSize4, "tensor_parallel.sequence_parallel=true", "steps=6"},
+      {"--resume", second + "/step-4"});
+  expect_same_steps(at_size4, whole, 4, "size 2 -> 1 -> 4");
+}
+
+TEST_F(ZestTrainTensorParallelCheckpoint, ExportsTheWholeModelAsTheTensorParallelOneRunHasIt) {
+  const std::string cut = path("size2");
+  const std::string plain = path("size1");
+  ASSERT_EQ(train({"world.ranks=4", kSize2, "steps=2", "checkpoint.dir=" + cut}).status, 0);
+  ASSERT_EQ(train({"world.ranks=2", "steps=2", "checkpoint.dir=" + plain}).status, 0);
+  const auto from_cut = exported(cut, "cut.safetensors");
+  const auto from_plain = exported(plain, "plain.safetensors");
+  ASSERT_EQ(from_cut.size(), from_plain.size());
+  for (const auto& [name, values] : from_plain) {
+    ASSERT_TRUE(from_cut.count(name)) << name;
+    const std::vector<float>& other = from_cut.at(name);
+    ASSERT_EQ(other.size(), values.size()) << name;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      // models/tensor_parallel_gpt_test.cc's bound: 2 AdamW steps, sums in another order.
+      ASSERT_NEAR(other[i], values[i], 1e-5 * std::fabs(values[i]) + 2e-6)
+          << name << "[" << i << "]";
+    }
+  }
+}
+
+TEST_F(ZestTrainTensorParallelCheckpoint, ReshardedOverOtherDataParallelRanksItResumesAlike) {
+  const std::string saved = path("saved");
+  const std::vector<StepLoss> whole =
+      steps_of({"world.ranks=4", kSize2, "steps=4", "checkpoint.dir=" + saved});
+  ASSERT_EQ(whole.size(), 4u);
+  const std::string resharded = path("resharded");
+  const ProcessResult result =
+      ckpt({"reshard", saved + "/step-2", "--out", resharded, "--world", "1"});
+  ASSERT_EQ(result.status, 0) << result.err;
+  const std::string manifest = zest::testing::read_file(resharded + "/manifest.json");
+  EXPECT_THAT(manifest, HasSubstr("\"tensor_parallel_size\": 2"));
+  EXPECT_THAT(manifest, HasSubstr("\"axis\": \"columns\""));
+  const std::vector<StepLoss> resumed =
+      steps_of({"world.ranks=2", kSize2, "steps=4"}, {"--resume", resharded});
+  expect_same_steps(resumed, whole, 2, "resharded to 1 data-parallel rank");
+}
+
+}  // namespace
