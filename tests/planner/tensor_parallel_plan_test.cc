@@ -107,8 +107,10 @@ void expect_measured_equals_planned(const Job& job) {
 
 TEST(TensorParallelPlan, EveryCategoryEqualsTheMeasuredPeakToTheByte) {
   for (const Job& job : {Job{2, false}, Job{2, true}, Job{4, false}, Job{4, true},
-                         Job{2, false, 2, 1}, Job{2, true, 2, 3}, Job{4, true, 1, 3},
-                         Job{2, true, 1, 0, DType::kFloat32, 2}}) {
+                         Job{2, false, 2, 1}, Job{2, true, 2, 3}, Job{2, false, 2, 3},
+                         Job{2, true, 2, 2}, Job{4, true, 1, 3},
+                         Job{2, true, 1, 0, DType::kFloat32, 2},
+                         Job{2, true, 2, 3, DType::kBFloat16, 2}}) {
     expect_measured_equals_planned(job);
   }
 }
