@@ -3,6 +3,7 @@
 // header line in text and JSON, and its numbers are the planner's; zest-train's memory table
 // shows the same plan row for a tensor-parallel run, which its ranks measure up to.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -127,6 +128,26 @@ TEST_F(ZestEstimateTensorParallel, ZestTrainsTableShowsThePlanRow) {
     for (const char* name : {"params", "grads", "optimizer"}) {
       EXPECT_EQ(peak[name], predicted[name]) << name;
     }
+  }
+}
+
+// What the config refuses for tensor parallelism zest-estimate refuses too, in one line: a size
+// that does not divide the heads, and a composition not built yet (recomputation).
+TEST_F(ZestEstimateTensorParallel, WhatTheConfigRefusesIsOneInputError) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{R"(tensor_parallel={"size": 4})"},
+       "model.n_head: 2 attention heads do not divide among tensor_parallel.size 4"},
+      {{R"(activation_checkpointing={"policy": "full"})"},
+       "activation_checkpointing: activation recomputation is not supported with tensor "
+       "parallelism yet"}};
+  for (const auto& [extra, expected] : cases) {
+    const ProcessResult result = run(kEstimate, args_with(extra));
+    EXPECT_EQ(result.status, 2) << result.err;
+    const std::vector<std::string> lines = lines_of(result.err);
+    ASSERT_EQ(lines.size(), 1u) << result.err;
+    EXPECT_THAT(lines[0], ::testing::StartsWith("zest-estimate: error: "));
+    EXPECT_THAT(lines[0], HasSubstr(expected));
+    EXPECT_EQ(result.out, "");
   }
 }
 
