@@ -131,6 +131,37 @@ TEST_F(ZestEstimateTensorParallel, ZestTrainsTableShowsThePlanRow) {
   }
 }
 
+// An out-of-memory while training a tensor-parallel rank is advised from the rank's own plan (its
+// slices, not the whole model): the smaller micro-batch that fits, as zest-estimate advises.
+TEST_F(ZestEstimateTensorParallel, AnOutOfMemoryIsAdvisedFromTheRanksPlan) {
+  const std::vector<std::string> small = {"world.device_memory=1800KiB"};
+  const json estimated = estimate_json(args_with(small));
+  EXPECT_EQ(estimated["fits"], false);
+  const std::string advice = "with train_micro_batch_size_per_gpu 2";
+  EXPECT_THAT(estimated["advice"].get<std::string>(), HasSubstr(advice));
+  std::vector<std::string> args = args_with(small);
+  args.insert(args.end(), {"--set", "steps=2"});
+  const ProcessResult trained = run(kTrain, args);
+  EXPECT_EQ(trained.status, 1) << trained.err;
+  EXPECT_THAT(trained.err, HasSubstr("out of memory"));
+  EXPECT_THAT(trained.err, HasSubstr("the planner estimates"));
+  EXPECT_THAT(trained.err, HasSubstr(advice));
+}
+
+// --fit searches the tensor-parallel model (its n_embd stays divisible among the ranks through
+// n_head), proposes no offload the config would refuse, and counts every rank.
+TEST_F(ZestEstimateTensorParallel, FitProposesNoOffloadAndCountsEveryRank) {
+  std::vector<std::string> args = args_with();
+  args.insert(args.end(), {"--fit", "--device-memory", "1800KiB"});
+  const ProcessResult result = run(kEstimate, args);
+  ASSERT_EQ(result.status, 0) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("optimizer cpu: offload is not supported with tensor "
+                                    "parallelism yet (tensor_parallel.size 2)"));
+  EXPECT_THAT(result.out, HasSubstr("largest model that fits 1.76 MiB per rank on 4 ranks:"));
+  EXPECT_THAT(result.out, HasSubstr("stage 3: n_layer "));
+  EXPECT_THAT(result.out, ::testing::Not(HasSubstr("activation_checkpointing.policy")));
+}
+
 // What the config refuses for tensor parallelism zest-estimate refuses too, in one line: a size
 // that does not divide the heads, and a composition not built yet (recomputation).
 TEST_F(ZestEstimateTensorParallel, WhatTheConfigRefusesIsOneInputError) {
