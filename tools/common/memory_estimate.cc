@@ -147,6 +147,15 @@ std::shared_ptr<Module> tensor_parallel_rank_model(const TrainConfig& config) {
   return std::shared_ptr<Module>(held, held->model.get());
 }
 
+std::string planned_ranks(const EstimateJob& job) {
+  const int data = job.input.world_size;
+  const int tensor = job.input.tensor_parallel_size;
+  if (tensor <= 1) return fmt::format("every one of the {} ranks holds the same", data);
+  // The ranks of a tensor-parallel group differ by the embedding's zero base at most.
+  return fmt::format("the largest of the {} ranks, {} data-parallel x {} tensor-parallel",
+                     data * tensor, data, tensor);
+}
+
 EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> model) {
   EstimateJob job;
   const bool tensor_parallel = config.tensor_parallel.enabled();

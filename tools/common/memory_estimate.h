@@ -44,6 +44,10 @@ std::vector<ModelVariant> model_variants(const TrainConfig& config);
 // counts the data-parallel ranks (world.ranks / tensor_parallel.size).
 EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> model = nullptr);
 
+// Whose peak the job's plan is, for a heading: "every one of the 4 ranks holds the same", or with
+// tensor parallelism "the largest of the 4 ranks, 2 data-parallel x 2 tensor-parallel".
+std::string planned_ranks(const EstimateJob& job);
+
 // The tensor-parallel rank the planner plans (the largest of its group): its TensorParallelGpt
 // over a shape-only group of tensor_parallel.size ranks, which the returned pointer keeps.
 std::shared_ptr<Module> tensor_parallel_rank_model(const TrainConfig& config);

@@ -56,16 +56,7 @@ nlohmann::ordered_json tier_json(const std::array<std::size_t, kCategoryCount>& 
 void print_estimate(const EstimateJob& job, const PeakPrediction& prediction,
                     std::size_t capacity) {
   std::cout << "zest-estimate: " << job.description << "\n";
-  const int tensor = job.input.tensor_parallel_size;
-  if (tensor > 1) {
-    // The ranks of a tensor-parallel group differ by the embedding's zero base at most.
-    std::cout << fmt::format("peak bytes per rank (the largest of the {} ranks, {} data-parallel "
-                             "x {} tensor-parallel):\n",
-                             job.input.world_size * tensor, job.input.world_size, tensor);
-  } else {
-    std::cout << fmt::format("peak bytes per rank (every one of the {} ranks holds the same):\n",
-                             job.input.world_size);
-  }
+  std::cout << fmt::format("peak bytes per rank ({}):\n", planned_ranks(job));
   for (Category category : all_categories()) {
     if (in_host_memory(category)) continue;
     std::cout << fmt::format("  {:<14}{:>16}  {:>11}\n", category_name(category),
