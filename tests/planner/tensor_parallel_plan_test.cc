@@ -2,8 +2,9 @@
 // (TensorParallelGpt::unit_memory) and trained on the shape-only device over a shape-only
 // tensor-parallel group, held against the allocator of every rank of the same job trained for
 // two steps — every category and the total to the byte — at TP 2 and TP 4, with and without
-// sequence parallelism, alone and beside 2 data-parallel ranks at ZeRO 1 and 3. The group's last rank, the
-// one zest-estimate plans, is the largest; sequence parallelism shrinks what it says it shrinks.
+// sequence parallelism, alone and beside 2 data-parallel ranks at ZeRO 1, 2 and 3, in fp32 and
+// bf16. The group's last rank, the one zest-estimate plans, is the largest; the slices shrink the
+// model state and sequence parallelism the activations.
 #include <gtest/gtest.h>
 
 #include <cstdint>
