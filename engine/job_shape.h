@@ -24,6 +24,10 @@ struct PeakPlanInput {
   // engine.outer_loop.groups a count of such groups).
   int world_size = 1;
   int replicas = 1;    // hybrid sharding: how many shard groups hold the same shards
+  // Tensor parallelism: the ranks of the group the model's layers are split across
+  // (Module::tensor_parallel_group); `model` and `units` are then one rank's slices and
+  // world_size counts the data-parallel ranks that hold the same slices.
+  int tensor_parallel_size = 1;
   // Params, grads, optimizer and offload only (a bare parameter count has no units to gather,
   // reduce or run).
   bool model_state_only = false;

@@ -15,6 +15,9 @@ std::string ZeroTrainer::training_memory_advice(const Batch& batch) const {
   input.engine = options_;
   input.world_size = context_.world_size;
   input.replicas = context_.replicas;
+  if (const Communicator* tensor = module_.tensor_parallel_group()) {
+    input.tensor_parallel_size = tensor->world_size();  // the module is this rank's slices
+  }
   input.device = context_.device.kind();
   input.batch_bytes = batch.inputs.bytes() + batch.targets.bytes();
   memory.capacity = context_.allocator().capacity();

@@ -99,6 +99,38 @@ ParamSpec::DrawSlice columns_of(std::int64_t rows, std::int64_t columns, std::in
   return {columns, first, rows, 0, 0};
 }
 
+// A tensor-parallel slice's allocations (GptBlock::forward and backward with slice.size > 1):
+// the rank's heads, the residual stream's rows it holds (all of them without sequence
+// parallelism), and under sequence parallelism an [N, C] buffer for the gathered rows beside
+// forward's workspace, and the gathered rows, the rank's d(LayerNorm out) and the 6 gradient
+// vectors summed across the group beside backward's. No selective recomputation, no split
+// backward: the slice supports neither.
+UnitMemory slice_memory(const GptConfig& config, std::int64_t batch, std::int64_t seq,
+                        const TensorSlice& slice) {
+  const std::int64_t C = config.n_embd;
+  const AttentionShape shape{batch, seq, config.n_head / slice.size, C / config.n_head};
+  const std::int64_t N = batch * seq;
+  const std::int64_t Ns = slice.stream_rows(N);
+  const auto nc = static_cast<std::size_t>(N * C);
+  const auto ns_c = static_cast<std::size_t>(Ns * C);
+  const std::size_t stream_bytes = ns_c * sizeof(float);
+  const bool sequence = slice.sequence_parallel;
+  UnitMemory memory;
+  memory.saved = Saved(shape, C, Ns).total * sizeof(float);
+  memory.forward_workspace =
+      (forward_workspace_elements(shape) + (sequence ? nc : 0)) * sizeof(float);
+  memory.output = stream_bytes;
+  memory.grad_input = stream_bytes;
+  memory.backward_workspace =
+      (backward_workspace_elements(shape, C, true) +
+       (sequence ? nc + ns_c + 6 * static_cast<std::size_t>(C) : 0)) *
+      sizeof(float);
+  memory.backward_workspace_cpu_only = shape.backward_scratch_elements() * sizeof(float);
+  memory.forward_stream_scratch = shape.cuda_stream_scratch_bytes(false);
+  memory.backward_stream_scratch = shape.cuda_stream_scratch_bytes(true);
+  return memory;
+}
+
 }  // namespace
 
 GptBlock::GptBlock(int index, const GptConfig& config, TensorSlice slice)
@@ -108,7 +140,9 @@ AttentionShape GptBlock::attention_shape(std::int64_t batch, std::int64_t seq) c
   return {batch, seq, config_.n_head / slice_.size, config_.n_embd / config_.n_head};
 }
 
-UnitMemory GptBlock::memory(const GptConfig& config, std::int64_t batch, std::int64_t seq) {
+UnitMemory GptBlock::memory(const GptConfig& config, std::int64_t batch, std::int64_t seq,
+                            const TensorSlice& slice) {
+  if (slice.size > 1) return slice_memory(config, batch, seq, slice);
   const AttentionShape shape{batch, seq, config.n_head, config.n_embd / config.n_head};
   const std::size_t stream_bytes = Tensor{nullptr, {batch, seq, config.n_embd}, DType::kFloat32}.bytes();
   UnitMemory memory;

@@ -50,8 +50,11 @@ class GptBlock final : public Unit {
   bool supports_split_backward() const override { return slice_.size == 1; }
   void backward_input(UnitContext& context) override;
   void backward_weight(UnitContext& context) override;
-  // What one block's forward and backward allocate for tokens [batch, seq].
-  static UnitMemory memory(const GptConfig& config, std::int64_t batch, std::int64_t seq);
+  // What one block's forward and backward allocate for tokens [batch, seq] (the whole
+  // sequence: a sequence-parallel slice's input holds seq / slice.size of its tokens), as the
+  // block built with `slice` allocates it.
+  static UnitMemory memory(const GptConfig& config, std::int64_t batch, std::int64_t seq,
+                           const TensorSlice& slice = {});
 
  private:
   AttentionShape attention_shape(std::int64_t batch, std::int64_t seq) const;

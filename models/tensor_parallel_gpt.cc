@@ -13,6 +13,38 @@
 namespace zest {
 namespace {
 
+// What the embedding and the head allocate, in floats, for N = B·T tokens of which the rank holds
+// Ns on the residual stream (TensorSlice::stream_rows): forward and backward ask for these, and
+// TensorParallelGpt::unit_memory declares them, so the plan and the run cannot drift apart.
+struct SliceSizes {
+  std::size_t n, ns, c, nc, ns_c, vocab_rows, ranks;
+  bool sequence;
+
+  SliceSizes(const GptConfig& config, const TensorSlice& slice, std::int64_t tokens)
+      : n(static_cast<std::size_t>(tokens)),
+        ns(static_cast<std::size_t>(slice.stream_rows(tokens))),
+        c(static_cast<std::size_t>(config.n_embd)),
+        nc(n * c),
+        ns_c(ns * c),
+        vocab_rows(static_cast<std::size_t>(config.vocab_size / slice.size)),
+        ranks(static_cast<std::size_t>(slice.size)),
+        sequence(slice.sequence_parallel) {}
+
+  // The embedding's sums of every row before the reduce-scatter (sequence parallelism), and a
+  // rank other than the first's zero base (embedding_rows_forward's base must not alias).
+  std::size_t embedding_whole_rows() const { return sequence ? nc : 0; }
+  // The head's saved ln_f(x) [Ns, C], mean and rstd [Ns], lse [N] and logits' columns [N, V/t].
+  std::size_t head_saved() const { return ns_c + 2 * ns + n + n * vocab_rows; }
+  // The gathered row maxima [t, N], max [N], exp-sums and target logits [2, N], and the gathered
+  // ln_f(x) [N, C] under sequence parallelism.
+  std::size_t head_forward_workspace() const { return (ranks + 3) * n + (sequence ? nc : 0); }
+  // d(ln_f out) [N, C]; under sequence parallelism the gathered ln_f(x) [N, C], the rank's rows
+  // of d(ln_f out) [Ns, C] and ln_f's gradients (2C).
+  std::size_t head_backward_workspace() const {
+    return nc + (sequence ? nc + ns_c + 2 * c : 0);
+  }
+};
+
 // wte rows [r·V/t, (r+1)·V/t) and a copy of wpe; the group's sum is the whole embedding.
 class VocabularyParallelEmbedding final : public Unit {
  public:
@@ -43,11 +75,13 @@ class VocabularyParallelEmbedding final : public Unit {
     Stream& stream = context.stream();
     float* out = context.make_output({B, T / split, C}, DType::kFloat32).as<float>();
     const std::size_t count = static_cast<std::size_t>(B * T * C);
+    const SliceSizes sizes(config_, slice_, B * T);
     // Sequence parallelism: every row summed in `whole`, then reduce-scattered to the rank's rows.
     Buffer whole_rows;
     float* whole = out;
     if (slice_.sequence_parallel) {
-      whole_rows = context.allocate(count * sizeof(float), Category::kWorkspace);
+      whole_rows = context.allocate(sizes.embedding_whole_rows() * sizeof(float),
+                                    Category::kWorkspace);
       whole = whole_rows.as<float>();
     }
     // Note: the first rank adds wpe, every rank its rows (zero elsewhere): one nonzero row term
@@ -83,7 +117,9 @@ class VocabularyParallelEmbedding final : public Unit {
     const std::size_t count = static_cast<std::size_t>(B * T * C);
     Buffer whole_rows;
     if (slice_.sequence_parallel) {
-      whole_rows = context.allocate(count * sizeof(float), Category::kWorkspace);
+      whole_rows = context.allocate(SliceSizes(config_, slice_, B * T).embedding_whole_rows() *
+                                        sizeof(float),
+                                    Category::kWorkspace);
     }
     const float* dout =
         slice_.gather_rows(context.stream(), grad_output.as<const float>(), whole_rows.as<float>(),
@@ -134,9 +170,8 @@ class VocabularyParallelHead final : public Unit {
     Communicator& group = *slice_.group;
 
     if (!saved_.empty()) context.release(std::move(saved_));
-    saved_ =
-        context.allocate(static_cast<std::size_t>(Ns * C + 2 * Ns + N + N * Vl) * sizeof(float),
-                         Category::kActivations);
+    const SliceSizes sizes(config_, slice_, N);
+    saved_ = context.allocate(sizes.head_saved() * sizeof(float), Category::kActivations);
     saved_batch_ = B;
     saved_seq_ = T;
     float* ln = saved_.as<float>();
@@ -145,9 +180,8 @@ class VocabularyParallelHead final : public Unit {
     float* lse = rstd + Ns;
     float* logits = lse + N;
     const auto t = static_cast<std::size_t>(slice_.size);
-    const std::size_t whole_rows = slice_.sequence_parallel ? static_cast<std::size_t>(N * C) : 0;
-    Buffer workspace = context.allocate(
-        ((t + 3) * static_cast<std::size_t>(N) + whole_rows) * sizeof(float), Category::kWorkspace);
+    Buffer workspace =
+        context.allocate(sizes.head_forward_workspace() * sizeof(float), Category::kWorkspace);
     float* gathered = workspace.as<float>();  // [t, N] row maxima
     float* max = gathered + t * N;            // [N]
     float* partial = max + N;                 // [2, N]: exp-sums, target logits
@@ -192,8 +226,9 @@ class VocabularyParallelHead final : public Unit {
     const auto c = static_cast<std::size_t>(C);
     // Sequence parallelism: a gathered ln_f(x) [N, C], the rank's rows of d(ln_f out) [Ns, C] and
     // ln_f's gradients from those rows (2C), summed across the group at the end.
-    Buffer workspace = context.allocate((nc + (sequence ? nc + ns_c + 2 * c : 0)) * sizeof(float),
-                                        Category::kWorkspace);
+    Buffer workspace = context.allocate(
+        SliceSizes(config_, slice_, N).head_backward_workspace() * sizeof(float),
+        Category::kWorkspace);
     float* dln = workspace.as<float>();
     float* whole = sequence ? dln + nc : nullptr;
     float* dln_own = sequence ? whole + nc : dln;
@@ -278,6 +313,35 @@ TensorParallelGpt::TensorParallelGpt(GptConfig config, TensorSlice slice)
 }
 
 TensorParallelGpt::~TensorParallelGpt() = default;
+
+std::vector<UnitMemory> TensorParallelGpt::unit_memory(
+    const std::vector<std::int64_t>& input_shape) const {
+  const std::int64_t B = input_shape.size() == 2 ? input_shape[0] : 0;
+  const std::int64_t T = input_shape.size() == 2 ? input_shape[1] : 0;
+  const SliceSizes sizes(config_, slice_, B * T);
+  const std::size_t stream_bytes = sizes.ns_c * sizeof(float);  // the rank's rows of [B, T, C]
+  std::vector<UnitMemory> memory;
+  UnitMemory embedding;  // the first unit makes no input gradient
+  embedding.output = stream_bytes;
+  // Note: a rank other than the group's first also holds its zero base while it looks up its
+  // rows, so its forward's workspace is the larger (forward() allocates the two in turn).
+  embedding.forward_workspace =
+      (sizes.embedding_whole_rows() + (slice_.rank == 0 ? 0 : sizes.nc)) * sizeof(float);
+  embedding.backward_workspace = sizes.embedding_whole_rows() * sizeof(float);
+  memory.push_back(embedding);
+  for (int layer = 0; layer < config_.n_layer; ++layer) {
+    memory.push_back(GptBlock::memory(config_, B, T, slice_));
+  }
+  UnitMemory head;  // the last unit writes the loss, no output
+  head.saved = sizes.head_saved() * sizeof(float);
+  head.forward_workspace = sizes.head_forward_workspace() * sizeof(float);
+  head.grad_input = stream_bytes;
+  head.backward_workspace = sizes.head_backward_workspace() * sizeof(float);
+  head.forward_stream_scratch = kCudaMatmulWorkspaceBytes;  // the tied head's product
+  head.backward_stream_scratch = kCudaMatmulWorkspaceBytes;
+  memory.push_back(head);
+  return memory;
+}
 
 std::vector<Unit*> TensorParallelGpt::units() {
   std::vector<Unit*> units;

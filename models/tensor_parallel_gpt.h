@@ -35,6 +35,10 @@ class TensorParallelGpt final : public Module {
   ~TensorParallelGpt() override;
 
   std::vector<Unit*> units() override;
+  // input_shape: tokens [B, T], the whole sequence, as every rank of the group is given them.
+  // What this rank's units allocate (the ranks of a group differ only in the embedding's
+  // forward workspace: a rank other than the first holds a zero base too).
+  std::vector<UnitMemory> unit_memory(const std::vector<std::int64_t>& input_shape) const override;
   Communicator* tensor_parallel_group() const override { return slice_.group; }
   const GptConfig& config() const { return config_; }
   const TensorSlice& slice() const { return slice_; }

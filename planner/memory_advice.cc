@@ -74,7 +74,9 @@ std::string model_variant(const PeakPlanInput& input, std::size_t capacity,
 std::string larger_setup(const PeakPlanInput& input, std::size_t capacity,
                          std::int64_t micro_batch, const std::vector<ModelVariant>& variants) {
   const int stage = input.engine.stage;
-  const bool offloaded = input.engine.offload_optimizer.enabled();
+  // A tensor-parallel job offloads nothing yet (config/tensor_parallel_block.cc refuses it).
+  const bool offloaded =
+      input.engine.offload_optimizer.enabled() || input.tensor_parallel_size > 1;
   for (int higher = stage + 1; higher < StagePlan::kStages; ++higher) {
     PeakPlanInput changed = input;
     changed.engine.stage = higher;
@@ -99,9 +101,11 @@ std::string larger_setup(const PeakPlanInput& input, std::size_t capacity,
     PeakPlanInput changed = input;
     changed.engine.stage = StagePlan::kFullySharded;
     changed.world_size = ranks;
+    // world.ranks counts every tensor-parallel rank of each data-parallel one.
     const std::string fits = try_change(
         changed, capacity,
-        fmt::format("on {} ranks (world.ranks) at stage {}", ranks, StagePlan::kFullySharded));
+        fmt::format("on {} ranks (world.ranks) at stage {}", ranks * input.tensor_parallel_size,
+                    StagePlan::kFullySharded));
     if (!fits.empty()) return fits;
   }
   return "";
@@ -110,7 +114,8 @@ std::string larger_setup(const PeakPlanInput& input, std::size_t capacity,
 // Recomputation keeps the micro-batch and trades compute for activations: the lightest policy
 // (selective before full) that fits, when the model can recompute.
 std::string recomputation(const PeakPlanInput& input, std::size_t capacity) {
-  if (input.units.empty()) return "";
+  // A tensor-parallel job does not recompute yet (config/tensor_parallel_block.cc refuses it).
+  if (input.units.empty() || input.tensor_parallel_size > 1) return "";
   for (RecomputePolicy policy : {RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
     if (policy <= input.engine.activation_checkpointing.policy) continue;
     PeakPlanInput changed = input;

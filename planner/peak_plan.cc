@@ -109,7 +109,13 @@ PeakPrediction train_on_shape_device(const PeakPlanInput& input) {
   options.out_of_memory_advice = nullptr;
   options.recompute_plan = input.recompute;
   if (input.units.empty()) options.activation_checkpointing = {};  // no activations to drop
-  ShapeModule module(input);
+  // A tensor-parallel rank's group: its collectives do nothing here, as the data-parallel
+  // group's do, but the engine runs its step's sums over it as it does in a run.
+  std::unique_ptr<shape::ShapeCommunicator> tensor_group;
+  if (input.tensor_parallel_size > 1) {
+    tensor_group = std::make_unique<shape::ShapeCommunicator>(0, input.tensor_parallel_size);
+  }
+  ShapeModule module(input, tensor_group.get());
   ShapeBatch batch(input.batch_bytes);
   Engine engine(context, options);
   std::size_t swap_bytes = 0;
@@ -179,6 +185,10 @@ PeakPrediction predict_peak(const PeakPlanInput& input) {
   if (input.world_size < 1) {
     throw Error(ErrorKind::kConfig, "world.ranks: must be >= 1, got " +
                                         std::to_string(input.world_size));
+  }
+  if (input.tensor_parallel_size < 1) {
+    throw Error(ErrorKind::kConfig, "tensor_parallel.size: must be >= 1, got " +
+                                        std::to_string(input.tensor_parallel_size));
   }
   if (input.model_state_only) return model_state_peaks(input);
   return train_on_shape_device(input);

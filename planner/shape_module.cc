@@ -150,7 +150,8 @@ class ShapeModule::ShapeUnit final : public Unit {
   Buffer kept_;     // split backward: backward_input to backward_weight
 };
 
-ShapeModule::ShapeModule(const PeakPlanInput& input) : held_(input.model.units.size()) {
+ShapeModule::ShapeModule(const PeakPlanInput& input, Communicator* tensor_parallel_group)
+    : tensor_parallel_group_(tensor_parallel_group), held_(input.model.units.size()) {
   for (std::size_t u = 0; u < input.model.units.size(); ++u) {
     const UnitMemory memory = u < input.units.size() ? input.units[u] : UnitMemory{};
     units_.push_back(std::make_unique<ShapeUnit>(input.model.units[u], memory,

@@ -21,13 +21,17 @@ namespace zest {
 
 class ShapeModule final : public Module {
  public:
-  // `input` must outlive the module.
-  explicit ShapeModule(const PeakPlanInput& input);
+  // `input` must outlive the module, and `tensor_parallel_group` (null: none) too: the group of
+  // input.tensor_parallel_size ranks that a tensor-parallel model's units split their layers
+  // across, which the engine sums the gradient norm over (Module::tensor_parallel_group).
+  explicit ShapeModule(const PeakPlanInput& input, Communicator* tensor_parallel_group = nullptr);
   ~ShapeModule() override;
 
   std::vector<Unit*> units() override;
+  Communicator* tensor_parallel_group() const override { return tensor_parallel_group_; }
 
  private:
+  Communicator* tensor_parallel_group_ = nullptr;
   class ShapeUnit;
   std::vector<std::unique_ptr<ShapeUnit>> units_;
   // Per unit: the saved activations of later units that its backward frees

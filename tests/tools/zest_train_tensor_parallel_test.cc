@@ -2,7 +2,7 @@
 // tensor-parallel (with and without sequence parallelism) train the losses and gradient norms,
 // step by step, of the same job on 2 ranks without it (the same global batch, the same seed: the
 // slices start as the whole model's values); the description says the layout; a size that does
-// not divide the ranks, and zest-estimate on a tensor-parallel config, are one input error each.
+// not divide the ranks is one input error. (Its plan: zest_estimate_tensor_parallel_test.cc.)
 #include <cmath>
 #include <string>
 #include <vector>
@@ -79,18 +79,6 @@ TEST_F(ZestTrainTensorParallel, ASizeThatDoesNotDivideTheRanksIsOneInputError) {
   ASSERT_EQ(lines.size(), 1u) << result.err;
   EXPECT_THAT(lines[0], StartsWith("zest-train: error: "));
   EXPECT_THAT(lines[0], HasSubstr("tensor_parallel.size 3 = 3 does not divide world.ranks 4"));
-}
-
-TEST_F(ZestTrainTensorParallel, ZestEstimateRefusesATensorParallelConfig) {
-  std::vector<std::string> args = {"--config", ZEST_SOURCE_DIR "/configs/default.json"};
-  for (const std::string& assignment : kOverrides) args.insert(args.end(), {"--set", assignment});
-  args.insert(args.end(), {"--set", R"(tensor_parallel={"size": 2})"});
-  const ProcessResult result = zest::testing::run_program(
-      ZEST_BINARY_DIR "/bin/zest-estimate", args, {path("stdout.txt"), path("stderr.txt")});
-  EXPECT_EQ(result.status, 2) << result.err;
-  const std::vector<std::string> lines = lines_of(result.err);
-  ASSERT_EQ(lines.size(), 1u) << result.err;
-  EXPECT_THAT(lines[0], HasSubstr("tensor_parallel.size: 2 is not planned yet"));
 }
 
 }  // namespace

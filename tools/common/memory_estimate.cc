@@ -12,8 +12,10 @@
 #include "engine/outer_loop.h"
 #include "engine/stage_plan.h"
 #include "models/registry.h"
+#include "models/tensor_parallel_gpt.h"
 #include "pipeline/schedule_generators.h"
 #include "resolve/resolved_config.h"
+#include "runtime/shape_communicator.h"
 #include "tools/common/model_size.h"
 
 namespace zest {
@@ -83,12 +85,19 @@ std::optional<std::int64_t> largest(const std::function<bool(std::int64_t)>& ok,
   return good;
 }
 
-// The ranks each unit is sharded over: world.ranks, an outer loop's group (engine/outer_loop.h:
-// each group is a ZeRO run of its own), or a hybrid shard group's (engine/hybrid_shards.h),
-// which is what each rank's model state is divided by.
+// The ranks that hold the same units: world.ranks, or with tensor parallelism the data-parallel
+// ranks of the tensor-parallel ranks' slices (world.ranks = data-parallel x tensor-parallel
+// ranks; pipeline stages do not compose with it).
+int data_parallel_ranks(const TrainConfig& config) {
+  return config.world.ranks / config.tensor_parallel.size;
+}
+
+// The ranks each unit is sharded over: the data-parallel ranks, an outer loop's group
+// (engine/outer_loop.h: each group is a ZeRO run of its own), or a hybrid shard group's
+// (engine/hybrid_shards.h), which is what each rank's model state is divided by.
 int shard_ranks(const TrainConfig& config) {
-  const int ranks = config.world.ranks;
-  if (ranks <= 1) return ranks;  // processes: the launcher's count is not known here
+  if (config.world.ranks <= 1) return config.world.ranks;  // processes: the launcher's count
+  const int ranks = data_parallel_ranks(config);
   const int per_node = config.world.ranks_per_node > 0 ? config.world.ranks_per_node : ranks;
   if (config.engine.outer_loop.enabled()) {
     return ranks / outer_groups(config.engine.outer_loop.groups, ranks, per_node);
@@ -102,24 +111,57 @@ int shard_ranks(const TrainConfig& config) {
 // the world's, so that "every one of the 2 ranks" below it reads right.
 std::string hybrid_note(const TrainConfig& config) {
   const int shard = shard_ranks(config);
-  if (shard == config.world.ranks) return std::string();
+  if (shard == data_parallel_ranks(config)) return std::string();
   return fmt::format(", sharded in groups of {} ({})", shard,
                      config.engine.outer_loop.enabled() ? "outer-loop groups" : "hybrid");
 }
 
+// ", 2 data-parallel x 2 tensor-parallel ranks (sequence-parallel)", as zest-train says it.
+std::string tensor_parallel_note(const TrainConfig& config) {
+  if (!config.tensor_parallel.enabled()) return std::string();
+  const int data = data_parallel_ranks(config);
+  return fmt::format(", {} data-parallel x {} tensor-parallel ranks{}", data,
+                     config.tensor_parallel.size,
+                     config.tensor_parallel.sequence_parallel ? " (sequence-parallel)" : "");
+}
+
 }  // namespace
 
+std::shared_ptr<Module> tensor_parallel_rank_model(const TrainConfig& config) {
+  struct Held {
+    std::unique_ptr<shape::ShapeCommunicator> group;
+    std::unique_ptr<TensorParallelGpt> model;
+  };
+  const int size = config.tensor_parallel.size;
+  // Note: the group's last rank. Every rank holds slices of the same sizes, but one other than
+  // the first also holds a zero base in the embedding's forward (models/tensor_parallel_gpt.h),
+  // so the last is the largest of them, and a plan for it holds for every rank.
+  const int rank = size - 1;
+  auto held = std::make_shared<Held>();
+  // Its collectives do nothing, as the planner's data-parallel group's (planner/peak_plan.cc):
+  // the plan runs the units' declared memory (Module::unit_memory), not their kernels.
+  held->group = std::make_unique<shape::ShapeCommunicator>(rank, size);
+  held->model = std::make_unique<TensorParallelGpt>(
+      config.model.gpt,
+      TensorSlice{rank, size, held->group.get(), config.tensor_parallel.sequence_parallel});
+  return std::shared_ptr<Module>(held, held->model.get());
+}
+
+std::string planned_ranks(const EstimateJob& job) {
+  const int data = job.input.world_size;
+  const int tensor = job.input.tensor_parallel_size;
+  if (tensor <= 1) return fmt::format("every one of the {} ranks holds the same", data);
+  // The ranks of a tensor-parallel group differ by the embedding's zero base at most.
+  return fmt::format("the largest of the {} ranks, {} data-parallel x {} tensor-parallel",
+                     data * tensor, data, tensor);
+}
+
 EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> model) {
-  if (config.tensor_parallel.enabled()) {
-    // Note: the planner runs the whole model's units; a tensor-parallel rank holds slices, so a
-    // plan would be wrong, and no plan is better than a wrong one.
-    throw Error(ErrorKind::kConfig,
-                "tensor_parallel.size: " + std::to_string(config.tensor_parallel.size) +
-                    " is not planned yet (the planner counts whole layers, not a tensor-parallel "
-                    "rank's slices); estimate with tensor_parallel.size 1 for an upper bound");
-  }
   EstimateJob job;
-  if (!model) model = make_model(config.model);
+  const bool tensor_parallel = config.tensor_parallel.enabled();
+  if (!model) {
+    model = tensor_parallel ? tensor_parallel_rank_model(config) : make_model(config.model);
+  }
   const std::size_t states = make_optimizer(config.optimizer)->state_count();
   job.input = plan_input(*model, micro_batch_shape(config.model, config.micro_batch), config.engine,
                          states, shard_ranks(config));
@@ -129,21 +171,29 @@ EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> m
   if (config.engine.outer_loop.enabled()) {
     // The groups as a count: the planner's world is every group's shard ranks (peak_plan.h).
     job.input.engine.outer_loop.groups = std::max(1, config.world.ranks / std::max(1, shard));
-  } else if (shard > 0 && config.world.ranks > shard) {
-    job.input.replicas = config.world.ranks / shard;
+  } else if (shard > 0 && data_parallel_ranks(config) > shard) {
+    job.input.replicas = data_parallel_ranks(config) / shard;
   }
+  job.input.tensor_parallel_size = config.tensor_parallel.size;
+  job.sequence_parallel = tensor_parallel && config.tensor_parallel.sequence_parallel;
   job.input.device = config.world.device;
   job.input.batch_bytes = micro_batch_bytes(config.model, config.micro_batch);
   job.micro_batch = config.micro_batch;
-  job.parameters = count_parameters(*model);
+  job.rank_parameters = count_parameters(*model);
+  // A tensor-parallel rank's slices (with the copies every rank holds) are not the model's count.
+  job.parameters = tensor_parallel ? model_size(config.model).parameters : job.rank_parameters;
   // The one declaration serves every micro-batch the advice tries.
   job.resize = [model, spec = static_cast<const ModelSpec&>(config.model)](std::int64_t rows) {
     return model->unit_memory(micro_batch_shape(spec, rows));
   };
-  job.description = fmt::format("{} ({} parameters), {}, micro-batch {}",
-                                describe_model(config.model), job.parameters,
-                                setup(config.world.ranks, config.engine) + hybrid_note(config),
-                                config.micro_batch);
+  const std::string rank_count =
+      tensor_parallel ? fmt::format(", {} on each tensor-parallel rank", job.rank_parameters) : "";
+  job.description =
+      fmt::format("{} ({} parameters{}), {}, micro-batch {}", describe_model(config.model),
+                  job.parameters, rank_count,
+                  setup(config.world.ranks, config.engine) + hybrid_note(config) +
+                      tensor_parallel_note(config),
+                  config.micro_batch);
   if (config.pipeline.enabled()) {
     const PipelineConfig& pipeline = config.pipeline;
     job.description += fmt::format(
@@ -161,7 +211,11 @@ namespace {
 // The GPT's other builds model_variants proposes, each with how it is named.
 std::vector<std::pair<std::string, GptConfig>> gpt_variants(const TrainConfig& config) {
   std::vector<std::pair<std::string, GptConfig>> variants;
-  if (config.model.type != "gpt" || config.pipeline.enabled()) return variants;
+  // Tensor parallelism splits the vocabulary across its ranks instead of in pieces.
+  if (config.model.type != "gpt" || config.pipeline.enabled() ||
+      config.tensor_parallel.enabled()) {
+    return variants;
+  }
   const GptConfig& gpt = config.model.gpt;
   auto add = [&](const std::string& change, int pieces, bool logits) {
     GptConfig changed = gpt;
@@ -282,8 +336,10 @@ std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity
       candidate.model.gpt.n_layer = layers;
       candidate.model.gpt.n_embd = width;
       // A candidate whose model state alone is too large is known without building its units
-      // (the search probes up to kMaxModelUnits - 2 layers).
-      if (model_state_floor(candidate, stage, shard_ranks(candidate),
+      // (the search probes up to kMaxModelUnits - 2 layers). Not for a tensor-parallel rank,
+      // which holds less than the whole model's state that the floor counts.
+      if (!candidate.tensor_parallel.enabled() &&
+          model_state_floor(candidate, stage, shard_ranks(candidate),
                             candidate.engine.offload_optimizer.enabled()) > capacity) {
         return false;
       }
@@ -300,10 +356,15 @@ std::vector<StageFit> fit_config(const TrainConfig& config, std::size_t capacity
         },
         INT_MAX / 4 / gpt.n_head);
     if (heads) fit.n_embd = *heads * gpt.n_head;
-    // Each recomputation policy at the config's n_embd (the config's own is the search above).
+    // Each recomputation policy at the config's n_embd (the config's own is the search above);
+    // none with tensor parallelism, which does not recompute yet.
     const TrainConfig as_given = changed;
-    for (RecomputePolicy policy :
-         {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
+    const std::vector<RecomputePolicy> policies =
+        config.tensor_parallel.enabled()
+            ? std::vector<RecomputePolicy>()
+            : std::vector<RecomputePolicy>{RecomputePolicy::kNone, RecomputePolicy::kSelective,
+                                           RecomputePolicy::kFull};
+    for (RecomputePolicy policy : policies) {
       ActivationCheckpointing& checkpointing = changed.engine.activation_checkpointing;
       if (policy == checkpointing.policy) {
         fit.n_layer_by_policy.emplace_back(policy, fit.n_layer);

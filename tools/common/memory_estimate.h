@@ -28,7 +28,9 @@ struct EstimateJob {
   // The advice's other builds of the model: model_variants(config), which the caller adds where
   // it gives advice (a --fit search plans many jobs and needs none).
   std::vector<ModelVariant> variants;
-  std::size_t parameters = 0;
+  std::size_t parameters = 0;       // the model's, every parameter once
+  std::size_t rank_parameters = 0;  // the planned rank's (tensor parallelism: its slices)
+  bool sequence_parallel = false;   // tensor_parallel.sequence_parallel, with tensor parallelism
 };
 
 // The same model built another way, for the memory advice: a GPT of one vocabulary piece gets
@@ -37,8 +39,18 @@ struct EstimateJob {
 std::vector<ModelVariant> model_variants(const TrainConfig& config);
 
 // `model`: config.model already declared (a run declares it once, for every use); declared here
-// when null. The job's `resize` keeps it.
+// when null. The job's `resize` keeps it. A tensor-parallel config plans one rank of its group:
+// `model` must then be tensor_parallel_rank_model(config) (or null), and the job's world_size
+// counts the data-parallel ranks (world.ranks / tensor_parallel.size).
 EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> model = nullptr);
+
+// Whose peak the job's plan is, for a heading: "every one of the 4 ranks holds the same", or with
+// tensor parallelism "the largest of the 4 ranks, 2 data-parallel x 2 tensor-parallel".
+std::string planned_ranks(const EstimateJob& job);
+
+// The tensor-parallel rank the planner plans (the largest of its group): its TensorParallelGpt
+// over a shape-only group of tensor_parallel.size ranks, which the returned pointer keeps.
+std::shared_ptr<Module> tensor_parallel_rank_model(const TrainConfig& config);
 
 // A config's pipeline block planned: its schedule, simulated (bubble, micro-batches in flight)
 // beside the closed formula, and each pipeline stage's peak per rank (planner/pipeline_plan.h).

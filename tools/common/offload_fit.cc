@@ -161,6 +161,14 @@ OffloadRung plan_rung(const PeakPlanInput& input, const RungSetting& setting,
         fmt::format("zero_optimization.offload_param.nvme_path \"{}\"", nvme_path));
     rung.keys.push_back("zero_optimization.offload_param.max_in_cpu 0");
   }
+  const bool offloads = setting.optimizer != Tier::kDevice || setting.parameters != Tier::kDevice;
+  if (offloads && input.tensor_parallel_size > 1) {
+    // As config/tensor_parallel_block.cc refuses it: no plan of what a run cannot do.
+    rung.unavailable = fmt::format("offload is not supported with tensor parallelism yet "
+                                   "(tensor_parallel.size {})",
+                                   input.tensor_parallel_size);
+    return rung;
+  }
   try {
     rung.prediction = plan_tiers(changed);
     rung.fits = fits(rung.prediction, capacities);

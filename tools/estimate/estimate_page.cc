@@ -139,9 +139,8 @@ HtmlPage estimate_page(const EstimateJob& job, const PeakPrediction& prediction,
   HtmlPage page("zest memory plan", job.description);
   const int stage = job.input.engine.stage;
   page.heading(fmt::format("Stage {}: {}", stage, verdict(prediction, capacity)));
-  page.chart(fmt::format("Peak bytes per rank by category at stage {} (every one of the {} "
-                         "ranks holds the same)",
-                         stage, job.input.world_size),
+  page.chart(fmt::format("Peak bytes per rank by category at stage {} ({})", stage,
+                         planned_ranks(job)),
              stack_chart({fmt::format("stage {}", stage)}, {&prediction}, capacity));
   std::vector<std::vector<std::string>> rows;
   for (Category category : all_categories()) {

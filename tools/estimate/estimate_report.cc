@@ -56,8 +56,7 @@ nlohmann::ordered_json tier_json(const std::array<std::size_t, kCategoryCount>& 
 void print_estimate(const EstimateJob& job, const PeakPrediction& prediction,
                     std::size_t capacity) {
   std::cout << "zest-estimate: " << job.description << "\n";
-  std::cout << fmt::format("peak bytes per rank (every one of the {} ranks holds the same):\n",
-                           job.input.world_size);
+  std::cout << fmt::format("peak bytes per rank ({}):\n", planned_ranks(job));
   for (Category category : all_categories()) {
     if (in_host_memory(category)) continue;
     std::cout << fmt::format("  {:<14}{:>16}  {:>11}\n", category_name(category),
@@ -116,6 +115,12 @@ nlohmann::ordered_json estimate_json(const EstimateJob& job, const PeakPredictio
   out["description"] = job.description;
   out["parameters"] = job.parameters;
   out["ranks"] = job.input.world_size;
+  if (job.input.tensor_parallel_size > 1) {
+    // `ranks` above are the data-parallel ones; the plan is the group's largest rank.
+    out["tensor_parallel"] = {{"size", job.input.tensor_parallel_size},
+                              {"sequence_parallel", job.sequence_parallel},
+                              {"rank_parameters", job.rank_parameters}};
+  }
   out["stage"] = job.input.engine.stage;
   out["per_rank_bytes"] = per_rank;
   if (capacity == kUnlimitedCapacity) {

@@ -166,7 +166,9 @@ int estimate(const Options& options, bool parameter_mode) {
   zest::print_estimate(job, prediction, capacity);
   if (options.fit) {
     zest::print_offload_fit(ladder, tiers);
-    zest::print_fit(fits, capacity, job.input.world_size, parameter_mode);
+    // Every rank: a tensor-parallel job's are its data-parallel ranks' groups.
+    zest::print_fit(fits, capacity, job.input.world_size * job.input.tensor_parallel_size,
+                    parameter_mode);
   }
   if (!options.html_path.empty()) std::cout << "html: wrote " << options.html_path << "\n";
   return 0;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Writes zest-estimate's output (plain and --json) for every configs/*.json and for --set variants
-# that reach recomputation, hpZ, qgZ across replicas, pipeline stages and the CUDA device, one file
-# per case, into OUT. Run it with two builds' binaries and `diff -r` the two folders: the memory
-# planner's numbers must not move when its implementation does.
+# that reach recomputation, hpZ, qgZ across replicas, pipeline stages, the CUDA device and tensor
+# parallelism, one file per case, into OUT. Run it with two builds' binaries and `diff -r` the two
+# folders: the memory planner's numbers must not move when its implementation does.
 # Usage: tools/planner-check/estimate-outputs.sh ZEST_ESTIMATE OUT
 set -euo pipefail
 estimate=$1
@@ -50,3 +50,7 @@ run cuda-qgz-replicas --config configs/gpt2_cuda.json --set world.ranks=8 \
   --set zero_optimization.zero_quantized_gradients=true --set zero_optimization.hybrid_shard_size=4
 run cuda-offload --config configs/gpt2_cuda.json --set world.ranks=8 \
   --set zero_optimization.offload_optimizer.device='"cpu"'
+run tp2 --config configs/default.json --set 'tensor_parallel={"size":2}'
+run tp2-sp-s1 --config configs/gpt_stage1.json --set 'tensor_parallel={"size":2,"sequence_parallel":true}'
+run tp4-sp --config configs/default.json --set model.n_head=8 \
+  --set 'tensor_parallel={"size":4,"sequence_parallel":true}'

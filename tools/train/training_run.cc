@@ -256,10 +256,8 @@ void train_rank(RankContext& context, RunState& run) {
         config.model.gpt,
         TensorSlice{tensor_groups.at.tensor_parallel_index, size, tensor_groups.tensor.get(),
                     config.tensor_parallel.sequence_parallel});
-    EngineOptions options = config.engine;
-    // Note: the planner's advice counts the whole model on each rank; none rather than wrong.
-    options.out_of_memory_advice = nullptr;
-    engine = std::make_unique<Engine>(*tensor_groups.data_context, options);
+    // An out-of-memory's advice plans this rank's slices (Module::unit_memory).
+    engine = std::make_unique<Engine>(*tensor_groups.data_context, config.engine);
     trainer = engine->shard(*model, make_optimizer(config.optimizer));
   } else {
     model = make_model(config.model);
@@ -520,12 +518,12 @@ int train_in(const World& world, const TrainConfig& config, const RunOptions& op
   }
 
   // Note: a pipeline's ranks differ in plan (planner/pipeline_plan.h, zest-estimate); the
-  // table's one plan row is the single-pipeline-stage plan, so a pipeline shows none. The
-  // planner does not count tensor-parallel slices yet, so tensor parallelism shows none either.
+  // table's one plan row is the single-pipeline-stage plan, so a pipeline shows none. A
+  // tensor-parallel run plans its largest rank's slices, not the whole model declared here.
   const std::optional<PeakPrediction> planned =
-      config.pipeline.enabled() || config.tensor_parallel.enabled()
+      config.pipeline.enabled()
           ? std::nullopt
-          : plan_peaks(config, std::move(declared));
+          : plan_peaks(config, config.tensor_parallel.enabled() ? nullptr : std::move(declared));
   print_memory_table(run.usage, run.predicted, planned);
   print_host_params(run.host_params, run.predicted);
   if (run.last_step == 0 && !run.stopped) {
