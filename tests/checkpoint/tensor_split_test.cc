@@ -2,7 +2,8 @@
 // places every element of every rank's part where the model's own DrawSlice does — for every
 // parameter of the tensor-parallel GPT, every rank, at sizes 2 and 4 — its whole shape is the
 // tensor-parallel-1 GPT's, and reading a whole row back finds each element's rank and place.
-// A slice cut another way is refused by name.
+// A slice cut another way is refused by name. The manifest keeps the rule (and reads a wrong one
+// as one error naming its key).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,9 +12,11 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "checkpoint/manifest.h"
 #include "checkpoint/tensor_split.h"
 #include "models/gpt.h"
 #include "models/tensor_parallel_gpt.h"
+#include "runtime/shape_communicator.h"
 #include "tests/support/capture_error.h"
 
 namespace zest {
@@ -44,7 +47,9 @@ TEST(TensorSplit, EveryElementOfEveryRanksPartIsWhereTheModelDrewIt) {
   Gpt whole_model(kConfig);
   for (int size : {2, 4}) {
     for (int rank = 0; rank < size; ++rank) {
-      TensorParallelGpt model(kConfig, TensorSlice{rank, size, nullptr, false});
+      // Only the parameters are asked for: a group that moves no values will do.
+      shape::ShapeCommunicator group(rank, size);
+      TensorParallelGpt model(kConfig, TensorSlice{rank, size, &group, false});
       const std::vector<Unit*> units = model.units();
       const std::vector<Unit*> whole_units = whole_model.units();
       ASSERT_EQ(units.size(), whole_units.size());
@@ -112,6 +117,52 @@ TEST(TensorSplit, ASliceThatIsNotItsRanksPartIsRefusedByName) {
   const std::string message = testing::error_message(
       [&] { split_of(wrong, {4, 3}, 1, 2, "block0.mlp.c_fc.weight"); }, ErrorKind::kInternal);
   EXPECT_THAT(message, HasSubstr("'block0.mlp.c_fc.weight' of tensor rank 1 of 2"));
+}
+
+// A checkpoint of one unit, saved by 2 tensor ranks on 1 data-parallel rank: w cut by rows, b
+// whole.
+CheckpointManifest tensor_parallel_manifest() {
+  CheckpointManifest m;
+  m.tensor_parallel_size = 2;
+  m.shard_alignment = 1;
+  m.tensors = {{"params", DType::kFloat32}};
+  m.units = describe_units({ShardLayout::build("unit", {{"w", {4, 3}}, {"b", {3}}}, 1, 1)});
+  m.units[0].params[0].split = {TensorSplit::Axis::kRows, 2, 4};
+  for (int file = 0; file < 2; ++file) m.files.push_back({rank_file_name(file), 60, 0});
+  return m;
+}
+
+std::string parse_error(const nlohmann::json& manifest) {
+  return testing::error_message(
+      [&] { parse_manifest(manifest.dump(), "manifest.json", ManifestChecksum::kIgnore); },
+      ErrorKind::kCheckpoint);
+}
+
+TEST(TensorSplit, TheManifestKeepsTheRuleAndNamesAWrongOne) {
+  const CheckpointManifest read = parse_manifest(manifest_text(tensor_parallel_manifest()), "m");
+  EXPECT_EQ(read.tensor_parallel_size, 2);
+  EXPECT_EQ(read.units[0].params[0].split, (TensorSplit{TensorSplit::Axis::kRows, 2, 4}));
+  EXPECT_EQ(read.units[0].params[1].split, TensorSplit{});
+  EXPECT_EQ(read.file_of(0, 0, 1), 1);
+
+  const nlohmann::json good = manifest_to_json(tensor_parallel_manifest());
+  nlohmann::json bad = good;
+  bad["units"][0]["params"][0]["tensor_split"]["axis"] = "diagonal";
+  EXPECT_THAT(parse_error(bad), HasSubstr("units[0].params[0].tensor_split.axis"));
+  bad = good;
+  bad["units"][0]["params"][0]["tensor_split"]["stride"] = 3;
+  EXPECT_THAT(parse_error(bad), HasSubstr("cuts 4 rows in blocks of 2 at a stride of 3"));
+  bad = good;
+  bad["units"][0]["params"][1]["tensor_split"] = {{"axis", "columns"}};
+  EXPECT_THAT(parse_error(bad), HasSubstr("'columns' for a parameter not 2-D"));
+  bad = good;
+  bad.erase("tensor_parallel_size");
+  bad["files"].erase(1);
+  EXPECT_THAT(parse_error(bad), HasSubstr("a parameter is cut only among tensor-parallel ranks"));
+  bad = good;
+  bad["files"].erase(1);
+  EXPECT_THAT(parse_error(bad), HasSubstr("lists 1 files for world_size 1 × pipeline_stages 1 × "
+                                          "tensor_parallel_size 2"));
 }
 
 }  // namespace

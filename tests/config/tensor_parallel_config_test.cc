@@ -121,7 +121,6 @@ TEST(TensorParallelConfig, CompositionsNotSupportedYetAreRefusedNamingTheKey) {
        {{"zero_optimization", {{"stage", 3}, {"hybrid_shard_size", 1}}}}},
       {"activation_checkpointing",
        {{"activation_checkpointing", {{"policy", "full"}}}}},
-      {"checkpoint", {{"checkpoint", {{"dir", "unused-checkpoints"}}}}},
       {"model.vocab_pieces", {{"model", {{"vocab_pieces", 2}}}}},
   };
   for (const auto& [key, patch] : cases) {
