@@ -12,6 +12,10 @@
 // r's shard of that part's units only, in the order above; world_size is then the data-parallel
 // size, the ranks each unit is sharded over. A unit is listed once, so a reader finds it by name
 // whatever mesh wrote it.
+// A tensor-parallel run's checkpoint has tensor_parallel_size × world_size files per part, file
+// (part × tensor_parallel_size + t) × world_size + r holding data-parallel rank r's shard of tensor
+// rank t's part of each unit; a unit is listed once, with one part's shapes (every rank's are
+// alike) and how each parameter was cut.
 // A hybrid-sharded run's checkpoint (zero_optimization.hybrid_shard_size) holds each shard once:
 // every shard group holds the same model state, so the first group's ranks write the files and
 // the manifest is that of a run of the shard group's size (world_size), adding
@@ -40,7 +44,10 @@ namespace zest {
 // pipeline_stage) are written only when there are several pipeline stages, and a reader that does
 // not know them still refuses it, never misreads it: it counts pipeline_stages × world_size files
 // where it expects world_size. A hybrid run's is version 1 for a better reason: read without its
-// keys it is a correct checkpoint of the shard group's size.
+// keys it is a correct checkpoint of the shard group's size. A tensor-parallel one
+// (tensor_parallel_size, a parameter's tensor_split; checkpoint/tensor_split.h) is version 1 for
+// the pipeline's reason: its files number tensor_parallel_size times those a reader without the
+// key expects.
 inline constexpr int kCheckpointFormatVersion = 1;
 
 struct CheckpointParam {

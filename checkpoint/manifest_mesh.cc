@@ -89,9 +89,12 @@ void read_param_mesh_keys(const ManifestFields& fields, const CheckpointManifest
   if (axis != "rows") cut.fail_key("axis", "is '" + axis + "', not 'rows' or 'columns'");
   const std::int64_t rows = part.rows();
   const std::int64_t block = cut.integer("block", 1, rows);
-  const std::int64_t stride = cut.integer("stride", 0, block * m.tensor_parallel_size);
-  if (rows % block != 0 || (stride == 0 && block != rows) ||
-      (stride != 0 && stride != block * m.tensor_parallel_size) || param.shape.size() > 2) {
+  const std::int64_t stride = cut.integer("stride");
+  // Note: stride = size × block, tested by division: the product of two read numbers may not fit.
+  const bool one_block = stride == 0 && block == rows;
+  const bool per_rank = stride != 0 && stride % m.tensor_parallel_size == 0 &&
+                        stride / m.tensor_parallel_size == block;
+  if (rows % block != 0 || !(one_block || per_rank) || param.shape.size() > 2) {
     cut.fail(fmt::format("cuts {} rows in blocks of {} at a stride of {}: a part is whole blocks, "
                          "one (stride 0) or one per tensor_parallel_size × block rows",
                          rows, block, stride));

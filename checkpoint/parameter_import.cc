@@ -14,6 +14,7 @@
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/state_shard_copies.h"
+#include "checkpoint/tensor_parallel_reads.h"
 
 namespace zest {
 
@@ -110,15 +111,43 @@ void check_fits(const SafetensorsReader& file, const std::vector<ShardLayout>& l
                           fmt::join(shown, "; "), more));
 }
 
+// A tensor-parallel rank's cut of each parameter of a unit (none: every parameter whole).
+struct UnitCut {
+  std::vector<TensorSplit> splits;
+  int rank = 0;
+  int ranks = 1;
+};
+
+// Elements [begin, end) of a part cut by `split` out of the whole parameter `whole`, which has
+// `columns` columns.
+std::vector<float> part_of(const std::vector<float>& whole, std::int64_t columns,
+                           const SplitParameter& part, int rank, const ElementRange& elements) {
+  std::vector<float> values(elements.size());
+  part.for_each_whole_run(
+      rank, elements.begin, elements.size(),
+      [&](std::size_t offset, std::int64_t row, std::int64_t column, std::size_t count) {
+        const auto first = static_cast<std::size_t>(row * columns + column);
+        std::copy_n(whole.begin() + static_cast<std::ptrdiff_t>(first), count,
+                    values.begin() + static_cast<std::ptrdiff_t>(offset));
+      });
+  return values;
+}
+
 // Copies shard `shard`'s part of unit `u` out of the file into every parameter-valued shard view.
 void fill_unit(const RankContext& context, int shard_index, const SafetensorsReader& file,
                const ShardLayout& layout, const std::vector<StateShard>& shards,
-               const std::map<std::string, FileSource>& sources) {
+               const std::map<std::string, FileSource>& sources, const UnitCut& cut) {
   for (const ParamInShard& part : layout.params_in_shard(shard_index)) {
     const ParamPlace& place = layout.params()[part.param_index];
     const FileSource& from = sources.at(layout.unit_name() + "." + place.name);
-    const std::vector<float> values = file.read_float32(from.name);
+    std::vector<float> values = file.read_float32(from.name);
     const float* source = values.data() + from.first + part.param_elements.begin;
+    if (!cut.splits.empty() && cut.splits[part.param_index].axis != TensorSplit::Axis::kWhole) {
+      const SplitParameter split{place.shape, cut.splits[part.param_index], cut.ranks};
+      values = part_of(values, from.shape.size() >= 2 ? from.shape.back() : 1, split, cut.rank,
+                       part.param_elements);
+      source = values.data();
+    }
     for (const StateShard& shard : shards) {
       if (shard.name != "params" && shard.name != "master") continue;
       // Note: rounded to nearest even into a 2-byte compute copy; the master keeps the fp32
@@ -141,7 +170,10 @@ ImportResult import_parameters(RankContext& context, Trainer& trainer, const std
   // data-parallel group: the file is held against the whole model, and the rank fills its own shard
   // of its own units (a tied copy too, so both copies start equal).
   const std::optional<CheckpointPlacement> placement = trainer.checkpoint_placement();
-  const std::vector<ShardLayout>& whole = placement ? placement->units : layouts;
+  // A tensor-parallel rank's slices are cut from the file's whole tensors.
+  const bool cut = placement && placement->tensor_ranks > 1;
+  const std::vector<ShardLayout> whole =
+      cut ? whole_layouts(*placement) : placement ? placement->units : layouts;
   for (const ShardLayout& layout : whole) {
     result.tensors += layout.params().size();
     result.parameters += layout.numel();
@@ -158,11 +190,14 @@ ImportResult import_parameters(RankContext& context, Trainer& trainer, const std
 
   PhaseRecord copied;
   const std::optional<Error> copy_failure = capture(copied, [&] {
-    const std::map<std::string, FileSource> sources = file_sources(layouts);
+    const std::map<std::string, FileSource> sources = file_sources(cut ? whole : layouts);
     // The rank's shard: its world rank, or its place in its shard group (hybrid sharding).
-    const int shard = placement_of(trainer, context.rank, context.world_size).shard;
+    const CheckpointPlacement here = placement_of(trainer, context.rank, context.world_size);
     for (std::size_t u = 0; u < layouts.size(); ++u) {
-      fill_unit(context, shard, *file, layouts[u], trainer.state_shards(u), sources);
+      UnitCut unit_cut{{}, here.tensor_rank, here.tensor_ranks};
+      if (cut) unit_cut.splits = tensor_splits(here, here.local_units[u]);
+      fill_unit(context, here.shard, *file, layouts[u], trainer.state_shards(u), sources,
+                unit_cut);
     }
   });
   raise_if_failed(exchange_records(context, copied, copy_failure), copy_failure,

@@ -21,19 +21,28 @@ std::vector<CheckpointUnit> whole_units(const CheckpointManifest& manifest) {
   return units;
 }
 
+std::vector<TensorSplit> tensor_splits(const CheckpointPlacement& placement, std::size_t unit) {
+  const ShardLayout& layout = placement.units.at(unit);
+  std::vector<TensorSplit> splits(layout.params().size());
+  if (placement.tensor_ranks == 1) return splits;
+  for (std::size_t p = 0; p < splits.size(); ++p) {
+    const ParamPlace& place = layout.params()[p];
+    splits[p] = split_of(placement.slices.at(unit).at(p), place.shape, placement.tensor_rank,
+                         placement.tensor_ranks, layout.unit_name() + "." + place.name);
+  }
+  return splits;
+}
+
 std::vector<ShardLayout> whole_layouts(const CheckpointPlacement& placement) {
   std::vector<ShardLayout> layouts;
   for (std::size_t u = 0; u < placement.units.size(); ++u) {
     const ShardLayout& layout = placement.units[u];
+    const std::vector<TensorSplit> splits = tensor_splits(placement, u);
     std::vector<ParamShape> shapes;
     for (std::size_t p = 0; p < layout.params().size(); ++p) {
       const ParamPlace& place = layout.params()[p];
-      TensorSplit split;
-      if (placement.tensor_ranks > 1) {
-        split = split_of(placement.slices.at(u).at(p), place.shape, placement.tensor_rank,
-                         placement.tensor_ranks, layout.unit_name() + "." + place.name);
-      }
-      shapes.push_back({place.name, whole_shape(place.shape, split, placement.tensor_ranks)});
+      shapes.push_back(
+          {place.name, whole_shape(place.shape, splits[p], placement.tensor_ranks)});
     }
     layouts.push_back(ShardLayout::build(layout.unit_name(), shapes, 1));
   }
@@ -44,16 +53,7 @@ TensorParallelReader::TensorParallelReader(const CheckpointSource& source,
                                            const CheckpointPlacement& placement)
     : source_(source), placement_(placement) {
   for (std::size_t u = 0; u < placement.units.size(); ++u) {
-    const ShardLayout& layout = placement.units[u];
-    std::vector<TensorSplit>& splits = splits_.emplace_back();
-    for (std::size_t p = 0; p < layout.params().size(); ++p) {
-      const ParamPlace& place = layout.params()[p];
-      splits.push_back(placement.tensor_ranks == 1
-                           ? TensorSplit{}
-                           : split_of(placement.slices.at(u).at(p), place.shape,
-                                      placement.tensor_rank, placement.tensor_ranks,
-                                      layout.unit_name() + "." + place.name));
-    }
+    splits_.push_back(tensor_splits(placement, u));
   }
 }
 

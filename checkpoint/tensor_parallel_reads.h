@@ -26,6 +26,9 @@ bool crosses_tensor_parallel(const CheckpointManifest& manifest,
 std::vector<CheckpointUnit> whole_units(const CheckpointManifest& manifest);
 std::vector<ShardLayout> whole_layouts(const CheckpointPlacement& placement);
 
+// How this rank's tensor-parallel slices of the placement's unit `unit` are cut, per parameter.
+std::vector<TensorSplit> tensor_splits(const CheckpointPlacement& placement, std::size_t unit);
+
 class TensorParallelReader {
  public:
   // Both outlive the reader; the manifest's units are the placement's, in order (check that with

@@ -109,9 +109,6 @@ void refuse_tensor_parallel_compositions(const TrainConfig& out) {
   if (engine.activation_checkpointing.enabled()) {
     refuse("activation_checkpointing", out, "activation recomputation");
   }
-  if (!out.model.init_from.empty()) {
-    refuse("model.init_from", out, "starting from a safetensors file");
-  }
 }
 
 }  // namespace config_blocks

@@ -19,8 +19,9 @@ namespace {
 using Exact = unsigned __int128;  // sizes recomputed without wrapping around
 
 // What an accepted manifest promises, recomputed exactly: every unit's flat length is world_size
-// shard lengths and holds its numel, its parameters tile [0, numel), and every rank file's size
-// is the sum of the blocks of its pipeline stage's units.
+// shard lengths and holds its numel, its parameters tile [0, numel), a cut parameter's rows are
+// whole blocks, and every rank file's size is the sum of the blocks of its pipeline stage's units
+// (each tensor rank's files alike).
 void check_sizes(const zest::CheckpointManifest& manifest) {
   std::vector<Exact> file_bytes(static_cast<std::size_t>(manifest.pipeline_stages), 0);
   for (const zest::CheckpointUnit& unit : manifest.units) {
@@ -33,6 +34,10 @@ void check_sizes(const zest::CheckpointManifest& manifest) {
       for (std::int64_t d : param.shape) numel *= Exact(static_cast<std::uint64_t>(d));
       zest::fuzz::check(numel == param.numel, "a parameter's numel is not its shape's product");
       zest::fuzz::check(param.offset == next, "parameters do not tile the unit");
+      if (param.split.axis == zest::TensorSplit::Axis::kRows) {
+        const zest::SplitParameter part{param.shape, param.split, manifest.tensor_parallel_size};
+        zest::fuzz::check(part.rows() % param.split.block == 0, "a cut's rows are not whole blocks");
+      }
       next += numel;
     }
     zest::fuzz::check(next == unit.numel, "parameters do not add up to numel");
@@ -41,12 +46,12 @@ void check_sizes(const zest::CheckpointManifest& manifest) {
           Exact{unit.shard_length} * zest::dtype_size(tensor.dtype);
     }
   }
-  zest::fuzz::check(manifest.files.size() == file_bytes.size() *
-                                                static_cast<std::size_t>(manifest.world_size),
-                    "the files are not world_size x pipeline_stages");
+  const auto part_files = static_cast<std::size_t>(manifest.world_size) *
+                          static_cast<std::size_t>(manifest.tensor_parallel_size);
+  zest::fuzz::check(manifest.files.size() == file_bytes.size() * part_files,
+                    "the files are not world_size x pipeline_stages x tensor_parallel_size");
   for (std::size_t f = 0; f < manifest.files.size(); ++f) {
-    zest::fuzz::check(manifest.files[f].bytes ==
-                          file_bytes[f / static_cast<std::size_t>(manifest.world_size)],
+    zest::fuzz::check(manifest.files[f].bytes == file_bytes[f / part_files],
                       "a file's size differs from the layout's");
   }
 }

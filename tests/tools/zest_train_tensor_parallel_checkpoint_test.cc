@@ -2,7 +2,8 @@
 // at tensor-parallel size 2 resumes at size 1, and that run's at size 4, to the losses and
 // gradient norms of the uninterrupted size-2 run; zest-ckpt exports it as the whole model's
 // tensors, which are the tensor-parallel-1 run's parameters at the same step; and zest-ckpt
-// reshards it over another number of data-parallel ranks, each tensor rank's part on its own.
+// reshards it over another number of data-parallel ranks, each tensor rank's part on its own. A
+// size-2 run started from an exported model (model.init_from) trains as the size-1 run does.
 #include <cmath>
 #include <map>
 #include <string>
@@ -132,6 +133,21 @@ TEST_F(ZestTrainTensorParallelCheckpoint, ExportsTheWholeModelAsTheTensorParalle
           << name << "[" << i << "]";
     }
   }
+}
+
+TEST_F(ZestTrainTensorParallelCheckpoint, StartsFromAnExportedModelAsTheSizeOneRunDoes) {
+  // A model trained 2 steps at size 1, exported whole, is where both runs start.
+  const std::string saved = path("saved");
+  ASSERT_EQ(train({"world.ranks=2", "steps=2", "checkpoint.every_steps=2",
+                   "checkpoint.dir=" + saved}).status, 0);
+  const std::string model = path("model.safetensors");
+  ASSERT_EQ(ckpt({"export", saved, "--out", model}).status, 0);
+  const std::vector<StepLoss> plain =
+      steps_of({"world.ranks=2", "steps=3", "model.init_from=" + model});
+  const std::vector<StepLoss> cut =
+      steps_of({"world.ranks=4", kSize2, "steps=3", "model.init_from=" + model});
+  ASSERT_EQ(plain.size(), 3u);
+  expect_same_steps(cut, plain, 0, "size 2 from the exported model");
 }
 
 TEST_F(ZestTrainTensorParallelCheckpoint, ReshardedOverOtherDataParallelRanksItResumesAlike) {
