@@ -1,10 +1,10 @@
 // Consolidating a checkpoint's shards into the full parameters, by the model's parameter names
-// ("<unit>.<name>", flat order), as one safetensors file (checkpoint/safetensors.h). The values come
-// from the fp32 master weights when the checkpoint has them (2-byte training), else from the
+// ("<unit>.<name>", flat order), as one safetensors file (checkpoint/safetensors.h). The values
+// come from the fp32 master weights when the checkpoint has them (2-byte training), else from the
 // parameters, converted to the dtype asked for with round to nearest even — so a bf16 export of
 // a bf16 run holds exactly the run's parameters. A tensor-parallel run's parameters are put back
-// together whole, so the file is the same at every tensor-parallel size. Invariant: the file appears whole or not at all,
-// and the source's checksums are verified before it is read.
+// together whole, so the file is the same at every tensor-parallel size. Invariant: the file
+// appears whole or not at all, and the source's checksums are verified before it is read.
 #pragma once
 
 #include <cstddef>

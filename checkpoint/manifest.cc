@@ -104,16 +104,15 @@ CheckpointPlacement placement_of(const Trainer& trainer, int rank, int world_siz
     return plain;
   }
   const CheckpointPlacement& p = *given;
-  bool fits = p.parts >= 1 && p.shards >= 1 && p.replicas >= 1 && p.replica >= 0 &&
-              p.replica < p.replicas && p.tensor_ranks >= 1 && p.tensor_rank >= 0 &&
-              p.tensor_rank < p.tensor_ranks &&
-              p.parts * p.shards * p.replicas * p.tensor_ranks == world_size &&
-              ((p.part * p.replicas + p.replica) * p.shards + p.shard) * p.tensor_ranks +
-                      p.tensor_rank ==
-                  rank &&
-              p.unit_parts.size() == p.units.size() &&
-              p.local_units.size() == trainer.layouts().size() &&
-              (p.tensor_ranks == 1 || p.slices.size() == p.units.size());
+  bool fits =
+      p.parts >= 1 && p.shards >= 1 && p.replicas >= 1 && p.replica >= 0 &&
+      p.replica < p.replicas && p.tensor_ranks >= 1 && p.tensor_rank >= 0 &&
+      p.tensor_rank < p.tensor_ranks &&
+      p.parts * p.shards * p.replicas * p.tensor_ranks == world_size &&
+      ((p.part * p.replicas + p.replica) * p.shards + p.shard) * p.tensor_ranks + p.tensor_rank ==
+          rank &&
+      p.unit_parts.size() == p.units.size() && p.local_units.size() == trainer.layouts().size() &&
+      (p.tensor_ranks == 1 || p.slices.size() == p.units.size());
   for (std::size_t i = 0; fits && i < p.local_units.size(); ++i) {
     fits = p.local_units[i] < p.units.size() &&
            p.units[p.local_units[i]].unit_name() == trainer.layouts()[i].unit_name();

@@ -57,9 +57,9 @@ void read_mesh_keys(const ManifestFields& top, CheckpointManifest& m) {
                              "damaged or was edited: resume from another checkpoint",
                              shard_size, m.world_size));
   }
-  m.hybrid_replicas = static_cast<int>(top.integer(
-      "hybrid_replicas", 2,
-      kMostRanks / (m.world_size * m.pipeline_stages * m.tensor_parallel_size)));
+  m.hybrid_replicas = static_cast<int>(
+      top.integer("hybrid_replicas", 2,
+                  kMostRanks / (m.world_size * m.pipeline_stages * m.tensor_parallel_size)));
 }
 
 void read_unit_mesh_keys(const ManifestFields& fields, const CheckpointManifest& m,
@@ -74,8 +74,9 @@ void read_param_mesh_keys(const ManifestFields& fields, const CheckpointManifest
                           CheckpointParam& param) {
   if (!fields.has("tensor_split")) return;
   if (m.tensor_parallel_size == 1) {
-    fields.fail_key("tensor_split", "is given, but the checkpoint has no tensor_parallel_size: a "
-                                    "parameter is cut only among tensor-parallel ranks");
+    fields.fail_key("tensor_split",
+                    "is given, but the checkpoint has no tensor_parallel_size: a "
+                    "parameter is cut only among tensor-parallel ranks");
   }
   const ManifestFields cut(fields.object("tensor_split"), fields.source(),
                            fields.path("tensor_split"));
@@ -95,9 +96,10 @@ void read_param_mesh_keys(const ManifestFields& fields, const CheckpointManifest
   const bool per_rank = stride != 0 && stride % m.tensor_parallel_size == 0 &&
                         stride / m.tensor_parallel_size == block;
   if (rows % block != 0 || !(one_block || per_rank) || param.shape.size() > 2) {
-    cut.fail(fmt::format("cuts {} rows in blocks of {} at a stride of {}: a part is whole blocks, "
-                         "one (stride 0) or one per tensor_parallel_size × block rows",
-                         rows, block, stride));
+    cut.fail(
+        fmt::format("cuts {} rows in blocks of {} at a stride of {}: a part is whole blocks, "
+                    "one (stride 0) or one per tensor_parallel_size × block rows",
+                    rows, block, stride));
   }
   param.split = {TensorSplit::Axis::kRows, block, stride};
 }
@@ -107,10 +109,10 @@ void check_file_count(const ManifestFields& top, std::size_t listed, const Check
       static_cast<std::size_t>(m.world_size) * m.pipeline_stages * m.tensor_parallel_size;
   if (listed == file_count) return;
   if (m.tensor_parallel_size > 1) {
-    top.fail_key("files", fmt::format("lists {} files for world_size {} × pipeline_stages {} × "
-                                      "tensor_parallel_size {}",
-                                      listed, m.world_size, m.pipeline_stages,
-                                      m.tensor_parallel_size));
+    top.fail_key("files",
+                 fmt::format("lists {} files for world_size {} × pipeline_stages {} × "
+                             "tensor_parallel_size {}",
+                             listed, m.world_size, m.pipeline_stages, m.tensor_parallel_size));
   }
   if (m.hybrid_replicas > 1) {
     top.fail_key("files", fmt::format("lists {} files, but a hybrid run's checkpoint holds one "

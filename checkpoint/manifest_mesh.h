@@ -1,9 +1,9 @@
 // The manifest's keys that say how the saving run's ranks were arranged (internal to
 // checkpoint/): a pipeline's `pipeline_stages` and each unit's `pipeline_stage`, a hybrid run's
 // `hybrid_shard_size` and `hybrid_replicas`, a tensor-parallel run's `tensor_parallel_size` and
-// each cut parameter's `tensor_split` (checkpoint/tensor_split.h). Written only when they differ from a plain run's, so
-// a plain checkpoint's manifest is what format version 1 always wrote; read strictly, and held
-// against world_size and the number of files the manifest lists.
+// each cut parameter's `tensor_split` (checkpoint/tensor_split.h). Written only when they differ
+// from a plain run's, so a plain checkpoint's manifest is what format version 1 always wrote; read
+// strictly, and held against world_size and the number of files the manifest lists.
 #pragma once
 
 #include <cstddef>

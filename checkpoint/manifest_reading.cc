@@ -166,8 +166,8 @@ CheckpointManifest manifest_from_json(const nlohmann::json& value, const std::st
     if (!hash) f.fail_key("xxh3", "is not 16 hex digits");
     file.xxh3 = *hash;
     // Files are part-major, then tensor rank (CheckpointManifest::file_of).
-    const int part = static_cast<int>(
-        r / (static_cast<std::size_t>(m.world_size) * m.tensor_parallel_size));
+    const int part =
+        static_cast<int>(r / (static_cast<std::size_t>(m.world_size) * m.tensor_parallel_size));
     if (file.bytes != m.rank_file_bytes(part)) {
       f.fail_key("bytes", fmt::format("is {}; the units and tensors make {}", file.bytes,
                                       m.rank_file_bytes(part)));

@@ -172,8 +172,9 @@ ImportResult import_parameters(RankContext& context, Trainer& trainer, const std
   const std::optional<CheckpointPlacement> placement = trainer.checkpoint_placement();
   // A tensor-parallel rank's slices are cut from the file's whole tensors.
   const bool cut = placement && placement->tensor_ranks > 1;
-  const std::vector<ShardLayout> whole =
-      cut ? whole_layouts(*placement) : placement ? placement->units : layouts;
+  const std::vector<ShardLayout> whole = cut         ? whole_layouts(*placement)
+                                         : placement ? placement->units
+                                                     : layouts;
   for (const ShardLayout& layout : whole) {
     result.tensors += layout.params().size();
     result.parameters += layout.numel();
@@ -196,8 +197,7 @@ ImportResult import_parameters(RankContext& context, Trainer& trainer, const std
     for (std::size_t u = 0; u < layouts.size(); ++u) {
       UnitCut unit_cut{{}, here.tensor_rank, here.tensor_ranks};
       if (cut) unit_cut.splits = tensor_splits(here, here.local_units[u]);
-      fill_unit(context, here.shard, *file, layouts[u], trainer.state_shards(u), sources,
-                unit_cut);
+      fill_unit(context, here.shard, *file, layouts[u], trainer.state_shards(u), sources, unit_cut);
     }
   });
   raise_if_failed(exchange_records(context, copied, copy_failure), copy_failure,

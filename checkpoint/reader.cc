@@ -156,7 +156,7 @@ std::unique_ptr<CheckpointSource> open_for(const std::string& dir,
 }
 
 using ShardReader = std::function<void(std::size_t unit, std::size_t tensor, std::size_t begin,
-                                        std::size_t end, void* host, DType type)>;
+                                       std::size_t end, void* host, DType type)>;
 
 // Fills every state shard of this rank through `read` (the placement's unit, the saved tensor, a
 // flat range of the unit, where to, as what).

@@ -7,9 +7,9 @@
 // pipeline's checkpoint loads at any pipeline stages × data-parallel ranks, or into a plain
 // trainer, and back (Trainer::checkpoint_placement); a hybrid run's holds its shards once, and
 // every shard group's rank reads its shard from them. A tensor-parallel run's loads at any other
-// tensor-parallel size (checkpoint/tensor_parallel_reads.h). Invariant: either every rank loads and the trainer continues
-// exactly where the saved run stood, or every rank throws (a failed load leaves the trainer's
-// state undefined: build a new one).
+// tensor-parallel size (checkpoint/tensor_parallel_reads.h). Invariant: either every rank loads and
+// the trainer continues exactly where the saved run stood, or every rank throws (a failed load
+// leaves the trainer's state undefined: build a new one).
 #pragma once
 
 #include <cstdint>

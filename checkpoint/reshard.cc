@@ -87,8 +87,7 @@ ReshardResult reshard_checkpoint(const std::string& source_path, const std::stri
           for (std::size_t done = 0; done < length; done += kChunkElements) {
             const std::size_t now = std::min(kChunkElements, length - done);
             buffer.resize(now * dtype_size(dtype));
-            source.read(u, t, first + done, first + done + now, buffer.data(), dtype,
-                        tensor_rank);
+            source.read(u, t, first + done, first + done + now, buffer.data(), dtype, tensor_rank);
             writer.write(buffer.data(), buffer.size());
           }
         }

@@ -2,8 +2,9 @@
 // without a trainer, by flat-coordinate arithmetic on the saved shards (checkpoint_source.h).
 // The result loads at the new world size straight from each rank's own file. A tensor-parallel
 // checkpoint keeps its tensor-parallel size: each tensor rank's part is resharded on its own (a
-// run at another tensor-parallel size loads it all the same, checkpoint/tensor_parallel_reads.h). Invariant: the
-// output directory appears whole or not at all, and the source is verified before it is read.
+// run at another tensor-parallel size loads it all the same, checkpoint/tensor_parallel_reads.h).
+// Invariant: the output directory appears whole or not at all, and the source is verified before it
+// is read.
 #pragma once
 
 #include <cstdint>

@@ -75,8 +75,7 @@ std::vector<int> CheckpointSource::ranks_holding(std::size_t unit, std::size_t b
 }
 
 void CheckpointSource::read(std::size_t unit, std::size_t tensor, std::size_t begin,
-                            std::size_t end, void* destination, DType type,
-                            int tensor_rank) const {
+                            std::size_t end, void* destination, DType type, int tensor_rank) const {
   const CheckpointUnit& u = manifest_.units.at(unit);
   const CheckpointTensor& saved = manifest_.tensors.at(tensor);
   const std::size_t saved_size = dtype_size(saved.dtype);

@@ -41,8 +41,7 @@ std::vector<ShardLayout> whole_layouts(const CheckpointPlacement& placement) {
     std::vector<ParamShape> shapes;
     for (std::size_t p = 0; p < layout.params().size(); ++p) {
       const ParamPlace& place = layout.params()[p];
-      shapes.push_back(
-          {place.name, whole_shape(place.shape, splits[p], placement.tensor_ranks)});
+      shapes.push_back({place.name, whole_shape(place.shape, splits[p], placement.tensor_ranks)});
     }
     layouts.push_back(ShardLayout::build(layout.unit_name(), shapes, 1));
   }
@@ -89,8 +88,8 @@ void TensorParallelReader::read(std::size_t unit, std::size_t tensor, std::size_
               [&](std::size_t within, int rank, std::size_t element, std::size_t run) {
                 const std::size_t from = saved.offset + element;
                 verify_once(unit, from, from + run, rank);
-                source_.read(unit, tensor, from, from + run,
-                             param_out + (offset + within) * size, type, rank);
+                source_.read(unit, tensor, from, from + run, param_out + (offset + within) * size,
+                             type, rank);
               });
         });
   }

@@ -35,8 +35,8 @@ struct TensorSplit {
 const char* axis_name(TensorSplit::Axis axis);
 
 // The rule rank `rank` of `tensor_ranks` follows for a part of shape `shape` cut as `slice` (not
-// a slice: kWhole). A kInternal Error naming `name` when the slice is not its rank's r-th part by one of
-// the rules above (a model cut its parameters another way).
+// a slice: kWhole). A kInternal Error naming `name` when the slice is not its rank's r-th part by
+// one of the rules above (a model cut its parameters another way).
 TensorSplit split_of(const ParamSpec::DrawSlice& slice, const std::vector<std::int64_t>& shape,
                      int rank, int tensor_ranks, const std::string& name);
 
@@ -54,14 +54,14 @@ struct SplitParameter {
   std::int64_t rows() const;
   // Elements [first, first + count) of rank `rank`'s part as runs along whole rows:
   // visit(offset into the range, whole row, whole column, count).
-  void for_each_whole_run(int rank, std::size_t first, std::size_t count,
-                          const std::function<void(std::size_t, std::int64_t, std::int64_t,
-                                                   std::size_t)>& visit) const;
+  void for_each_whole_run(
+      int rank, std::size_t first, std::size_t count,
+      const std::function<void(std::size_t, std::int64_t, std::int64_t, std::size_t)>& visit) const;
   // Whole row `row`, columns [column, column + count), as runs of the parts that hold it:
   // visit(offset into the run, rank, element of its part, count). A whole parameter's is rank 0's.
-  void for_each_part_run(std::int64_t row, std::int64_t column, std::size_t count,
-                         const std::function<void(std::size_t, int, std::size_t, std::size_t)>&
-                             visit) const;
+  void for_each_part_run(
+      std::int64_t row, std::int64_t column, std::size_t count,
+      const std::function<void(std::size_t, int, std::size_t, std::size_t)>& visit) const;
 };
 
 }  // namespace zest

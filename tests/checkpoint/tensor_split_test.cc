@@ -33,7 +33,8 @@ std::int64_t drawn_at(const ParamSpec& spec, std::int64_t element) {
   const ParamSpec::DrawSlice& s = spec.draw_slice;
   const std::int64_t columns = spec.shape.size() >= 2 ? spec.shape.back() : 1;
   const std::int64_t row = element / columns;
-  const std::int64_t whole_row = (row / s.row_block) * s.row_stride + s.row_first + row % s.row_block;
+  const std::int64_t whole_row =
+      (row / s.row_block) * s.row_stride + s.row_first + row % s.row_block;
   return whole_row * s.full_columns + s.column_first + element % columns;
 }
 
@@ -65,9 +66,8 @@ TEST(TensorSplit, EveryElementOfEveryRanksPartIsWhereTheModelDrewIt) {
           EXPECT_EQ(whole_shape(spec.shape, split, size), whole_specs[p].shape) << what;
           EXPECT_EQ(split.axis == TensorSplit::Axis::kWhole, !spec.draw_slice.enabled()) << what;
           const SplitParameter part{spec.shape, split, size};
-          const std::int64_t whole_columns = whole_specs[p].shape.size() >= 2
-                                                 ? whole_specs[p].shape.back()
-                                                 : 1;
+          const std::int64_t whole_columns =
+              whole_specs[p].shape.size() >= 2 ? whole_specs[p].shape.back() : 1;
           part.for_each_whole_run(
               rank, 0, static_cast<std::size_t>(numel(spec.shape)),
               [&](std::size_t offset, std::int64_t row, std::int64_t column, std::size_t count) {
@@ -80,16 +80,16 @@ TEST(TensorSplit, EveryElementOfEveryRanksPartIsWhereTheModelDrewIt) {
                 }
                 // And back: the run is this rank's, at the same elements.
                 std::size_t found = 0;
-                part.for_each_part_run(row, column, count,
-                                       [&](std::size_t within, int owner, std::size_t element,
-                                           std::size_t run) {
-                                         EXPECT_EQ(within, found) << what;
-                                         if (split.axis != TensorSplit::Axis::kWhole) {
-                                           EXPECT_EQ(owner, rank) << what;
-                                         }
-                                         EXPECT_EQ(element, offset + within) << what;
-                                         found += run;
-                                       });
+                part.for_each_part_run(
+                    row, column, count,
+                    [&](std::size_t within, int owner, std::size_t element, std::size_t run) {
+                      EXPECT_EQ(within, found) << what;
+                      if (split.axis != TensorSplit::Axis::kWhole) {
+                        EXPECT_EQ(owner, rank) << what;
+                      }
+                      EXPECT_EQ(element, offset + within) << what;
+                      found += run;
+                    });
                 EXPECT_EQ(found, count) << what;
               });
         }
@@ -102,10 +102,10 @@ TEST(TensorSplit, AWholeRowOfAColumnCutIsReadFromEveryRankInTurn) {
   // [2, 3] parts of a [2, 6] whole at size 2: row 1 is rank 0's elements 3-5, then rank 1's.
   const SplitParameter part{{2, 3}, {TensorSplit::Axis::kColumns, 0, 0}, 2};
   std::vector<std::vector<std::size_t>> runs;
-  part.for_each_part_run(1, 1, 4, [&](std::size_t within, int rank, std::size_t element,
-                                      std::size_t count) {
-    runs.push_back({within, static_cast<std::size_t>(rank), element, count});
-  });
+  part.for_each_part_run(1, 1, 4,
+                         [&](std::size_t within, int rank, std::size_t element, std::size_t count) {
+                           runs.push_back({within, static_cast<std::size_t>(rank), element, count});
+                         });
   const std::vector<std::vector<std::size_t>> expected = {{0, 0, 4, 2}, {2, 1, 3, 2}};
   EXPECT_EQ(runs, expected);
 }

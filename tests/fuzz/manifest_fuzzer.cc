@@ -36,7 +36,8 @@ void check_sizes(const zest::CheckpointManifest& manifest) {
       zest::fuzz::check(param.offset == next, "parameters do not tile the unit");
       if (param.split.axis == zest::TensorSplit::Axis::kRows) {
         const zest::SplitParameter part{param.shape, param.split, manifest.tensor_parallel_size};
-        zest::fuzz::check(part.rows() % param.split.block == 0, "a cut's rows are not whole blocks");
+        zest::fuzz::check(part.rows() % param.split.block == 0,
+                          "a cut's rows are not whole blocks");
       }
       next += numel;
     }

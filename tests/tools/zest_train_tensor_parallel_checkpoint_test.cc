@@ -94,32 +94,39 @@ void expect_same_steps(const std::vector<StepLoss>& resumed, const std::vector<S
 TEST_F(ZestTrainTensorParallelCheckpoint, ResumesAtOtherTensorParallelSizesToTheSameLosses) {
   // Size 2 x 2 data-parallel ranks, 6 steps, saved at 2, 4 and 6.
   const std::string first = path("size2");
-  const std::vector<StepLoss> whole = steps_of(
-      {"world.ranks=4", kSize2, "steps=6", "zero_optimization.stage=3", "checkpoint.every_steps=2", "checkpoint.dir=" + first});
+  const std::vector<StepLoss> whole =
+      steps_of({"world.ranks=4", kSize2, "steps=6", "zero_optimization.stage=3",
+                "checkpoint.every_steps=2", "checkpoint.dir=" + first});
   ASSERT_EQ(whole.size(), 6u);
 
   // Its step 2 at size 1 on 2 data-parallel ranks (stage 1), saving its own step 4 ...
   const std::string second = path("size1");
   const std::vector<StepLoss> at_size1 =
-      steps_of({"world.ranks=2", "steps=4", "zero_optimization.stage=1",
-                "checkpoint.every_steps=2", "checkpoint.dir=" + second},
+      steps_of({"world.ranks=2", "steps=4", "zero_optimization.stage=1", "checkpoint.every_steps=2",
+                "checkpoint.dir=" + second},
                {"--resume", first + "/step-2"});
   expect_same_steps(at_size1, whole, 2, "size 2 -> 1");
   const std::string said = zest::testing::read_file(path("stdout.txt"));
   EXPECT_THAT(said, HasSubstr("saved by 4 ranks, tensor-parallel size 2 at stage 3; resharded"));
 
   // ... which resumes at size 4 on 1 data-parallel rank with sequence parallelism.
-  const std::vector<StepLoss> at_size4 = steps_of(
-      {"world.ranks=4", kSize4, "tensor_parallel.sequence_parallel=true", "steps=6"},
-      {"--resume", second + "/step-4"});
+  const std::vector<StepLoss> at_size4 =
+      steps_of({"world.ranks=4", kSize4, "tensor_parallel.sequence_parallel=true", "steps=6"},
+               {"--resume", second + "/step-4"});
   expect_same_steps(at_size4, whole, 4, "size 2 -> 1 -> 4");
 }
 
 TEST_F(ZestTrainTensorParallelCheckpoint, ExportsTheWholeModelAsTheTensorParallelOneRunHasIt) {
   const std::string cut = path("size2");
   const std::string plain = path("size1");
-  ASSERT_EQ(train({"world.ranks=4", kSize2, "steps=2", "checkpoint.every_steps=2", "checkpoint.dir=" + cut}).status, 0);
-  ASSERT_EQ(train({"world.ranks=2", "steps=2", "checkpoint.every_steps=2", "checkpoint.dir=" + plain}).status, 0);
+  ASSERT_EQ(train({"world.ranks=4", kSize2, "steps=2", "checkpoint.every_steps=2",
+                   "checkpoint.dir=" + cut})
+                .status,
+            0);
+  ASSERT_EQ(
+      train({"world.ranks=2", "steps=2", "checkpoint.every_steps=2", "checkpoint.dir=" + plain})
+          .status,
+      0);
   const auto from_cut = exported(cut, "cut.safetensors");
   const auto from_plain = exported(plain, "plain.safetensors");
   ASSERT_EQ(from_cut.size(), from_plain.size());
@@ -138,8 +145,10 @@ TEST_F(ZestTrainTensorParallelCheckpoint, ExportsTheWholeModelAsTheTensorParalle
 TEST_F(ZestTrainTensorParallelCheckpoint, StartsFromAnExportedModelAsTheSizeOneRunDoes) {
   // A model trained 2 steps at size 1, exported whole, is where both runs start.
   const std::string saved = path("saved");
-  ASSERT_EQ(train({"world.ranks=2", "steps=2", "checkpoint.every_steps=2",
-                   "checkpoint.dir=" + saved}).status, 0);
+  ASSERT_EQ(
+      train({"world.ranks=2", "steps=2", "checkpoint.every_steps=2", "checkpoint.dir=" + saved})
+          .status,
+      0);
   const std::string model = path("model.safetensors");
   ASSERT_EQ(ckpt({"export", saved, "--out", model}).status, 0);
   const std::vector<StepLoss> plain =
@@ -152,8 +161,8 @@ TEST_F(ZestTrainTensorParallelCheckpoint, StartsFromAnExportedModelAsTheSizeOneR
 
 TEST_F(ZestTrainTensorParallelCheckpoint, ReshardedOverOtherDataParallelRanksItResumesAlike) {
   const std::string saved = path("saved");
-  const std::vector<StepLoss> whole =
-      steps_of({"world.ranks=4", kSize2, "steps=4", "checkpoint.every_steps=2", "checkpoint.dir=" + saved});
+  const std::vector<StepLoss> whole = steps_of(
+      {"world.ranks=4", kSize2, "steps=4", "checkpoint.every_steps=2", "checkpoint.dir=" + saved});
   ASSERT_EQ(whole.size(), 4u);
   const std::string resharded = path("resharded");
   const ProcessResult result =

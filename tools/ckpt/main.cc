@@ -107,9 +107,10 @@ int inspect(const std::string& path) {
                              m.pipeline_stages, m.world_size);
   }
   if (m.tensor_parallel_size > 1) {
-    std::cout << fmt::format("  tensor-parallel size {}: each tensor rank saved its part of every "
-                             "unit; the shapes below are one part's\n",
-                             m.tensor_parallel_size);
+    std::cout << fmt::format(
+        "  tensor-parallel size {}: each tensor rank saved its part of every "
+        "unit; the shapes below are one part's\n",
+        m.tensor_parallel_size);
   }
   if (m.hybrid_replicas > 1) {
     std::cout << fmt::format("  hybrid sharding: saved by {} shard groups of {} ranks ({} ranks); "

@@ -121,10 +121,10 @@ std::int64_t TrainCheckpoints::resume(RankContext& context, Trainer& trainer) {
     // Every rank that trained: a hybrid run's other shard groups held the saved shards too.
     const int saved_ranks = loaded.saved_world_size * loaded.saved_pipeline_stages *
                             loaded.saved_replicas * loaded.saved_tensor_parallel_size;
-    std::string groups =
-        loaded.saved_replicas > 1
-            ? fmt::format(" in {} shard groups of {}", loaded.saved_replicas, loaded.saved_world_size)
-            : std::string();
+    std::string groups = loaded.saved_replicas > 1
+                             ? fmt::format(" in {} shard groups of {}", loaded.saved_replicas,
+                                           loaded.saved_world_size)
+                             : std::string();
     if (loaded.saved_tensor_parallel_size > 1) {
       groups += fmt::format(", tensor-parallel size {}", loaded.saved_tensor_parallel_size);
     }
