@@ -2,8 +2,9 @@
 // ctest-mpirun-np: none
 // zest-train as processes: `mpirun -np 4 zest-train --set world.backend=mpi` trains the same
 // model as `world.ranks: 4` with threads — the same per-step losses within 1e-6 relative, at
-// stages 1 and 3, and with 2 pipeline stages — with rank 0 alone printing and writing metrics,
-// and every rank's peak bytes gathered into them. Starts mpirun itself, bounded by `timeout`.
+// stages 1 and 3, with 2 pipeline stages and with 2 tensor-parallel ranks — with rank 0 alone
+// printing and writing metrics, and every rank's peak bytes gathered into them. Starts mpirun
+// itself, bounded by `timeout`.
 #include <unistd.h>
 
 #include <chrono>
@@ -131,6 +132,43 @@ TEST_F(ZestTrainMpi, PipelineStagesAsProcessesTrainLikeThreads) {
   }
   ASSERT_EQ(thread_losses.size(), 6u);
   EXPECT_EQ(process_losses, thread_losses);
+}
+
+// Tensor parallelism (2 x 2 data-parallel, sequence-parallel, ZeRO-3) as processes: the tensor
+// group's collectives cross processes, and every step's loss is the threads' within MPI's order of
+// sums.
+TEST_F(ZestTrainMpi, TensorParallelRanksAsProcessesTrainLikeThreads) {
+  const std::string job =
+      " --config '" ZEST_SOURCE_DIR "/configs/default.json' --set 'data.path=" ZEST_SOURCE_DIR
+      "/configs/corpus/stories.txt' --set model.n_layer=2 --set model.n_head=4"
+      " --set model.n_embd=64 --set model.vocab_size=256 --set 'scheduler={}' --set eval_every=0"
+      " --set train_micro_batch_size_per_gpu=4 --set steps=4 --set zero_optimization.stage=3"
+      " --set 'tensor_parallel={\"size\": 2, \"sequence_parallel\": true}'"
+      " --set world.timeout_s=60";
+  const std::string threads_metrics = path("tensor_threads.jsonl");
+  const std::string processes_metrics = path("tensor_processes.jsonl");
+  const ProcessResult threads =
+      run_shell("timeout -k 5 120 '" + kBinary + "'" + job +
+                " --set world.backend=local --set world.ranks=4 --metrics '" + threads_metrics + "'");
+  ASSERT_EQ(threads.status, 0) << threads.out;
+  const ProcessResult processes =
+      run_shell("timeout -k 5 240 " ZEST_MPIEXEC " " ZEST_MPIEXEC_FLAGS " -np 4 '" + kBinary + "'" +
+                job + " --set world.backend=mpi --metrics '" + processes_metrics + "'");
+  ASSERT_EQ(processes.status, 0) << processes.out;
+  EXPECT_THAT(processes.out, HasSubstr("2 tensor-parallel ranks (sequence-parallel)"));
+  std::vector<double> thread_losses, process_losses;
+  for (const json& line : read_lines(threads_metrics)) {
+    if (line.contains("loss")) thread_losses.push_back(line["loss"].get<double>());
+  }
+  for (const json& line : read_lines(processes_metrics)) {
+    if (line.contains("loss")) process_losses.push_back(line["loss"].get<double>());
+  }
+  ASSERT_EQ(thread_losses.size(), 4u);
+  ASSERT_EQ(process_losses.size(), thread_losses.size());
+  for (std::size_t step = 0; step < thread_losses.size(); ++step) {
+    EXPECT_NEAR(process_losses[step], thread_losses[step], 1e-6 * std::fabs(thread_losses[step]))
+        << "step " << step + 1;
+  }
 }
 
 TEST_F(ZestTrainMpi, ProcessesStartedWithDifferentConfigsStopBeforeTraining) {
