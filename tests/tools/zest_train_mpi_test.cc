@@ -38,6 +38,15 @@ std::vector<json> read_lines(const std::filesystem::path& path) {
   return lines;
 }
 
+// The steps' losses a metrics file records, in order.
+std::vector<double> losses_of(const std::filesystem::path& metrics) {
+  std::vector<double> losses;
+  for (const json& line : read_lines(metrics)) {
+    if (line.contains("loss")) losses.push_back(line["loss"].get<double>());
+  }
+  return losses;
+}
+
 class ZestTrainMpi : public zest::testing::ScratchDirectoryTest {
  protected:
   // Runs `command` in a shell, its stdout and stderr together in `out`.
@@ -123,13 +132,8 @@ TEST_F(ZestTrainMpi, PipelineStagesAsProcessesTrainLikeThreads) {
       run_processes(1, processes_metrics, pipeline + " --set steps=6");
   ASSERT_EQ(processes.status, 0) << processes.out;
   EXPECT_THAT(processes.out, HasSubstr("2 pipeline stages (1f1b)"));
-  std::vector<double> thread_losses, process_losses;
-  for (const json& line : read_lines(threads_metrics)) {
-    if (line.contains("loss")) thread_losses.push_back(line["loss"].get<double>());
-  }
-  for (const json& line : read_lines(processes_metrics)) {
-    if (line.contains("loss")) process_losses.push_back(line["loss"].get<double>());
-  }
+  const std::vector<double> thread_losses = losses_of(threads_metrics);
+  const std::vector<double> process_losses = losses_of(processes_metrics);
   ASSERT_EQ(thread_losses.size(), 6u);
   EXPECT_EQ(process_losses, thread_losses);
 }
@@ -156,13 +160,8 @@ TEST_F(ZestTrainMpi, TensorParallelRanksAsProcessesTrainLikeThreads) {
                 job + " --set world.backend=mpi --metrics '" + processes_metrics + "'");
   ASSERT_EQ(processes.status, 0) << processes.out;
   EXPECT_THAT(processes.out, HasSubstr("2 tensor-parallel ranks (sequence-parallel)"));
-  std::vector<double> thread_losses, process_losses;
-  for (const json& line : read_lines(threads_metrics)) {
-    if (line.contains("loss")) thread_losses.push_back(line["loss"].get<double>());
-  }
-  for (const json& line : read_lines(processes_metrics)) {
-    if (line.contains("loss")) process_losses.push_back(line["loss"].get<double>());
-  }
+  const std::vector<double> thread_losses = losses_of(threads_metrics);
+  const std::vector<double> process_losses = losses_of(processes_metrics);
   ASSERT_EQ(thread_losses.size(), 4u);
   ASSERT_EQ(process_losses.size(), thread_losses.size());
   for (std::size_t step = 0; step < thread_losses.size(); ++step) {
