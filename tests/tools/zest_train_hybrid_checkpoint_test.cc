@@ -36,26 +36,9 @@ const std::vector<std::string> kOverrides = {
     "eval_every=0", "train_micro_batch_size_per_gpu=4"};
 const std::string kHybrid = "zero_optimization.hybrid_shard_size=2";
 
-class ZestTrainHybridCheckpoint : public zest::testing::ScratchDirectoryTest {
+class ZestTrainHybridCheckpoint : public zest::testing::ZestTrainJobTest {
  protected:
-  ProcessResult train(const std::vector<std::string>& extra,
-                      const std::vector<std::string>& flags = {}) const {
-    std::vector<std::string> assignments = kOverrides;
-    assignments.insert(assignments.end(), extra.begin(), extra.end());
-    return zest::testing::train_default_config(assignments, flags,
-                                               {path("stdout.txt"), path("stderr.txt")});
-  }
-
-  // The steps a run logs, from a metrics file of its own; `out` receives its stdout.
-  std::vector<StepLoss> steps_of(const std::vector<std::string>& extra,
-                                 std::string* out = nullptr) const {
-    const std::string metrics = path("metrics.jsonl");
-    std::remove(metrics.c_str());  // a resumed run appends
-    const ProcessResult result = train(extra, {"--metrics", metrics});
-    EXPECT_EQ(result.status, 0) << result.err;
-    if (out != nullptr) *out = result.out;
-    return zest::testing::step_losses(metrics);
-  }
+  ZestTrainHybridCheckpoint() : ZestTrainJobTest(kOverrides) {}
 
   void expect_input_error(const ProcessResult& result, const std::string& program,
                           const std::vector<std::string>& expected) const {
@@ -105,7 +88,7 @@ TEST_F(ZestTrainHybridCheckpoint, ResumesInTheSameShardGroupsToTheBitAndElsewher
   // The same shard groups (2 groups of 2): steps 3 and 4 to the bit.
   std::string out;
   const std::vector<StepLoss> resumed = steps_of(
-      {kHybrid, "checkpoint.dir=" + path("ckpt"), R"(checkpoint.resume="auto")"}, &out);
+      {kHybrid, "checkpoint.dir=" + path("ckpt"), R"(checkpoint.resume="auto")"}, {}, &out);
   ASSERT_EQ(resumed.size(), 2u);
   for (std::size_t i = 0; i < resumed.size(); ++i) {
     EXPECT_EQ(resumed[i].loss, uninterrupted[i + 2].loss) << "step " << i + 3;
@@ -192,7 +175,7 @@ TEST_F(ZestTrainHybridCheckpoint, InsidePipelineStagesTrainsAndResumes) {
             (std::set<std::string>{"manifest.json", "rank-0.bin", "rank-1.bin"}));
   std::string out;
   const std::vector<StepLoss> resumed = steps_of(
-      {pipeline, groups_of_one, "checkpoint.resume=\"" + path("ckpt") + "\""}, &out);
+      {pipeline, groups_of_one, "checkpoint.resume=\"" + path("ckpt") + "\""}, {}, &out);
   ASSERT_EQ(resumed.size(), 2u);
   for (std::size_t i = 0; i < resumed.size(); ++i) {
     EXPECT_EQ(resumed[i].loss, hybrid[i + 2].loss) << "step " << i + 3;

@@ -37,22 +37,9 @@ const std::vector<std::string> kOverrides = {
     "model.n_layer=2", "model.n_head=2", "model.n_embd=64", "steps=3", "scheduler={}",
     "eval_every=0", "train_micro_batch_size_per_gpu=4"};
 
-class ZestTrainPipeline : public zest::testing::ScratchDirectoryTest {
+class ZestTrainPipeline : public zest::testing::ZestTrainJobTest {
  protected:
-  ProcessResult train(const std::vector<std::string>& extra,
-                      const std::vector<std::string>& flags = {}) const {
-    std::vector<std::string> assignments = kOverrides;
-    assignments.insert(assignments.end(), extra.begin(), extra.end());
-    return zest::testing::train_default_config(assignments, flags,
-                                               {path("stdout.txt"), path("stderr.txt")});
-  }
-
-  std::vector<StepLoss> steps_of(const std::vector<std::string>& extra) const {
-    const std::string metrics = path("metrics.jsonl");
-    const ProcessResult result = train(extra, {"--metrics", metrics});
-    EXPECT_EQ(result.status, 0) << result.err;
-    return zest::testing::step_losses(metrics);
-  }
+  ZestTrainPipeline() : ZestTrainJobTest(kOverrides) {}
 
   void expect_input_error(const std::vector<std::string>& extra,
                           const std::vector<std::string>& flags, const std::string& expected) const {
@@ -134,8 +121,6 @@ TEST_F(ZestTrainPipeline, ACheckpointSavedWithPipelineStagesResumesWithAndWithou
   ASSERT_EQ(uninterrupted.size(), 4u);
   const std::string dir = "checkpoint.dir=" + path("ckpt");
   ASSERT_EQ(steps_of({pipeline, "steps=2", dir, "checkpoint.every_steps=2"}).size(), 2u);
-  // A resumed run appends to its metrics file: start each from none.
-  std::remove(path("metrics.jsonl").c_str());
   // The same mesh (2 pipeline stages x 2 data-parallel ranks): steps 3 and 4 to the bit.
   const std::vector<StepLoss> resumed =
       steps_of({pipeline, "steps=4", dir, R"(checkpoint.resume="auto")"});
@@ -200,7 +185,6 @@ TEST_F(ZestTrainPipeline, StartsFromAnExportedModelAsThePlainRunDoes) {
   for (const std::string& pipeline :
        {std::string(R"(pipeline={"stages": 2})"),
         std::string(R"(pipeline={"stages": 4, "schedule": "gpipe"})")}) {
-    std::remove(path("metrics.jsonl").c_str());
     const std::vector<StepLoss> steps = steps_of({pipeline, init});
     ASSERT_EQ(steps.size(), plain.size()) << pipeline;
     for (std::size_t i = 0; i < steps.size(); ++i) {
@@ -219,9 +203,7 @@ TEST_F(ZestTrainPipeline, StartsFromAnExportedModelAsThePlainRunDoes) {
 TEST_F(ZestTrainPipeline, RecomputesInsidePipelineStagesToTheBit) {
   for (const std::string& pipeline : {std::string(R"(pipeline={"stages": 2})"),
                                       std::string(R"(pipeline={"stages": 4})")}) {
-    std::remove(path("metrics.jsonl").c_str());
     const std::vector<StepLoss> plain = steps_of({pipeline});
-    std::remove(path("metrics.jsonl").c_str());
     const std::vector<StepLoss> recomputed =
         steps_of({pipeline, "activation_checkpointing.policy=\"full\""});
     ASSERT_EQ(plain.size(), 3u) << pipeline;

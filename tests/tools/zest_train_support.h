@@ -1,10 +1,11 @@
 // Shared by zest-train's suites that judge a run by its metrics file: the built binary, the step
 // records a run writes (one JSON object a line; a step's record is the one with a loss) and their
-// losses and gradient norms, a run of configs/default.json with --set assignments, the mean loss
-// over a window of steps, and a fixture that trains the default GPT on the text corpus over
-// 2 nodes x 2 ranks.
+// losses and gradient norms, a run of configs/default.json with --set assignments, a fixture for
+// suites that vary one small such job, the mean loss over a window of steps, and a fixture that
+// trains the default GPT on the text corpus over 2 nodes x 2 ranks.
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,6 +64,40 @@ inline ProcessResult train_default_config(const std::vector<std::string>& assign
   args.insert(args.end(), flags.begin(), flags.end());
   return run_program(kZestTrain, args, output);
 }
+
+// A suite's small job on configs/default.json (its own --set assignments, `overrides`), which each
+// test varies with more.
+class ZestTrainJobTest : public ScratchDirectoryTest {
+ protected:
+  explicit ZestTrainJobTest(std::vector<std::string> overrides)
+      : overrides_(std::move(overrides)) {}
+
+  // The job with `extra` after the suite's assignments, then `flags`; its output in the test's
+  // stdout.txt and stderr.txt.
+  ProcessResult train(const std::vector<std::string>& extra,
+                      const std::vector<std::string>& flags = {}) const {
+    std::vector<std::string> assignments = overrides_;
+    assignments.insert(assignments.end(), extra.begin(), extra.end());
+    return train_default_config(assignments, flags, {path("stdout.txt"), path("stderr.txt")});
+  }
+
+  // The steps a run logs, from metrics.jsonl started afresh (a resumed run appends to it); `out`
+  // receives its stdout.
+  std::vector<StepLoss> steps_of(const std::vector<std::string>& extra,
+                                 std::vector<std::string> flags = {},
+                                 std::string* out = nullptr) const {
+    const std::string metrics = path("metrics.jsonl");
+    std::filesystem::remove(metrics);
+    flags.insert(flags.end(), {"--metrics", metrics});
+    const ProcessResult result = train(extra, flags);
+    EXPECT_EQ(result.status, 0) << result.err;
+    if (out != nullptr) *out = result.out;
+    return step_losses(metrics);
+  }
+
+ private:
+  std::vector<std::string> overrides_;
+};
 
 // The mean loss of steps `first` to `last` (counted from 1, both included).
 inline double mean_loss(const std::vector<nlohmann::json>& records, int first, int last) {

@@ -37,25 +37,9 @@ const std::string kSize4 = R"(tensor_parallel={"size": 4})";
 // norms agree to a few ulps per step, and the metrics print 8 significant digits.
 constexpr double kRelative = 1e-5;
 
-class ZestTrainTensorParallelCheckpoint : public zest::testing::ScratchDirectoryTest {
+class ZestTrainTensorParallelCheckpoint : public zest::testing::ZestTrainJobTest {
  protected:
-  ProcessResult train(const std::vector<std::string>& extra,
-                      const std::vector<std::string>& flags = {}) const {
-    std::vector<std::string> assignments = kOverrides;
-    assignments.insert(assignments.end(), extra.begin(), extra.end());
-    return zest::testing::train_default_config(assignments, flags,
-                                               {path("stdout.txt"), path("stderr.txt")});
-  }
-
-  // The steps a run trained, from its own metrics file.
-  std::vector<StepLoss> steps_of(const std::vector<std::string>& extra,
-                                 std::vector<std::string> flags = {}) {
-    const std::string metrics = path("metrics-" + std::to_string(++runs_) + ".jsonl");
-    flags.insert(flags.end(), {"--metrics", metrics});
-    const ProcessResult result = train(extra, flags);
-    EXPECT_EQ(result.status, 0) << result.err;
-    return zest::testing::step_losses(metrics);
-  }
+  ZestTrainTensorParallelCheckpoint() : ZestTrainJobTest(kOverrides) {}
 
   ProcessResult ckpt(const std::vector<std::string>& args) const {
     return zest::testing::run_program(ZEST_BINARY_DIR "/bin/zest-ckpt", args,
@@ -74,8 +58,6 @@ class ZestTrainTensorParallelCheckpoint : public zest::testing::ScratchDirectory
     }
     return tensors;
   }
-
-  int runs_ = 0;
 };
 
 void expect_same_steps(const std::vector<StepLoss>& resumed, const std::vector<StepLoss>& whole,

@@ -28,22 +28,9 @@ const std::vector<std::string> kOverrides = {
     "model.n_layer=2", "model.n_head=2", "model.n_embd=64", "model.vocab_size=256", "steps=3",
     "scheduler={}", "eval_every=0", "train_micro_batch_size_per_gpu=4"};
 
-class ZestTrainTensorParallel : public zest::testing::ScratchDirectoryTest {
+class ZestTrainTensorParallel : public zest::testing::ZestTrainJobTest {
  protected:
-  ProcessResult train(const std::vector<std::string>& extra,
-                      const std::vector<std::string>& flags = {}) const {
-    std::vector<std::string> assignments = kOverrides;
-    assignments.insert(assignments.end(), extra.begin(), extra.end());
-    return zest::testing::train_default_config(assignments, flags,
-                                               {path("stdout.txt"), path("stderr.txt")});
-  }
-
-  std::vector<StepLoss> steps_of(const std::vector<std::string>& extra) const {
-    const std::string metrics = path("metrics.jsonl");
-    const ProcessResult result = train(extra, {"--metrics", metrics});
-    EXPECT_EQ(result.status, 0) << result.err;
-    return zest::testing::step_losses(metrics);
-  }
+  ZestTrainTensorParallel() : ZestTrainJobTest(kOverrides) {}
 };
 
 TEST_F(ZestTrainTensorParallel, TrainsAsTheSameJobOnItsDataParallelRanksAlone) {
