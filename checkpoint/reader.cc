@@ -35,8 +35,8 @@ int tensor_for(const CheckpointSource& source, const StateShard& shard) {
 
 namespace fs = std::filesystem;
 
-// Where the checkpoint's model and this one differ; at their whole shapes when either was cut
-// among tensor-parallel ranks.
+// Where the checkpoint's model and this one differ; at their whole shapes when they were cut
+// among different numbers of tensor-parallel ranks.
 std::vector<std::string> differences(const CheckpointManifest& manifest,
                                      const CheckpointPlacement& placement) {
   if (!crosses_tensor_parallel(manifest, placement)) {
@@ -180,8 +180,8 @@ void fill_shards(RankContext& context, const CheckpointSource& source,
   }
 }
 
-// The same tensor-parallel layout: flat ranges of the same units, from the old ranks' files that
-// hold them (verified first, all at once).
+// The same tensor-parallel size: flat ranges of the same units (this tensor rank's parts), from
+// the old ranks' files that hold them (verified first, all at once).
 void read_flat_ranges(RankContext& context, const CheckpointSource& source,
                       const CheckpointPlacement& placement,
                       const std::vector<std::vector<StateShard>>& shards) {
@@ -189,17 +189,20 @@ void read_flat_ranges(RankContext& context, const CheckpointSource& source,
   for (std::size_t u = 0; u < shards.size(); ++u) {
     if (shards[u].empty()) continue;
     const StateShard& first = shards[u].front();
-    for (int rank : source.ranks_holding(placement.local_units[u], first.begin, first.end)) {
+    for (int rank : source.ranks_holding(placement.local_units[u], first.begin, first.end,
+                                         placement.tensor_rank)) {
       needed.insert(rank);
     }
   }
   for (int rank : needed) source.verify(rank);
   fill_shards(context, source, placement, shards,
               [&](std::size_t unit, std::size_t tensor, std::size_t begin, std::size_t end,
-                  void* host, DType type) { source.read(unit, tensor, begin, end, host, type); });
+                  void* host, DType type) {
+                source.read(unit, tensor, begin, end, host, type, placement.tensor_rank);
+              });
 }
 
-// Another tensor-parallel size on either side: through the whole parameters.
+// Another tensor-parallel size: through the whole parameters.
 void read_across_tensor_parallel(RankContext& context, const CheckpointSource& source,
                                  const CheckpointPlacement& placement,
                                  const std::vector<std::vector<StateShard>>& shards) {

@@ -7,7 +7,7 @@ namespace zest {
 
 bool crosses_tensor_parallel(const CheckpointManifest& manifest,
                              const CheckpointPlacement& placement) {
-  return manifest.tensor_parallel_size > 1 || placement.tensor_ranks > 1;
+  return manifest.tensor_parallel_size != placement.tensor_ranks;
 }
 
 std::vector<CheckpointUnit> whole_units(const CheckpointManifest& manifest) {

@@ -16,8 +16,9 @@
 
 namespace zest {
 
-// Whether loading `manifest` into `placement` needs the whole-parameter path: either side has
-// more than one tensor rank.
+// Whether loading `manifest` into `placement` needs the whole-parameter path: the tensor-parallel
+// sizes differ. (At the same size, tensor rank r's part is the saved rank r's, read as flat
+// ranges.)
 bool crosses_tensor_parallel(const CheckpointManifest& manifest,
                              const CheckpointPlacement& placement);
 
