@@ -19,6 +19,8 @@ class SubModule::View final : public Unit {
   bool gradients_replace_parameters() const override {
     return unit_.gradients_replace_parameters();
   }
+  bool borrows_in_turn() const override { return unit_.borrows_in_turn(); }
+  bool backward_reads_parameters() const override { return unit_.backward_reads_parameters(); }
   void forward(UnitContext& context) override { unit_.forward(context); }
   void backward(UnitContext& context) override { unit_.backward(context); }
   bool supports_selective_recompute() const override {
@@ -34,7 +36,8 @@ class SubModule::View final : public Unit {
   std::vector<int> borrowed_;
 };
 
-SubModule::SubModule(Module& whole, std::size_t begin, std::size_t end) {
+SubModule::SubModule(Module& whole, std::size_t begin, std::size_t end)
+    : tensor_parallel_group_(whole.tensor_parallel_group()) {
   std::vector<Unit*> all = whole.units();
   if (begin >= end || end > all.size()) {
     throw Error(ErrorKind::kUsage, "units [" + std::to_string(begin) + ", " + std::to_string(end) +

@@ -26,6 +26,8 @@ class SubModule final : public Module {
   std::vector<Unit*> units() override;
   int initialization_index(std::size_t unit) const override;
   bool holds_copy(std::size_t unit) const override { return unit < copies_; }
+  // The whole model's: a part of a tensor-parallel model is split across the same group.
+  Communicator* tensor_parallel_group() const override { return tensor_parallel_group_; }
 
   // The whole model's index of each unit here, copies first.
   const std::vector<int>& whole_indices() const { return whole_; }
@@ -37,6 +39,7 @@ class SubModule final : public Module {
   std::vector<std::unique_ptr<View>> views_;
   std::vector<int> whole_;
   std::size_t copies_ = 0;
+  Communicator* tensor_parallel_group_ = nullptr;
 };
 
 }  // namespace zest

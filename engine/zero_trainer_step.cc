@@ -35,12 +35,8 @@ StepStats ZeroTrainer::step(float lr) {
     // Each tensor-parallel rank summed its own slices (and the first, the replicated
     // parameters); the loss is the same on every one of them, so only the norm and the
     // overflow flag are summed across the group.
-    RankContext group{context_.rank,   context_.world_size, context_.device, context_.compute,
-                      context_.comm,   context_.prefetch,   *tensor,         context_.trace,
-                      context_.topology, context_.wire,     context_.replicas,
-                      context_.world_rank};
     tensor->label_next("step norm, overflow across the tensor-parallel group");
-    all_reduce_host(group, totals.values + 1, totals.values + 1, 2, DType::kFloat32,
+    all_reduce_host(context_, *tensor, totals.values + 1, totals.values + 1, 2, DType::kFloat32,
                     Reduction::kSum);
   }
   return finish_step(lr, totals);

@@ -138,6 +138,13 @@ float PipelineTrainer::forward_backward(const Batch& batch) {
   // count them).
   context_.communicator.label_next("pipeline step loss, norm, overflow");
   all_reduce_host(context_, totals.values, totals.values, 3, DType::kFloat32, Reduction::kSum);
+  if (tensor_ != nullptr) {
+    // Each tensor-parallel rank counted its own slices (and the first, the replicated
+    // parameters); the loss is the same on every one of them.
+    tensor_->label_next("pipeline step norm, overflow across the tensor-parallel group");
+    all_reduce_host(context_, *tensor_, totals.values + 1, totals.values + 1, 2, DType::kFloat32,
+                    Reduction::kSum);
+  }
   context_.synchronize();
   totals_ = totals;
   step_pending_ = true;
@@ -167,7 +174,7 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
       if (cpu_time) begin->second = TraceRecorder::thread_cpu_us();
     });
     work();
-    stream.enqueue([begin, cpu_time, trace = context_.trace, rank = context_.rank, track, label] {
+    stream.enqueue([begin, cpu_time, trace = context_.trace, rank = context_.rank_in_world(), track, label] {
       TraceRecorder::Slice slice;
       slice.rank = rank;
       slice.track = track;
@@ -361,7 +368,7 @@ void PipelineTrainer::inject_fault(std::size_t action_index, std::size_t actions
   const std::int64_t step = chunks_.front().trainer->steps_taken() + 1;
   // Note: mid-schedule, where a failing rank leaves its peers inside sends and receives — the
   // case the pipeline must end without a hang.
-  if (!fault.hits(context_.rank, step)) return;
+  if (!fault.hits(context_.rank_in_world(), step)) return;
   if (fault.kind == FaultInjection::Kind::kFailAllocation) {
     // The step's first activation allocation: the first action's.
     if (action_index == 0) context_.allocator().fail_next_allocation(Category::kActivations);

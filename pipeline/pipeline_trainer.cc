@@ -54,6 +54,10 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
     models_.push_back(make_module());
     if (!models_.back()) throw Error(ErrorKind::kUsage, "the module factory returned nothing");
   }
+  // A tensor-parallel model: this trainer runs on the ranks of the rank's tensor-parallel index
+  // (runtime/tensor_parallel_groups.h), each pipeline stage's layers split across the group.
+  tensor_ = models_.front()->tensor_parallel_group();
+  if (tensor_ != nullptr && tensor_->world_size() == 1) tensor_ = nullptr;
   std::vector<Unit*> whole = models_.front()->units();
   const std::vector<std::size_t> partition = pipeline_.partition(whole.size());
   // Checked before the first step: a schedule that would hang or compute wrongly never runs.
@@ -98,6 +102,12 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
   const int shard_size = hybrid_shard_size(engine_.hybrid_shard_size, engine_.stage,
                                            mesh_.data_parallel_size(),
                                            context_.topology.ranks_per_node());
+  if (shard_size > 0 && tensor_ != nullptr) {
+    throw Error(ErrorKind::kConfig,
+                "zero_optimization.hybrid_shard_size: hybrid sharding is not supported with "
+                "tensor parallelism yet; remove it (ZeRO shards within each tensor-parallel "
+                "index's data-parallel group)");
+  }
   if (shard_size > 0) hybrid_ = std::make_unique<HybridCommunicator>(*data_parallel_, shard_size);
   if (!tied_here) tied_.reset();
 
@@ -181,12 +191,20 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
     placement_.replicas = hybrid_->replicas();
     placement_.replica = hybrid_->shard_group();
   }
+  if (tensor_ != nullptr) {  // each tensor-parallel rank saves its slices (checkpoint/tensor_split.h)
+    placement_.tensor_ranks = tensor_->world_size();
+    placement_.tensor_rank = tensor_->rank();
+  }
   for (std::size_t w = 0; w < whole.size(); ++w) {
     std::vector<ParamShape> shapes;
     for (const ParamSpec& spec : whole[w]->parameters()) shapes.push_back({spec.name, spec.shape});
     placement_.units.push_back(ShardLayout::build(whole[w]->name(), shapes, placement_.shards,
                                                   engine_.shard_alignment));
     placement_.unit_parts.push_back(schedule_.stage_of(owner[w]));
+    if (tensor_ != nullptr) {
+      std::vector<ParamSpec::DrawSlice>& slices = placement_.slices.emplace_back();
+      for (const ParamSpec& spec : whole[w]->parameters()) slices.push_back(spec.draw_slice);
+    }
   }
 }
 
@@ -250,16 +268,23 @@ void PipelineTrainer::build_groups(std::pair<int, int> tied) {
   const int s = at_.pipeline_stage;
   const int d = at_.data_parallel_index;
   Communicator& world = context_.communicator;
-  data_parallel_ = world.split(s, d, mesh_.data_parallel_group_name(s));
-  const std::string pipeline_group = mesh_.pipeline_group_name(d);
+  // The names say world ranks: with tensor parallelism, the world holds tensor-parallel size
+  // times this trainer's ranks, the tensor index varying fastest (runtime/device_mesh.h).
+  const int tensor_size = tensor_ != nullptr ? tensor_->world_size() : 1;
+  const int t = tensor_ != nullptr ? tensor_->rank() : 0;
+  const DeviceMesh named(mesh_.world_size() * tensor_size, mesh_.pipeline_stages(), tensor_size);
+  data_parallel_ = world.split(s, d, named.data_parallel_group_name(s, t));
+  const std::string pipeline_group = named.pipeline_group_name(d, t);
   activations_ = world.split(d, s, "activations of the " + pipeline_group);
   gradients_ = world.split(d, s, "gradients of the " + pipeline_group);
   if (tied.first >= 0) {
     const bool member = s == tied.first || s == tied.second;
+    const std::string tensor_index =
+        tensor_ != nullptr ? ", tensor-parallel index " + std::to_string(t) : "";
     tied_ = world.split(member ? d : -1, s,
                         "tied parameters of pipeline stages " + std::to_string(tied.first) +
                             " and " + std::to_string(tied.second) + " (data-parallel index " +
-                            std::to_string(d) + ")");
+                            std::to_string(d) + tensor_index + ")");
   }
 }
 

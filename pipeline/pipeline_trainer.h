@@ -1,7 +1,11 @@
 // The pipeline interpreter: one rank's part of a model split into pipeline stages, each pipeline
 // stage trained by the ZeRO engine (any stage 0-3) in its data-parallel group, driven through a
 // schedule's action list (pipeline/schedule.h). The device mesh (runtime/device_mesh.h) says
-// where the rank sits: rank = pipeline stage × D + data-parallel index.
+// where the rank sits: rank = pipeline stage × D + data-parallel index. A tensor-parallel model
+// (Module::tensor_parallel_group) runs one such pipeline per tensor-parallel index, each over the
+// context of that index's ranks (runtime/tensor_parallel_groups.h): the groups below are then
+// among ranks of one tensor index, and the step's gradient norm is summed across the model's
+// group as well.
 //
 // What it builds once: the groups — a data-parallel group per pipeline stage (its ZeRO
 // collectives), two pipeline groups per data-parallel index (activations forward, gradients
@@ -154,6 +158,7 @@ class PipelineTrainer final : public Trainer {
   std::unique_ptr<Communicator> activations_;
   std::unique_ptr<Communicator> gradients_;
   std::unique_ptr<Communicator> tied_;  // null unless this rank holds a lent unit or its copy
+  Communicator* tensor_ = nullptr;  // the model's tensor-parallel group; null for one rank
   std::unique_ptr<HybridCommunicator> hybrid_;  // over data_parallel_; null without hybrid sharding
   std::unique_ptr<Stream> send_activations_;
   std::unique_ptr<Stream> send_gradients_;

@@ -179,12 +179,19 @@ PeakPrediction train_stage_on_shape_device(const PipelinePlanInput& input, int p
       schedule.chunks > 1 ? ScheduleKind::kInterleavedOneFOneB : ScheduleKind::kOneFOneB;
   pipeline.units_per_virtual_stage = input.units_per_virtual_stage;
   pipeline.reshard_after_forward = input.reshard_after_forward;
+  // A tensor-parallel rank's group (the model is that rank's slices): its collectives do
+  // nothing here, but the pipeline runs its step's sums over it as it does in a run.
+  std::unique_ptr<shape::ShapeCommunicator> tensor_group;
+  if (model.tensor_parallel_size > 1) {
+    tensor_group = std::make_unique<shape::ShapeCommunicator>(model.tensor_parallel_size - 1,
+                                                              model.tensor_parallel_size);
+  }
   std::size_t swap_bytes = 0;
   MemoryPrediction state;
   {
     PipelineTrainer trainer(
         context, options, pipeline, schedule,
-        [&model] { return std::make_unique<ShapeModule>(model); },
+        [&model, group = tensor_group.get()] { return std::make_unique<ShapeModule>(model, group); },
         shape_optimizer(model.model.optimizer_states));
     const auto output_of = [&](std::size_t unit) {
       return model.units.empty() ? std::size_t{0} : model.units[unit].output;

@@ -33,6 +33,15 @@ void all_reduce_host(const RankContext& context, const void* send, void* receive
   read_to_host(context.device, comm, receive, staged.data(), bytes);
 }
 
+void all_reduce_host(const RankContext& context, Communicator& group, const void* send,
+                     void* receive, std::size_t count, DType dtype, Reduction reduction) {
+  const RankContext over_group{group.rank(),    group.world_size(), context.device,
+                               context.compute, context.comm,       context.prefetch,
+                               group,           context.trace,      context.topology,
+                               context.wire,    context.replicas,   context.rank_in_world()};
+  all_reduce_host(over_group, send, receive, count, dtype, reduction);
+}
+
 void all_gather_host(const RankContext& context, const void* send, void* receive,
                      std::size_t count, DType dtype) {
   Stream& comm = context.comm;

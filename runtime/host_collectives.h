@@ -18,6 +18,10 @@ namespace zest {
 // receive[0, count) = the reduction over ranks of send[0, count); in place when send == receive.
 void all_reduce_host(const RankContext& context, const void* send, void* receive,
                      std::size_t count, DType dtype, Reduction reduction);
+// The same over `group`, a communicator split from the context's world (a tensor-parallel group):
+// the context's device and comm stream carry it, `group`'s ranks reduce.
+void all_reduce_host(const RankContext& context, Communicator& group, const void* send,
+                     void* receive, std::size_t count, DType dtype, Reduction reduction);
 
 // receive holds world_size × count elements; rank r's send lands at receive + r × count.
 void all_gather_host(const RankContext& context, const void* send, void* receive,

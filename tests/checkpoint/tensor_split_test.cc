@@ -18,25 +18,17 @@
 #include "models/tensor_parallel_gpt.h"
 #include "runtime/shape_communicator.h"
 #include "tests/support/capture_error.h"
+#include "tests/support/tensor_slices.h"
 
 namespace zest {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::drawn_at;
 
 // 4 heads, a vocabulary of 36, 16 channels: each divides by 2 and 4.
 const GptConfig kConfig{/*n_layer=*/1, /*n_head=*/4, /*n_embd=*/16, /*vocab_size=*/36,
                         /*seq_len=*/8};
-
-// The whole element DrawSlice puts element `element` of a part at (engine/parameter_init.cc).
-std::int64_t drawn_at(const ParamSpec& spec, std::int64_t element) {
-  const ParamSpec::DrawSlice& s = spec.draw_slice;
-  const std::int64_t columns = spec.shape.size() >= 2 ? spec.shape.back() : 1;
-  const std::int64_t row = element / columns;
-  const std::int64_t whole_row =
-      (row / s.row_block) * s.row_stride + s.row_first + row % s.row_block;
-  return whole_row * s.full_columns + s.column_first + element % columns;
-}
 
 std::int64_t numel(const std::vector<std::int64_t>& shape) {
   std::int64_t n = 1;
@@ -72,9 +64,8 @@ TEST(TensorSplit, EveryElementOfEveryRanksPartIsWhereTheModelDrewIt) {
               rank, 0, static_cast<std::size_t>(numel(spec.shape)),
               [&](std::size_t offset, std::int64_t row, std::int64_t column, std::size_t count) {
                 for (std::size_t i = 0; i < count; ++i) {
-                  const auto element = static_cast<std::int64_t>(offset + i);
-                  const std::int64_t expected =
-                      spec.draw_slice.enabled() ? drawn_at(spec, element) : element;
+                  const std::size_t element = offset + i;
+                  const auto expected = static_cast<std::int64_t>(drawn_at(spec, element));
                   ASSERT_EQ(row * whole_columns + column + static_cast<std::int64_t>(i), expected)
                       << what << ", element " << element;
                 }

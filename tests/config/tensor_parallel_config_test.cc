@@ -110,11 +110,25 @@ TEST(TensorParallelConfig, SequenceParallelNeedsASequenceLengthTheSizeDivides) {
                         "model.seq_len 15"));
 }
 
+// world.ranks = pipeline stages x data-parallel ranks x tensor-parallel ranks.
+TEST(TensorParallelConfig, PipelineStagesComposeAndCountTheDataParallelRanks) {
+  json raw = gpt_config();
+  raw["pipeline"] = {{"stages", 2}};
+  raw["world"] = {{"backend", "local"}, {"ranks", 8}};
+  const TrainConfig config = parse_resolved_config(raw);
+  EXPECT_EQ(config.pipeline.stages, 2);
+  EXPECT_EQ(config.tensor_parallel.size, 2);
+  EXPECT_EQ(config.pipeline.data_parallel, 2);
+  raw["world"]["ranks"] = 6;
+  EXPECT_THAT(config_error(raw),
+              HasSubstr("pipeline.stages 2 x tensor_parallel.size 2 = 4 does not divide "
+                        "world.ranks 6"));
+}
+
 // Each composition the first slice does not do yet: refused, one line naming the key and saying
 // it is not supported with tensor parallelism yet.
 TEST(TensorParallelConfig, CompositionsNotSupportedYetAreRefusedNamingTheKey) {
   const std::vector<std::pair<std::string, json>> cases = {
-      {"pipeline.stages", {{"pipeline", {{"stages", 2}}}, {"world", {{"backend", "local"}, {"ranks", 8}}}}},
       {"zero_optimization.offload_optimizer",
        {{"zero_optimization", {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}}}}},
       {"zero_optimization.hybrid_shard_size",

@@ -26,6 +26,7 @@
 #include "runtime/tensor_parallel_groups.h"
 #include "runtime/world.h"
 #include "tests/support/capture_error.h"
+#include "tests/support/tensor_slices.h"
 
 namespace zest {
 namespace {
@@ -68,19 +69,6 @@ void make_global_batch(int step, std::vector<std::int32_t>& inputs,
   }
 }
 
-// Where element `k` of a slice of shape `shape` sits in the whole parameter (module.h's rule).
-std::size_t whole_index(const ParamSpec& spec, std::size_t k) {
-  const ParamSpec::DrawSlice& s = spec.draw_slice;
-  if (!s.enabled()) return k;
-  const auto columns = static_cast<std::size_t>(spec.shape.size() >= 2 ? spec.shape.back() : 1);
-  const std::size_t row = k / columns;
-  const auto block = static_cast<std::size_t>(s.row_block);
-  const std::size_t whole_row = (row / block) * static_cast<std::size_t>(s.row_stride) +
-                                static_cast<std::size_t>(s.row_first) + row % block;
-  return whole_row * static_cast<std::size_t>(s.full_columns) +
-         static_cast<std::size_t>(s.column_first) + k % columns;
-}
-
 std::size_t whole_size(const std::string& name) {
   static const std::map<std::string, std::size_t> sizes = [] {
     std::map<std::string, std::size_t> out;
@@ -102,7 +90,7 @@ RunResult run_gpt(const Run& run) {
   result.losses.resize(static_cast<std::size_t>(run.steps));
   result.norms.resize(static_cast<std::size_t>(run.steps));
   std::mutex mutex;
-  std::map<std::string, std::vector<bool>> written;
+  std::map<std::string, testing::WholeParameter> whole;
   WorldOptions world_options;
   world_options.ranks = run.tensor * run.data;
   world_options.timeout = std::chrono::seconds(60);
@@ -152,22 +140,14 @@ RunResult run_gpt(const Run& run) {
         const std::vector<float> slice = trainer->full_parameter(name);
         if (context->rank != 0) continue;
         const std::lock_guard<std::mutex> lock(mutex);
-        std::vector<float>& whole = result.params[name];
-        std::vector<bool>& done = written[name];
-        whole.resize(whole_size(name));
-        done.resize(whole.size());
-        for (std::size_t k = 0; k < slice.size(); ++k) {
-          const std::size_t at = whole_index(spec, k);
-          if (done[at]) {
-            result.largest_replica_gap =
-                std::max(result.largest_replica_gap, std::abs(whole[at] - slice[k]));
-          }
-          whole[at] = slice[k];
-          done[at] = true;
-        }
+        whole.try_emplace(name, whole_size(name)).first->second.place(spec, slice);
       }
     }
   });
+  for (const auto& [name, parameter] : whole) {
+    result.params[name] = parameter.values;
+    result.largest_replica_gap = std::max(result.largest_replica_gap, parameter.largest_gap);
+  }
   return result;
 }
 

@@ -3,8 +3,9 @@
 // tensor-parallel group, held against the allocator of every rank of the same job trained for
 // two steps — every category and the total to the byte — at TP 2 and TP 4, with and without
 // sequence parallelism, alone and beside 2 data-parallel ranks at ZeRO 1, 2 and 3, in fp32 and
-// bf16. The group's last rank, the one zest-estimate plans, is the largest; the slices shrink the
-// model state and sequence parallelism the activations.
+// bf16, and under 2 pipeline stages (each pipeline stage's plan per tensor rank). The group's last
+// rank, the one zest-estimate plans, is the largest; the slices shrink the model state and
+// sequence parallelism the activations.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -16,7 +17,10 @@
 #include "engine/engine.h"
 #include "models/gpt.h"
 #include "models/tensor_parallel_gpt.h"
+#include "pipeline/pipeline_trainer.h"
+#include "pipeline/schedule_generators.h"
 #include "planner/peak_plan.h"
+#include "planner/pipeline_plan.h"
 #include "runtime/device_mesh.h"
 #include "runtime/shape_communicator.h"
 #include "runtime/tensor_parallel_groups.h"
@@ -142,6 +146,84 @@ TEST(TensorParallelPlan, SlicesShrinkTheModelStateAndSequenceParallelismTheActiv
   EXPECT_EQ(sequence.of(Category::kParams), sliced.of(Category::kParams));
   EXPECT_LT(sliced.of(Category::kActivations), whole.of(Category::kActivations));
   EXPECT_LT(sequence.of(Category::kActivations), sliced.of(Category::kActivations));
+}
+
+// With pipeline stages over the groups (3D): each (pipeline stage, tensor rank) planned by the
+// real PipelineTrainer on the shape-only device over that rank's slices (planner/pipeline_plan.h),
+// against every rank of the job trained as 2 pipeline stages x `data` x `tensor` ranks, 1F1B over
+// 2 micro-batches of `sequences` rows.
+constexpr int kPipelineStages = 2;
+constexpr int kMicroBatches = 2;
+
+PipelineOptions two_stage_pipeline() {
+  PipelineOptions pipeline;
+  pipeline.stages = kPipelineStages;
+  pipeline.micro_batches = kMicroBatches;
+  pipeline.schedule = ScheduleKind::kOneFOneB;
+  return pipeline;
+}
+
+std::vector<PipelineStagePeak> pipeline_plan(const Job& job, int rank) {
+  shape::ShapeCommunicator group(rank, job.tensor);
+  TensorParallelGpt model(kConfig, TensorSlice{rank, job.tensor, &group, job.sequence});
+  EngineOptions options = job.options();
+  options.gradient_accumulation_steps = kMicroBatches;
+  PipelinePlanInput input;
+  input.model = plan_input(model, {job.sequences, kConfig.seq_len}, options,
+                           make_optimizer(OptimizerOptions{})->state_count(), job.data);
+  input.model.tensor_parallel_size = job.tensor;
+  input.units_per_virtual_stage = two_stage_pipeline().partition(model.units().size());
+  input.schedule = make_schedule(ScheduleKind::kOneFOneB, kPipelineStages, kMicroBatches, 1);
+  return predict_pipeline_peaks(input);
+}
+
+std::vector<MemoryUsage> train_pipeline(const Job& job) {
+  const int ranks = kPipelineStages * job.data * job.tensor;
+  std::vector<MemoryUsage> usage(static_cast<std::size_t>(ranks));
+  WorldOptions world_options;
+  world_options.ranks = ranks;
+  world_options.hold_frees = true;
+  World(world_options).run([&](RankContext& world) {
+    TensorParallelGroups groups =
+        split_tensor_parallel_groups(world, DeviceMesh(ranks, kPipelineStages, job.tensor));
+    const TensorSlice slice{groups.at.tensor_parallel_index, job.tensor, groups.tensor.get(),
+                            job.sequence};
+    PipelineTrainer trainer(
+        *groups.data_context, job.options(), two_stage_pipeline(),
+        [slice] { return std::make_unique<TensorParallelGpt>(kConfig, slice); },
+        OptimizerOptions{});
+    std::mt19937 rng(11 + static_cast<std::uint32_t>(groups.at.data_parallel_index));
+    std::uniform_int_distribution<std::int32_t> token(0, kConfig.vocab_size - 1);
+    const std::int64_t rows = job.sequences * kMicroBatches;
+    std::vector<std::int32_t> inputs(static_cast<std::size_t>(rows * kConfig.seq_len));
+    std::vector<std::int32_t> targets(inputs.size());
+    for (auto& id : inputs) id = token(rng);
+    for (auto& id : targets) id = token(rng);
+    const Batch batch{Tensor{inputs.data(), {rows, kConfig.seq_len}, DType::kInt32},
+                      Tensor{targets.data(), {rows, kConfig.seq_len}, DType::kInt32}};
+    for (int step = 0; step < 2; ++step) {
+      trainer.forward_backward(batch);
+      trainer.step();
+    }
+    world.synchronize();
+    usage[static_cast<std::size_t>(world.rank)] = world.allocator().usage();
+  });
+  return usage;
+}
+
+TEST(TensorParallelPlan, WithPipelineStagesEveryCategoryEqualsTheMeasuredPeak) {
+  for (const Job& job : {Job{2, false, 1, 1}, Job{2, true, 2, 3}, Job{2, false, 2, 0}}) {
+    SCOPED_TRACE(job.name() + ", 2 pipeline stages");
+    std::vector<std::vector<PipelineStagePeak>> plans;  // per tensor rank, per pipeline stage
+    for (int rank = 0; rank < job.tensor; ++rank) plans.push_back(pipeline_plan(job, rank));
+    // World rank w is tensor rank w % t at pipeline stage w / (d x t) (runtime/device_mesh.h).
+    const auto per_stage = static_cast<std::size_t>(job.data * job.tensor);
+    testing::expect_largest_peaks_equal_plans(
+        [&](std::size_t rank) -> const PeakPrediction& {
+          return plans[rank % static_cast<std::size_t>(job.tensor)][rank / per_stage].peak;
+        },
+        [&] { return train_pipeline(job); });
+  }
 }
 
 }  // namespace

@@ -84,16 +84,8 @@ TEST_F(ZestTrainPipeline, EvaluatesTheSameHeldOutRowsAsWithoutPipelineStages) {
   auto val_losses = [&](const std::vector<std::string>& extra) {
     std::vector<std::string> sets = extra;
     sets.insert(sets.end(), {"eval_every=1", "data.val_fraction=0.1", "data.val_batches=2"});
-    const std::string metrics = path("eval.jsonl");
-    const ProcessResult result = train(sets, {"--metrics", metrics});
-    EXPECT_EQ(result.status, 0) << result.err;
-    std::vector<double> losses;
-    std::ifstream in(metrics);
-    for (std::string line; std::getline(in, line);) {
-      const json record = json::parse(line);
-      if (record.contains("val_loss")) losses.push_back(record["val_loss"].get<double>());
-    }
-    return losses;
+    steps_of(sets);
+    return held_out_losses();
   };
   const std::vector<double> reference = val_losses({});
   const std::vector<double> pipelined = val_losses({R"(pipeline={"stages": 2})"});

@@ -95,6 +95,16 @@ class ZestTrainJobTest : public ScratchDirectoryTest {
     return step_losses(metrics);
   }
 
+  // The held-out losses the last steps_of run logged, in order.
+  std::vector<double> held_out_losses() const {
+    std::vector<double> losses;
+    for (const std::string& line : lines_of(read_file(path("metrics.jsonl")))) {
+      const nlohmann::json record = nlohmann::json::parse(line);
+      if (record.contains("val_loss")) losses.push_back(record["val_loss"].get<double>());
+    }
+    return losses;
+  }
+
  private:
   std::vector<std::string> overrides_;
 };

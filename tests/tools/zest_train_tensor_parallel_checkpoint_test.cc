@@ -3,8 +3,11 @@
 // gradient norms of the uninterrupted size-2 run; zest-ckpt exports it as the whole model's
 // tensors, which are the tensor-parallel-1 run's parameters at the same step; and zest-ckpt
 // reshards it over another number of data-parallel ranks, each tensor rank's part on its own. A
-// size-2 run started from an exported model (model.init_from) trains as the size-1 run does.
+// size-2 run started from an exported model (model.init_from) trains as the size-1 run does. With
+// pipeline stages over the tensor-parallel groups (3D), the checkpoint resumes without them at
+// size 1 and back, and exports the same whole tensors.
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -98,28 +101,62 @@ TEST_F(ZestTrainTensorParallelCheckpoint, ResumesAtOtherTensorParallelSizesToThe
   expect_same_steps(at_size4, whole, 4, "size 2 -> 1 -> 4");
 }
 
+// Pipeline stages over the tensor-parallel groups: each (pipeline stage, tensor rank,
+// data-parallel rank) saves its own file, and the checkpoint resumes without pipeline stages at
+// size 1, whose checkpoint resumes with them again.
+TEST_F(ZestTrainTensorParallelCheckpoint, ResumesAcrossPipelineAndTensorParallelLayouts) {
+  // 2 pipeline stages x 2 data-parallel ranks x size 2, sequence-parallel, ZeRO 3, 6 steps.
+  const std::string first = path("pipelined");
+  const std::vector<StepLoss> whole = steps_of(
+      {"world.ranks=8", kSize2, "tensor_parallel.sequence_parallel=true", R"(pipeline={"stages": 2})",
+       "steps=6", "zero_optimization.stage=3", "checkpoint.every_steps=2",
+       "checkpoint.dir=" + first});
+  ASSERT_EQ(whole.size(), 6u);
+  // Its step 2 at size 1 on 2 data-parallel ranks without pipeline stages, saving step 4 ...
+  const std::string second = path("plain");
+  const std::vector<StepLoss> plain =
+      steps_of({"world.ranks=2", "steps=4", "zero_optimization.stage=1", "checkpoint.every_steps=2",
+                "checkpoint.dir=" + second},
+               {"--resume", first + "/step-2"});
+  expect_same_steps(plain, whole, 2, "size 2 x 2 pipeline stages -> size 1");
+  // ... which resumes at size 2 x 2 pipeline stages (interleaved) on 1 data-parallel rank.
+  const std::vector<StepLoss> again = steps_of(
+      {"world.ranks=4", kSize2,
+       R"(pipeline={"stages": 2, "schedule": "interleaved_1f1b", "partition": "uniform"})",
+       "steps=6"},
+      {"--resume", second + "/step-4"});
+  expect_same_steps(again, whole, 4, "size 2 x 2 pipeline stages -> size 1 -> again");
+}
+
 TEST_F(ZestTrainTensorParallelCheckpoint, ExportsTheWholeModelAsTheTensorParallelOneRunHasIt) {
-  const std::string cut = path("size2");
   const std::string plain = path("size1");
-  ASSERT_EQ(train({"world.ranks=4", kSize2, "steps=2", "checkpoint.every_steps=2",
-                   "checkpoint.dir=" + cut})
-                .status,
-            0);
   ASSERT_EQ(
       train({"world.ranks=2", "steps=2", "checkpoint.every_steps=2", "checkpoint.dir=" + plain})
           .status,
       0);
-  const auto from_cut = exported(cut, "cut.safetensors");
   const auto from_plain = exported(plain, "plain.safetensors");
-  ASSERT_EQ(from_cut.size(), from_plain.size());
-  for (const auto& [name, values] : from_plain) {
-    ASSERT_TRUE(from_cut.count(name)) << name;
-    const std::vector<float>& other = from_cut.at(name);
-    ASSERT_EQ(other.size(), values.size()) << name;
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      // models/tensor_parallel_gpt_test.cc's bound: 2 AdamW steps, sums in another order.
-      ASSERT_NEAR(other[i], values[i], 1e-5 * std::fabs(values[i]) + 2e-6)
-          << name << "[" << i << "]";
+  // Size 2 alone, and under 2 pipeline stages (each pipeline stage's tensor ranks save its units).
+  for (const std::string& pipeline : {std::string("pipeline={}"),
+                                      std::string(R"(pipeline={"stages": 2})")}) {
+    const std::string cut = path("size2");
+    std::filesystem::remove_all(cut);
+    const int ranks = pipeline == "pipeline={}" ? 4 : 8;
+    ASSERT_EQ(train({"world.ranks=" + std::to_string(ranks), kSize2, pipeline, "steps=2",
+                     "checkpoint.every_steps=2", "checkpoint.dir=" + cut})
+                  .status,
+              0)
+        << pipeline;
+    const auto from_cut = exported(cut, "cut.safetensors");
+    ASSERT_EQ(from_cut.size(), from_plain.size()) << pipeline;
+    for (const auto& [name, values] : from_plain) {
+      ASSERT_TRUE(from_cut.count(name)) << pipeline << ": " << name;
+      const std::vector<float>& other = from_cut.at(name);
+      ASSERT_EQ(other.size(), values.size()) << name;
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        // models/tensor_parallel_gpt_test.cc's bound: 2 AdamW steps, sums in another order.
+        ASSERT_NEAR(other[i], values[i], 1e-5 * std::fabs(values[i]) + 2e-6)
+            << pipeline << ": " << name << "[" << i << "]";
+      }
     }
   }
 }

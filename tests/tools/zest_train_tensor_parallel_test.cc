@@ -59,6 +59,43 @@ TEST_F(ZestTrainTensorParallel, TrainsAsTheSameJobOnItsDataParallelRanksAlone) {
   EXPECT_THAT(sequence.out, HasSubstr("2 tensor-parallel ranks (sequence-parallel)"));
 }
 
+// 3D: 2 pipeline stages x 2 data-parallel ranks x 2 tensor-parallel ranks (8 ranks as threads),
+// over 10 steps with a held-out loss after each, against the same job on 4 data-parallel ranks (a
+// held-out batch is micro-batch x world.ranks / tensor_parallel.size rows at every pipeline mesh).
+TEST_F(ZestTrainTensorParallel, PipelineStagesOverTheGroupsTrainAsDataParallelRanksAlone) {
+  const std::vector<std::string> evaluated = {"steps=10", "eval_every=1", "data.val_fraction=0.1",
+                                              "data.val_batches=1"};
+  std::vector<std::string> plain = evaluated;
+  plain.push_back("world.ranks=4");
+  const std::vector<StepLoss> reference = steps_of(plain);
+  const std::vector<double> reference_held_out = held_out_losses();
+  ASSERT_EQ(reference.size(), 10u);
+  ASSERT_EQ(reference_held_out.size(), 10u);
+  for (const char* variant : {"tensor_parallel.sequence_parallel=false",
+                              "tensor_parallel.sequence_parallel=true"}) {
+    std::vector<std::string> sets = evaluated;
+    sets.insert(sets.end(), {"world.ranks=8", R"(tensor_parallel={"size": 2})", variant,
+                             R"(pipeline={"stages": 2})", "zero_optimization.stage=3"});
+    const std::vector<StepLoss> steps = steps_of(sets);
+    const std::vector<double> held_out = held_out_losses();
+    ASSERT_EQ(steps.size(), reference.size()) << variant;
+    ASSERT_EQ(held_out.size(), reference_held_out.size()) << variant;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      EXPECT_NEAR(steps[i].loss, reference[i].loss, 1e-5 * std::fabs(reference[i].loss))
+          << variant << ", step " << i + 1;
+      EXPECT_NEAR(steps[i].grad_norm, reference[i].grad_norm, 1e-5 * reference[i].grad_norm)
+          << variant << ", step " << i + 1;
+      EXPECT_NEAR(held_out[i], reference_held_out[i], 1e-5 * reference_held_out[i])
+          << variant << ", held-out loss after step " << i + 1;
+    }
+  }
+  const ProcessResult shown =
+      train({"world.ranks=8", R"(tensor_parallel={"size": 2})", R"(pipeline={"stages": 2})"});
+  ASSERT_EQ(shown.status, 0) << shown.err;
+  EXPECT_THAT(shown.out, HasSubstr("2 pipeline stages"));
+  EXPECT_THAT(shown.out, HasSubstr("2 tensor-parallel ranks"));
+}
+
 TEST_F(ZestTrainTensorParallel, ASizeThatDoesNotDivideTheRanksIsOneInputError) {
   const ProcessResult result = train({"world.ranks=4", R"(tensor_parallel={"size": 3})"});
   EXPECT_EQ(result.status, 2) << result.err;

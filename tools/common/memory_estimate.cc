@@ -86,10 +86,10 @@ std::optional<std::int64_t> largest(const std::function<bool(std::int64_t)>& ok,
 }
 
 // The ranks that hold the same units: world.ranks, or with tensor parallelism the data-parallel
-// ranks of the tensor-parallel ranks' slices (world.ranks = data-parallel x tensor-parallel
-// ranks; pipeline stages do not compose with it).
+// ranks of the tensor-parallel ranks' slices (world.ranks = pipeline stages x data-parallel x
+// tensor-parallel ranks). Pipeline stages are planned by pipeline_estimate, on their own.
 int data_parallel_ranks(const TrainConfig& config) {
-  return config.world.ranks / config.tensor_parallel.size;
+  return config.tensor_parallel.enabled() ? config.pipeline.data_parallel : config.world.ranks;
 }
 
 // The ranks each unit is sharded over: the data-parallel ranks, an outer loop's group

@@ -20,7 +20,6 @@
 #include "kernels/kernel_threads.h"
 #include "engine/engine.h"
 #include "optim/lr_schedule.h"
-#include "pipeline/pipeline_trainer.h"
 #include "checkpoint/parameter_import.h"
 #include "checkpoint/safetensors.h"
 #include "runtime/host_collectives.h"
@@ -28,8 +27,6 @@
 #include "tools/common/batch_source_factory.h"
 #include "tools/common/memory_estimate.h"
 #include "models/registry.h"
-#include "models/tensor_parallel_gpt.h"
-#include "runtime/tensor_parallel_groups.h"
 #include "tools/common/host_limits.h"
 #include "tools/common/html_page.h"
 #include "tools/common/metrics_file.h"
@@ -40,6 +37,7 @@
 #include "tools/train/csv_monitor.h"
 #include "tools/train/metrics_log.h"
 #include "tools/train/progress.h"
+#include "tools/train/rank_trainer.h"
 #include "tools/train/run_report.h"
 
 namespace zest {
@@ -83,31 +81,18 @@ struct RunState {
   std::int64_t last_step = 0;  // 0 until a step has run
 };
 
-// This rank's data-parallel index without pipeline stages: with tensor parallelism every rank of
-// a tensor-parallel group reads the same rows (rank = index x tensor_parallel.size + tensor
-// index, runtime/device_mesh.h).
-int data_parallel_index(const RankContext& context, const TrainConfig& config) {
-  return context.rank / config.tensor_parallel.size;
-}
-int data_parallel_size(const RankContext& context, const TrainConfig& config) {
-  return context.world_size / config.tensor_parallel.size;
-}
-
 // The held-out loss: the mean over data.val_batches batches of micro-batch × ranks rows each;
 // nothing when a signal stopped it (the ranks agree on that before each batch, as after a step).
 std::optional<float> evaluate(RankContext& context, Trainer& trainer, const RunState& run,
                               const TrainCheckpoints& checkpoints) {
   const TrainConfig& config = run.config;
+  // A batch is micro-batch × (world.ranks / tensor_parallel.size) rows at every pipeline mesh;
+  // with pipeline stages each data-parallel index runs its share as one micro-batch through them.
   BatchSlice slice;
-  slice.global_rows = config.micro_batch * data_parallel_size(context, config);
+  slice.global_rows =
+      config.micro_batch * config.world.ranks / config.tensor_parallel.size;
   slice.rank = data_parallel_index(context, config);
-  slice.world_size = data_parallel_size(context, config);
-  if (config.pipeline.enabled()) {
-    // The same held-out rows, split over the data-parallel indices (each runs its share as one
-    // micro-batch through the pipeline stages).
-    slice.world_size = config.pipeline.data_parallel;
-    slice.rank = context.rank % config.pipeline.data_parallel;
-  }
+  slice.world_size = data_parallel_size(config);
   double sum = 0.0;
   for (std::int64_t index = 0; index < config.data.val_batches; ++index) {
     if (checkpoints.stop_requested(context)) return std::nullopt;
@@ -210,28 +195,6 @@ void record(RunState& run, MetricsLog* metrics, const ordered_json& line) {
   }
 }
 
-// With pipeline stages (config.pipeline): one PipelineTrainer per rank over the mesh of
-// pipeline stages x data-parallel ranks, each pipeline stage's units trained by the ZeRO engine in
-// its data-parallel group; the pipeline accumulates over its micro-batches itself.
-std::unique_ptr<Trainer> make_pipeline_trainer(RankContext& context, const TrainConfig& config) {
-  const PipelineOptions pipeline = pipeline_options(config.pipeline);
-  EngineOptions engine = config.engine;
-  engine.gradient_accumulation_steps = 1;
-  const ModelSpec spec = config.model;
-  return std::make_unique<PipelineTrainer>(
-      context, engine, pipeline, [spec] { return make_model(spec); }, config.optimizer);
-}
-
-// A rank's rows of a step with pipeline stages: its data-parallel index's share of the global
-// batch (rank = pipeline stage x D + index, runtime/device_mesh.h), every micro-batch at once.
-BatchSlice pipeline_slice(const RankContext& context, const TrainConfig& config) {
-  BatchSlice slice;
-  slice.global_rows = config.train_batch_size;
-  slice.world_size = config.pipeline.data_parallel;
-  slice.rank = context.rank % config.pipeline.data_parallel;
-  return slice;
-}
-
 // One rank's whole run.
 void train_rank(RankContext& context, RunState& run) {
   const TrainConfig& config = run.config;
@@ -240,35 +203,9 @@ void train_rank(RankContext& context, RunState& run) {
   // still read them after forward_backward() returns. Declared before the trainer so that on
   // an error the trainer's destructor (which waits for the streams) runs before they are freed.
   std::vector<HostBatch> held;
-  TensorParallelGroups tensor_groups;  // tensor_parallel only; the model and engine borrow it
-  std::unique_ptr<Module> model;
-  std::unique_ptr<Engine> engine;  // outlives the trainer (Engine::shard's contract)
-  std::unique_ptr<Trainer> trainer;
+  RankTrainer built = make_rank_trainer(context, config);
+  Trainer* trainer = built.trainer.get();
   const bool pipelined = config.pipeline.enabled();
-  if (pipelined) {
-    trainer = make_pipeline_trainer(context, config);
-  } else if (config.tensor_parallel.enabled()) {
-    // The rank's slice of the GPT over its tensor-parallel group, the ZeRO engine over its
-    // data-parallel group (models/tensor_parallel_gpt.h).
-    const int size = config.tensor_parallel.size;
-    tensor_groups = split_tensor_parallel_groups(context, DeviceMesh(context.world_size, 1, size));
-    model = std::make_unique<TensorParallelGpt>(
-        config.model.gpt,
-        TensorSlice{tensor_groups.at.tensor_parallel_index, size, tensor_groups.tensor.get(),
-                    config.tensor_parallel.sequence_parallel});
-    // An out-of-memory's advice plans this rank's slices (Module::unit_memory).
-    engine = std::make_unique<Engine>(*tensor_groups.data_context, config.engine);
-    trainer = engine->shard(*model, make_optimizer(config.optimizer));
-  } else {
-    model = make_model(config.model);
-    EngineOptions options = config.engine;
-    // An out-of-memory's advice may propose the model built another way (vocabulary pieces).
-    if (options.out_of_memory_advice) {
-      options.out_of_memory_advice = training_memory_advice_with(model_variants(config));
-    }
-    engine = std::make_unique<Engine>(context, options);
-    trainer = engine->shard(*model, make_optimizer(config.optimizer));
-  }
 
   TrainCheckpoints checkpoints(config);
   const std::int64_t first_step = start(context, *trainer, checkpoints, config);
@@ -300,7 +237,7 @@ void train_rank(RankContext& context, RunState& run) {
   slice.global_rows = config.train_batch_size;
   slice.accumulation = config.gradient_accumulation_steps;
   slice.rank = data_parallel_index(context, config);
-  slice.world_size = data_parallel_size(context, config);
+  slice.world_size = data_parallel_size(config);
   SwapTraffic swap_recorded = trainer->swap_traffic();  // the start-up's (a resume's) left out
   for (std::int64_t step = first_step; step <= config.steps; ++step) {
     const Clock::time_point step_start = Clock::now();
