@@ -56,16 +56,25 @@ if(ZEST_HAVE_CUDA)
   zest_find_nccl()
 endif()
 
-# cudart is public because zest headers may name cudaStream_t and friends; cuBLAS and NCCL are
+# cudart is public because zest headers may name cudaStream_t and friends; cuBLASLt and NCCL are
 # implementation details of libzest.
+# Note: cuBLASLt is opened at the first GEMM (dlopen, base/cublaslt_library.h), not linked: its
+# static initialization costs every process that links it about 0.6 s of CPU, which CPU-only runs
+# and every test process paid. Its soname and the toolkit's path are compiled in.
 function(zest_link_cuda target)
   if(NOT ZEST_HAVE_CUDA)
     return()
   endif()
   target_compile_definitions(${target} PUBLIC ZEST_HAVE_CUDA=1)
+  get_target_property(cublaslt_path CUDA::cublasLt IMPORTED_LOCATION)
+  get_filename_component(cublaslt_folder "${cublaslt_path}" DIRECTORY)
+  set(cublaslt_soname "libcublasLt.so.${CUDAToolkit_VERSION_MAJOR}")
+  target_compile_definitions(${target} PRIVATE
+    ZEST_CUBLASLT_SONAME="${cublaslt_soname}"
+    ZEST_CUBLASLT_PATH="${cublaslt_folder}/${cublaslt_soname}")
   target_link_libraries(${target}
     PUBLIC CUDA::cudart
-    PRIVATE CUDA::cublas CUDA::cublasLt zest::nccl)
+    PRIVATE zest::nccl ${CMAKE_DL_LIBS})
   # Link with the C++ driver (no device link step is needed without separable compilation), so
   # that sanitizer and other host link flags are understood.
   set_target_properties(${target} PROPERTIES LINKER_LANGUAGE CXX)

@@ -122,7 +122,12 @@ foreach(source IN LISTS zest_test_sources)
     target_link_libraries(${target} PRIVATE MPI::MPI_CXX)
   endif()
   if(ZEST_HAVE_CUDA)
-    target_link_libraries(${target} PRIVATE CUDA::cublas CUDA::cublasLt zest::nccl)
+    target_link_libraries(${target} PRIVATE zest::nccl)
+    # Only the CUDA suites call cuBLAS themselves; linked into every suite, its start-up would
+    # cost each test process 0.8 s (cmake/ZestCuda.cmake).
+    if(source MATCHES "(_cuda_test\\.cc|_test\\.cu)$")
+      target_link_libraries(${target} PRIVATE CUDA::cublas CUDA::cublasLt)
+    endif()
     set_target_properties(${target} PROPERTIES LINKER_LANGUAGE CXX)
   endif()
   if(TARGET zest_test_support)

@@ -108,6 +108,9 @@ SwapTraffic ZeroTrainer::swap_traffic() const {
 
 void ZeroTrainer::state_loaded() {
   Stream& comm = context_.comm;
+  // Note: a caller may have written its shards in compute-stream order (write_from_host: the
+  // outer loop's meeting does); the all-gathers below run on comm and must read them written.
+  context_.compute.synchronize();
   for (FlatUnit& unit : units_) {
     const std::size_t shard = unit.layout.shard_length();
     // A full buffer's copies agree again once every rank's loaded shard is all-gathered into it.

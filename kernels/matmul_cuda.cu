@@ -8,23 +8,28 @@
 #include <type_traits>
 
 #include "base/cublas_check.h"
+#include "base/cublaslt_library.h"
 #include "base/error.h"
 
 namespace zest::cuda {
 namespace {
 
-// cuBLASLt's descriptors, destroyed however the call ends.
-template <typename Handle, cublasStatus_t (*kDestroy)(Handle)>
-struct Destroy {
-  void operator()(Handle handle) const { (void)kDestroy(handle); }
+// cuBLASLt's descriptors, destroyed however the call ends (base/cublaslt_library.h).
+struct DestroyDesc {
+  void operator()(cublasLtMatmulDesc_t desc) const { (void)cublaslt().desc_destroy(desc); }
 };
-using OpDesc = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>,
-                               Destroy<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>>;
-using Layout = std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>,
-                               Destroy<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>>;
+struct DestroyLayout {
+  void operator()(cublasLtMatrixLayout_t layout) const { (void)cublaslt().layout_destroy(layout); }
+};
+struct DestroyPreference {
+  void operator()(cublasLtMatmulPreference_t pref) const {
+    (void)cublaslt().preference_destroy(pref);
+  }
+};
+using OpDesc = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>, DestroyDesc>;
+using Layout = std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>, DestroyLayout>;
 using Preference =
-    std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
-                    Destroy<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>>;
+    std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, DestroyPreference>;
 
 [[noreturn]] void usage(const std::string& what) {
   throw Error(ErrorKind::kUsage, "matmul (CUDA): " + what);
@@ -103,14 +108,14 @@ std::uint32_t with_leading(std::uint32_t bytes, std::int64_t ld, DType type) {
 Layout layout(cudaDataType_t type, std::int64_t rows, std::int64_t cols, std::int64_t ld,
               std::int64_t batch, std::int64_t stride) {
   cublasLtMatrixLayout_t raw = nullptr;
-  ZEST_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&raw, type, static_cast<std::uint64_t>(rows),
+  ZEST_CUBLAS_CHECK(cublaslt().layout_create(&raw, type, static_cast<std::uint64_t>(rows),
                                                static_cast<std::uint64_t>(cols), ld));
   Layout owned(raw);
   if (batch > 1) {
     const auto count = static_cast<std::int32_t>(batch);
-    ZEST_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+    ZEST_CUBLAS_CHECK(cublaslt().layout_set(
         raw, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
-    ZEST_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+    ZEST_CUBLAS_CHECK(cublaslt().layout_set(
         raw, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
   }
   return owned;
@@ -118,13 +123,13 @@ Layout layout(cudaDataType_t type, std::int64_t rows, std::int64_t cols, std::in
 
 template <typename T>
 void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
-  ZEST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
+  ZEST_CUBLAS_CHECK(cublaslt().desc_set(desc, attribute, &value, sizeof(value)));
 }
 
 template <typename T>
 void set(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attribute,
          const T& value) {
-  ZEST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof(value)));
+  ZEST_CUBLAS_CHECK(cublaslt().preference_set(pref, attribute, &value, sizeof(value)));
 }
 
 cublasComputeType_t compute_type(const MatmulArgs& x, const MatmulContext& context) {
@@ -142,7 +147,7 @@ OpDesc make_desc(const MatmulArgs& x, cublasComputeType_t compute) {
   // Note: CUBLAS_COMPUTE_32F is true fp32 (never TF32, whose 10-bit mantissa is neither exact
   // nor bf16 training's rounding); for 16-bit inputs it is fp32 accumulation. 2-byte training
   // asks for fp32 inputs rounded to its type instead: the tensor cores' rate, as autocast.
-  ZEST_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, compute, CUDA_R_32F));
+  ZEST_CUBLAS_CHECK(cublaslt().desc_create(&raw_desc, compute, CUDA_R_32F));
   OpDesc desc(raw_desc);
   set(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, x.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
   set(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, x.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
@@ -166,7 +171,7 @@ bool find_algorithm(const MatmulContext& context, const OpDesc& desc, const Layo
                     const Layout& a_layout, const Layout& d_layout, const Preference& pref,
                     cublasLtMatmulHeuristicResult_t& heuristic) {
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+  const cublasStatus_t status = cublaslt().heuristic(
       context.handle, desc.get(), b_layout.get(), a_layout.get(), d_layout.get(), d_layout.get(),
       pref.get(), 1, &heuristic, &found);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
@@ -211,7 +216,7 @@ bool try_matmul(const MatmulArgs& x, const MatmulContext& context, cudaStream_t 
   const Layout d_layout = layout(out_type, x.n, x.m, ldd, x.batch, x.stride_d);
 
   cublasLtMatmulPreference_t raw_pref = nullptr;
-  ZEST_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
+  ZEST_CUBLAS_CHECK(cublaslt().preference_create(&raw_pref));
   const Preference pref(raw_pref);
   set(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, context.workspace_bytes);
   // Note: parameters are views into flat buffers and activations offsets into one saved buffer,
@@ -238,7 +243,7 @@ bool try_matmul(const MatmulArgs& x, const MatmulContext& context, cudaStream_t 
     found = find_algorithm(context, desc, b_layout, a_layout, d_layout, pref, heuristic);
   }
   if (!found) return false;
-  ZEST_CUBLAS_CHECK(cublasLtMatmul(context.handle, desc.get(), &x.alpha, x.b, b_layout.get(), x.a,
+  ZEST_CUBLAS_CHECK(cublaslt().matmul(context.handle, desc.get(), &x.alpha, x.b, b_layout.get(), x.a,
                                    a_layout.get(), &x.beta, c, d_layout.get(), x.d,
                                    d_layout.get(), &heuristic.algo, context.workspace,
                                    context.workspace_bytes, stream));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/cublas_check.h"
+#include "base/cublaslt_library.h"
 #include "base/cuda_check.h"
 #include "base/error.h"
 #include "memory/cuda_pool_allocator.h"
@@ -177,7 +178,7 @@ CudaStream::CudaStream(std::string name, int device, Allocator* allocator)
 CudaStream::~CudaStream() {
   (void)cudaStreamSynchronize(stream_);
   workspace_.reset();
-  if (blas_ != nullptr) (void)cublasLtDestroy(blas_);
+  if (blas_ != nullptr) (void)cublaslt().destroy(blas_);
   (void)cudaStreamDestroy(stream_);
   (void)cudaGetLastError();
   // Streams that waited on each other hold each other's state: break the cycle.
@@ -285,7 +286,7 @@ void* CudaStream::workspace(std::size_t bytes, const char* kernel) {
 cublasLtHandle_t CudaStream::blas_handle() {
   if (blas_ == nullptr) {
     ZEST_CUDA_CHECK(cudaSetDevice(device_));
-    ZEST_CUBLAS_CHECK(cublasLtCreate(&blas_));
+    ZEST_CUBLAS_CHECK(cublaslt().create(&blas_));
   }
   return blas_;
 }

@@ -64,7 +64,26 @@ WireBytes WireBytes::operator-(const WireBytes& earlier) const {
     difference.intra_node[k] = intra_node[k] - earlier.intra_node[k];
     difference.inter_node[k] = inter_node[k] - earlier.inter_node[k];
   }
+  for (int a = 0; a < kWireAxes; ++a) difference.by_axis[a] = by_axis[a] - earlier.by_axis[a];
   return difference;
+}
+
+const char* wire_axis_name(WireAxis axis) {
+  switch (axis) {
+    case WireAxis::kData: return "data";
+    case WireAxis::kTensor: return "tensor";
+    case WireAxis::kPipeline: return "pipeline";
+  }
+  return "?";
+}
+
+// Note: by the names runtime/device_mesh.h and pipeline/pipeline_trainer.cc give the groups.
+WireAxis wire_axis_of(const std::string& name, WireAxis parent) {
+  const auto has = [&](const char* words) { return name.find(words) != std::string::npos; };
+  if (has("tensor-parallel group")) return WireAxis::kTensor;
+  if (has("pipeline group") || has("tied parameters")) return WireAxis::kPipeline;
+  if (has("data-parallel group")) return WireAxis::kData;
+  return parent;
 }
 
 LinkCost collective_cost(WireKind kind, int group_size, int crossing_edges, double buffer_bytes,
@@ -106,10 +125,11 @@ LinkCost send_cost(bool across_nodes, double bytes, const LinkOptions& link) {
   return cost;
 }
 
-void WireCounter::add(WireKind kind, double intra, double inter) {
+void WireCounter::add(WireKind kind, WireAxis axis, double intra, double inter) {
   std::lock_guard lock(mutex_);
   bytes_.intra_node[static_cast<int>(kind)] += intra;
   bytes_.inter_node[static_cast<int>(kind)] += inter;
+  bytes_.by_axis[static_cast<int>(axis)] += intra + inter;
 }
 
 WireBytes WireCounter::snapshot() const {
@@ -128,11 +148,12 @@ LinkCommunicator::LinkCommunicator(Communicator& inner, Topology topology, LinkO
 
 LinkCommunicator::LinkCommunicator(std::unique_ptr<Communicator> owned,
                                    std::shared_ptr<const Shared> shared,
-                                   std::shared_ptr<WireCounter> counter)
+                                   std::shared_ptr<WireCounter> counter, WireAxis axis)
     : owned_(std::move(owned)),
       inner_(*owned_),
       shared_(std::move(shared)),
-      counter_(std::move(counter)) {
+      counter_(std::move(counter)),
+      axis_(axis) {
   place();
 }
 
@@ -147,7 +168,7 @@ void LinkCommunicator::place() {
 
 void LinkCommunicator::charge(Stream& stream, WireKind kind, const char* op,
                               const LinkCost& cost) {
-  counter_->add(kind, cost.intra_bytes, cost.inter_bytes);
+  counter_->add(kind, axis_, cost.intra_bytes, cost.inter_bytes);
   wait(stream, op, cost.delay);
 }
 
@@ -241,7 +262,8 @@ std::unique_ptr<Communicator> LinkCommunicator::split(int color, int key, const 
                                                       std::chrono::milliseconds timeout) {
   std::unique_ptr<Communicator> group = inner_.split(color, key, name, timeout);
   if (!group) return nullptr;
-  return std::unique_ptr<Communicator>(new LinkCommunicator(std::move(group), shared_, counter_));
+  return std::unique_ptr<Communicator>(
+      new LinkCommunicator(std::move(group), shared_, counter_, wire_axis_of(name, axis_)));
 }
 
 }  // namespace zest

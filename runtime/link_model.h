@@ -40,10 +40,25 @@ inline constexpr int kWireKinds = 5;
 // "all_gather", "reduce_scatter", "all_reduce", "broadcast", "send": the metrics' names.
 const char* wire_kind_name(WireKind kind);
 
-// What one rank has put on the wire since it started, by collective kind, in bytes.
+// The axis of the device mesh (runtime/device_mesh.h) a group's traffic runs along, from the
+// name it was split with: "tensor" (a tensor-parallel group), "pipeline" (a pipeline group's
+// activations and gradients, the tied parameters summed across pipeline stages), and "data" for
+// the rest — the world, whose collectives are the data-parallel ones without a mesh, and the
+// data-parallel, hybrid and outer-loop groups. A group split from another keeps its axis unless
+// its name says another.
+enum class WireAxis { kData, kTensor, kPipeline };
+inline constexpr int kWireAxes = 3;
+// "data", "tensor", "pipeline": the metrics' names.
+const char* wire_axis_name(WireAxis axis);
+// The axis a group named `name` and split from a group of axis `parent` runs along.
+WireAxis wire_axis_of(const std::string& name, WireAxis parent);
+
+// What one rank has put on the wire since it started, by collective kind, in bytes, and the same
+// bytes by mesh axis.
 struct WireBytes {
   std::array<double, kWireKinds> intra_node{};
   std::array<double, kWireKinds> inter_node{};
+  std::array<double, kWireAxes> by_axis{};  // intra- and inter-node together
   double intra_total() const;
   double inter_total() const;
   WireBytes operator-(const WireBytes& earlier) const;
@@ -76,7 +91,7 @@ LinkCost send_cost(bool across_nodes, double bytes, const LinkOptions& link);
 // A rank's counters, shared by its communicator and the groups split from it.
 class WireCounter {
  public:
-  void add(WireKind kind, double intra, double inter);
+  void add(WireKind kind, WireAxis axis, double intra, double inter);
   WireBytes snapshot() const;
 
  private:
@@ -126,7 +141,7 @@ class LinkCommunicator final : public Communicator {
     Sleep sleep;
   };
   LinkCommunicator(std::unique_ptr<Communicator> owned, std::shared_ptr<const Shared> shared,
-                   std::shared_ptr<WireCounter> counter);
+                   std::shared_ptr<WireCounter> counter, WireAxis axis);
   void place();  // members' nodes and the ring's crossing edges
   // Counts `cost` and, when the link is modelled and it has a delay, enqueues the wait.
   void charge(Stream& stream, WireKind kind, const char* op, const LinkCost& cost);
@@ -138,6 +153,7 @@ class LinkCommunicator final : public Communicator {
   Communicator& inner_;
   std::shared_ptr<const Shared> shared_;
   std::shared_ptr<WireCounter> counter_;
+  WireAxis axis_ = WireAxis::kData;
   int crossing_edges_ = 0;  // of the group's ring, in group order
   std::vector<int> nodes_;  // per group rank
 };

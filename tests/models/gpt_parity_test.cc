@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
-#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "models/gpt.h"
 #include "engine/engine.h"
 #include "runtime/world.h"
+#include "tests/models/gpt_parity_support.h"
 
 namespace zest {
 namespace {
@@ -30,19 +30,9 @@ struct RunResult {
   std::map<std::string, std::vector<float>> params;
 };
 
-// The tokens of `step`'s global batch, [kGlobalBatch, seq_len], and their next tokens. A fixed
-// rule (t -> 3t + 1 mod vocab, with noise) so that the loss has something to fall on.
 void make_global_batch(int step, std::vector<std::int32_t>& inputs,
                        std::vector<std::int32_t>& targets) {
-  std::mt19937 rng(500 + step);
-  std::uniform_int_distribution<std::int32_t> token(0, kConfig.vocab_size - 1);
-  const std::size_t count = static_cast<std::size_t>(kGlobalBatch) * kConfig.seq_len;
-  inputs.resize(count);
-  targets.resize(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    inputs[i] = token(rng);
-    targets[i] = rng() % 4 == 0 ? token(rng) : (3 * inputs[i] + 1) % kConfig.vocab_size;
-  }
+  testing::make_gpt_batch(kConfig, 500 + step, kGlobalBatch, inputs, targets);
 }
 
 RunResult run_gpt(int stage, int world_size, int accumulation = 1) {
@@ -58,11 +48,7 @@ RunResult run_gpt(int stage, int world_size, int accumulation = 1) {
     options.stage = stage;
     options.gradient_accumulation_steps = accumulation;
     Engine engine(context, options);
-    OptimizerOptions optimizer;
-    optimizer.type = "AdamW";
-    optimizer.lr = 3e-3f;
-    optimizer.weight_decay = 0.1f;
-    auto trainer = engine.shard(model, make_optimizer(optimizer));
+    auto trainer = engine.shard(model, make_optimizer(testing::parity_adamw()));
     const std::int64_t rows = kGlobalBatch / world_size / accumulation;
     const std::int64_t seq = kConfig.seq_len;
     std::vector<std::int32_t> inputs, targets;
@@ -93,50 +79,16 @@ const RunResult& reference() {
   return result;
 }
 
-// Runs differ only in the order fp32 sums are taken (per-rank means of fewer rows, a reduce in
-// rank order): ~1e-7 relative in each gradient. Adam divides each gradient by its own running
-// RMS, so an element whose gradient hovers near 0 turns that noise into a visible update; over
-// 10 steps the largest gap measured is 7e-7 absolute (an element of 3e-3), the loss 7e-8
-// relative. 1e-5 relative with a 2e-6 absolute floor (parameters start at 0 or ~0.02, and move
-// by up to lr = 3e-3 a step) keeps a ~3x margin; a lost or doubled tied-weight gradient, or a
-// shard updated from the wrong slice, moves parameters by ~lr, 1000x more.
-constexpr double kRelative = 1e-5;
-constexpr double kAbsolute = 2e-6;
-
-// Note: the key bias (c_attn.bias[C, 2C)) has an identically zero gradient, since adding a
-// constant to every key adds q·b to all of a query's scores alike and softmax ignores it. Its
-// fp32 gradient is rounding noise (~1e-12) that Adam normalizes into updates that differ
-// between reduction orders, so equality means nothing for it; it must instead stay at its
-// initial 0 to within that noise (measured |value| <= 3e-6 after 10 steps; bound 1e-4).
-bool is_key_bias(const std::string& name, std::size_t index) {
-  const auto C = static_cast<std::size_t>(kConfig.n_embd);
-  return name.ends_with(".attn.c_attn.bias") && index >= C && index < 2 * C;
-}
-constexpr double kKeyBiasBound = 1e-4;
-
 void expect_same_training(const RunResult& expected, const RunResult& run) {
   for (int step = 0; step < kSteps; ++step) {
     EXPECT_NEAR(run.losses[step], expected.losses[step],
-                kRelative * std::abs(expected.losses[step]) + kAbsolute)
+                testing::kParityRelative * std::abs(expected.losses[step]) +
+                    testing::kParityAbsolute)
         << "loss at step " << step;
   }
   // Training must have done something for the comparison to mean anything.
   EXPECT_LT(expected.losses.back(), expected.losses.front() - 0.1f);
-  ASSERT_EQ(run.params.size(), expected.params.size());
-  for (const auto& [name, values] : expected.params) {
-    const std::vector<float>& other = run.params.at(name);
-    ASSERT_EQ(values.size(), other.size()) << name;
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      const std::string what = name + "[" + std::to_string(i) + "]";
-      if (is_key_bias(name, i)) {
-        EXPECT_LE(std::abs(values[i]), kKeyBiasBound) << what;
-        EXPECT_LE(std::abs(other[i]), kKeyBiasBound) << what;
-      } else {
-        EXPECT_NEAR(other[i], values[i], kRelative * std::abs(values[i]) + kAbsolute) << what;
-      }
-      if (::testing::Test::HasFailure()) return;  // one mismatch says enough
-    }
-  }
+  testing::expect_same_parameters(kConfig, expected.params, run.params);
 }
 
 class GptParity : public ::testing::TestWithParam<std::tuple<int, int>> {};

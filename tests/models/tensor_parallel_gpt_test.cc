@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -25,6 +24,7 @@
 #include "runtime/device_mesh.h"
 #include "runtime/tensor_parallel_groups.h"
 #include "runtime/world.h"
+#include "tests/models/gpt_parity_support.h"
 #include "tests/support/capture_error.h"
 #include "tests/support/tensor_slices.h"
 
@@ -58,30 +58,11 @@ struct Run {
 
 void make_global_batch(int step, std::vector<std::int32_t>& inputs,
                        std::vector<std::int32_t>& targets) {
-  std::mt19937 rng(700 + step);
-  std::uniform_int_distribution<std::int32_t> token(0, kConfig.vocab_size - 1);
-  const std::size_t count = static_cast<std::size_t>(kGlobalBatch) * kConfig.seq_len;
-  inputs.resize(count);
-  targets.resize(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    inputs[i] = token(rng);
-    targets[i] = rng() % 4 == 0 ? token(rng) : (3 * inputs[i] + 1) % kConfig.vocab_size;
-  }
+  testing::make_gpt_batch(kConfig, 700 + step, kGlobalBatch, inputs, targets);
 }
 
 std::size_t whole_size(const std::string& name) {
-  static const std::map<std::string, std::size_t> sizes = [] {
-    std::map<std::string, std::size_t> out;
-    Gpt whole(kConfig);
-    for (Unit* unit : whole.units()) {
-      for (const ParamSpec& spec : unit->parameters()) {
-        std::size_t n = 1;
-        for (std::int64_t d : spec.shape) n *= static_cast<std::size_t>(d);
-        out[unit->name() + "." + spec.name] = n;
-      }
-    }
-    return out;
-  }();
+  static const std::map<std::string, std::size_t> sizes = testing::whole_sizes(kConfig);
   return sizes.at(name);
 }
 
@@ -112,11 +93,7 @@ RunResult run_gpt(const Run& run) {
     options.stage = run.stage;
     options.gradient_clipping = run.clipping;
     Engine engine(*context, options);
-    OptimizerOptions optimizer;
-    optimizer.type = "AdamW";
-    optimizer.lr = 3e-3f;
-    optimizer.weight_decay = 0.1f;
-    auto trainer = engine.shard(*model, make_optimizer(optimizer));
+    auto trainer = engine.shard(*model, make_optimizer(testing::parity_adamw()));
     const std::int64_t rows = kGlobalBatch / run.data;
     const std::int64_t seq = kConfig.seq_len;
     std::vector<std::int32_t> inputs, targets;
@@ -160,45 +137,19 @@ const RunResult& reference(int data) {
 
 // Runs differ only in the order fp32 sums are taken: the row-parallel products and the
 // LayerNorms' input gradients summed across the group, the exp-sum split over the vocabulary
-// (in double here, in float in the whole model's kernel). ~1e-7 relative per gradient; Adam
-// turns that into visible updates only for elements whose gradient hovers near 0. Measured over
-// 3 steps at lr 3e-3 (TP 2, TP 4, TP 2 x DP 2 at stages 0-3, TP 2 with clipping): the losses
-// equal to the bit, the gradient norms within 1.3e-7 relative, the largest parameter gap 6e-7
-// absolute; 1e-5 relative + 2e-6 absolute (gpt_parity_test.cc's bound for the same model size
-// and lr) keeps a 3x margin. A slice drawn from the wrong rows, a partial sum added twice or a
-// missed all-reduce moves parameters by ~lr, 1000x more; counting the replicated parameters on
-// every rank of the group moves the norm by 23%.
-constexpr double kRelative = 1e-5;
-constexpr double kAbsolute = 2e-6;
-
-// The key bias has an identically zero gradient (gpt_parity_test.cc says why): it must stay
-// near 0, not equal. In a slice, the keys are rows [C, 2C) of the whole c_attn.bias.
-bool is_key_bias(const std::string& name, std::size_t index) {
-  const auto C = static_cast<std::size_t>(kConfig.n_embd);
-  return name.ends_with(".attn.c_attn.bias") && index >= C && index < 2 * C;
-}
-
+// (in double here, in float in the whole model's kernel). Measured over 3 steps (TP 2, TP 4,
+// TP 2 x DP 2 at stages 0-3, TP 2 with clipping): the losses equal to the bit, the gradient norms
+// within 1.3e-7 relative, the largest parameter gap 6e-7 absolute, under gpt_parity_support.h's
+// bound. Counting the replicated parameters on every rank of the group moves the norm by 23%.
 void expect_same_training(const RunResult& expected, const RunResult& run) {
   for (std::size_t step = 0; step < expected.losses.size(); ++step) {
     EXPECT_NEAR(run.losses[step], expected.losses[step],
-                kRelative * std::abs(expected.losses[step]) + kAbsolute)
+                testing::kParityRelative * std::abs(expected.losses[step]) +
+                    testing::kParityAbsolute)
         << "loss at step " << step;
   }
   EXPECT_EQ(run.largest_replica_gap, 0.0f) << "a replicated parameter differs across the group";
-  ASSERT_EQ(run.params.size(), expected.params.size());
-  for (const auto& [name, values] : expected.params) {
-    const std::vector<float>& other = run.params.at(name);
-    ASSERT_EQ(values.size(), other.size()) << name;
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      const std::string what = name + "[" + std::to_string(i) + "]";
-      if (is_key_bias(name, i)) {
-        EXPECT_LE(std::abs(other[i]), 1e-4) << what;
-      } else {
-        EXPECT_NEAR(other[i], values[i], kRelative * std::abs(values[i]) + kAbsolute) << what;
-      }
-      if (::testing::Test::HasFailure()) return;  // one mismatch says enough
-    }
-  }
+  testing::expect_same_parameters(kConfig, expected.params, run.params);
 }
 
 TEST(TensorParallelGpt, InitialSlicesAreTheWholeModelsValuesExactly) {

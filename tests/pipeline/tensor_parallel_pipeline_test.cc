@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -26,6 +25,7 @@
 #include "runtime/device_mesh.h"
 #include "runtime/tensor_parallel_groups.h"
 #include "runtime/world.h"
+#include "tests/models/gpt_parity_support.h"
 #include "tests/support/capture_error.h"
 #include "tests/support/tensor_slices.h"
 
@@ -62,23 +62,7 @@ struct RunResult {
 
 void make_global_batch(int step, std::vector<std::int32_t>& inputs,
                        std::vector<std::int32_t>& targets) {
-  std::mt19937 rng(900 + step);
-  std::uniform_int_distribution<std::int32_t> token(0, kConfig.vocab_size - 1);
-  const auto count = static_cast<std::size_t>(kGlobalBatch * kConfig.seq_len);
-  inputs.resize(count);
-  targets.resize(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    inputs[i] = token(rng);
-    targets[i] = rng() % 4 == 0 ? token(rng) : (3 * inputs[i] + 1) % kConfig.vocab_size;
-  }
-}
-
-OptimizerOptions adamw() {
-  OptimizerOptions optimizer;
-  optimizer.type = "AdamW";
-  optimizer.lr = 3e-3f;
-  optimizer.weight_decay = 0.1f;
-  return optimizer;
+  testing::make_gpt_batch(kConfig, 900 + step, kGlobalBatch, inputs, targets);
 }
 
 Batch rows_of(std::vector<std::int32_t>& inputs, std::vector<std::int32_t>& targets,
@@ -97,7 +81,7 @@ RunResult run_reference(float clipping) {
     EngineOptions options;
     options.gradient_clipping = clipping;
     Engine engine(context, options);
-    auto trainer = engine.shard(model, make_optimizer(adamw()));
+    auto trainer = engine.shard(model, make_optimizer(testing::parity_adamw()));
     std::vector<std::int32_t> inputs, targets;
     for (int step = 0; step < kSteps; ++step) {
       make_global_batch(step, inputs, targets);
@@ -114,18 +98,7 @@ RunResult run_reference(float clipping) {
 }
 
 std::size_t whole_size(const std::string& name) {
-  static const std::map<std::string, std::size_t> sizes = [] {
-    std::map<std::string, std::size_t> out;
-    Gpt whole(kConfig);
-    for (Unit* unit : whole.units()) {
-      for (const ParamSpec& spec : unit->parameters()) {
-        std::size_t n = 1;
-        for (std::int64_t d : spec.shape) n *= static_cast<std::size_t>(d);
-        out[unit->name() + "." + spec.name] = n;
-      }
-    }
-    return out;
-  }();
+  static const std::map<std::string, std::size_t> sizes = testing::whole_sizes(kConfig);
   return sizes.at(name);
 }
 
@@ -154,7 +127,7 @@ RunResult run_pipeline(const Layout& layout) {
         layout.chunks > 1 ? ScheduleKind::kInterleavedOneFOneB : ScheduleKind::kOneFOneB;
     PipelineTrainer trainer(
         *groups.data_context, options, pipeline,
-        [slice] { return std::make_unique<TensorParallelGpt>(kConfig, slice); }, adamw());
+        [slice] { return std::make_unique<TensorParallelGpt>(kConfig, slice); }, testing::parity_adamw());
     const std::int64_t rows = kGlobalBatch / layout.data;
     const std::int64_t first = groups.at.data_parallel_index * rows;
     std::vector<std::int32_t> inputs, targets;
@@ -204,48 +177,24 @@ const RunResult& reference() {
 
 // The runs differ from the reference only in the order fp32 sums are taken (the row-parallel
 // products and the LayerNorms' input gradients summed across the group, the vocabulary's exp-sum
-// split, the micro-batches' gradients accumulated), ~1e-7 relative per gradient, which AdamW turns
-// into visible updates only for elements whose gradient hovers near 0. The bound of the
-// tensor-parallel GPT's own parity test (models/tensor_parallel_gpt_test.cc): 1e-5 relative +
-// 2e-6 absolute. Measured over the 10 steps of every layout here: losses within 7.1e-8 relative,
-// gradient norms within 1.2e-7, parameters within 1.2e-7 absolute. A missed sum across the group,
-// a slice from the wrong rows or a tied gradient left out moves parameters by ~lr, 1000x more;
-// leaving out the norm's sum across the tensor-parallel group fails every parity test here.
-constexpr double kRelative = 1e-5;
-constexpr double kAbsolute = 2e-6;
-
-// The key bias has an identically zero gradient (gpt_parity_test.cc says why): it must stay near 0,
-// not equal. The keys are rows [C, 2C) of the whole c_attn.bias.
-bool is_key_bias(const std::string& name, std::size_t index) {
-  const auto C = static_cast<std::size_t>(kConfig.n_embd);
-  return name.ends_with(".attn.c_attn.bias") && index >= C && index < 2 * C;
-}
-
+// split, the micro-batches' gradients accumulated): gpt_parity_support.h's bound, 1e-5 relative,
+// for the losses and norms, and for the parameters with a 2e-6 absolute floor. Measured over the
+// 10 steps of every layout here: losses within 7.1e-8 relative, gradient norms within 1.2e-7,
+// parameters within 1.2e-7 absolute. Leaving out the norm's sum across the tensor-parallel group
+// fails every parity test here.
 void expect_same_training(const RunResult& expected, const RunResult& run) {
   ASSERT_EQ(run.losses.size(), expected.losses.size());
   for (std::size_t step = 0; step < expected.losses.size(); ++step) {
     EXPECT_NEAR(run.losses[step], expected.losses[step],
-                kRelative * std::abs(expected.losses[step]))
+                testing::kParityRelative * std::abs(expected.losses[step]))
         << "loss at step " << step + 1;
-    EXPECT_NEAR(run.norms[step], expected.norms[step], kRelative * expected.norms[step])
+    EXPECT_NEAR(run.norms[step], expected.norms[step],
+                testing::kParityRelative * expected.norms[step])
         << "gradient norm at step " << step + 1;
     EXPECT_EQ(run.largest_loss_gap[step], 0.0f) << "the ranks disagree on step " << step + 1;
   }
   EXPECT_EQ(run.largest_replica_gap, 0.0f) << "a replicated parameter differs across a group";
-  ASSERT_EQ(run.params.size(), expected.params.size());
-  for (const auto& [name, values] : expected.params) {
-    const std::vector<float>& other = run.params.at(name);
-    ASSERT_EQ(values.size(), other.size()) << name;
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      const std::string what = name + "[" + std::to_string(i) + "]";
-      if (is_key_bias(name, i)) {
-        EXPECT_LE(std::abs(other[i]), 1e-4) << what;
-      } else {
-        EXPECT_NEAR(other[i], values[i], kRelative * std::abs(values[i]) + kAbsolute) << what;
-      }
-      if (::testing::Test::HasFailure()) return;  // one mismatch says enough
-    }
-  }
+  testing::expect_same_parameters(kConfig, expected.params, run.params);
 }
 
 TEST(TensorParallelPipeline, Tp2TimesPp2MatchesOneRankOverTenSteps) {
@@ -292,7 +241,7 @@ TEST(TensorParallelPipeline, HybridShardingIsRefusedWithTheReason) {
     const Error error = testing::capture_error([&] {
       PipelineTrainer trainer(
           *groups.data_context, options, pipeline,
-          [slice] { return std::make_unique<TensorParallelGpt>(kConfig, slice); }, adamw());
+          [slice] { return std::make_unique<TensorParallelGpt>(kConfig, slice); }, testing::parity_adamw());
     });
     const std::lock_guard<std::mutex> lock(mutex);
     messages.push_back(error.what());

@@ -1,12 +1,14 @@
 // The link model and the wire counters: bytes each rank sends, intra- and inter-node, exactly as
 // the ring formulas in runtime/link_model.h say; the modelled delay of a collective that crosses
 // nodes, through an injected clock (exact) and the real one (at least that long); none inside a
-// node; and the trace's inter-node track.
+// node; the trace's inter-node track; and each group's bytes on the mesh axis its name says.
 #include "runtime/link_model.h"
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -115,6 +117,57 @@ TEST(LinkModel, CountsEveryRanksBytesAndWaitsOnlyAcrossNodes) {
     std::vector<nanoseconds> want = expected;
     if (rank == 0) want.push_back(nanoseconds(10160));
     EXPECT_EQ(waits.by_rank[rank], want) << rank;
+  }
+}
+
+// Each group counts along its mesh axis, by the name it was split with; a group split from
+// another keeps its axis unless its name says another.
+TEST(LinkModel, GroupsCountAlongTheAxisTheirNameSays) {
+  EXPECT_EQ(wire_axis_of("tensor-parallel group of pipeline stage 0, data-parallel index 1 (ranks "
+                         "2, 3)",
+                         WireAxis::kData),
+            WireAxis::kTensor);
+  EXPECT_EQ(wire_axis_of("activations of the pipeline group of data-parallel index 0 (ranks 0, 2)",
+                         WireAxis::kData),
+            WireAxis::kPipeline);
+  EXPECT_EQ(wire_axis_of("tied parameters of pipeline stages 0 and 1 (data-parallel index 0)",
+                         WireAxis::kData),
+            WireAxis::kPipeline);
+  EXPECT_EQ(wire_axis_of("data-parallel group of pipeline stage 1 (ranks 2, 3)", WireAxis::kTensor),
+            WireAxis::kData);
+  EXPECT_EQ(wire_axis_of("shard group 0", WireAxis::kData), WireAxis::kData);
+  EXPECT_EQ(wire_axis_of("shard group 0", WireAxis::kPipeline), WireAxis::kPipeline);
+  EXPECT_STREQ(wire_axis_name(WireAxis::kTensor), "tensor");
+
+  std::map<int, WireBytes> bytes;
+  std::mutex mutex;
+  testing::run_world(4, [&](RankContext& context) {
+    LinkOptions link = modelled_link();
+    link.modelled = false;
+    LinkCommunicator world(context.communicator, Topology(4, 2), link, nullptr);
+    std::unique_ptr<Communicator> tensor =
+        world.split(context.rank / 2, context.rank % 2, "tensor-parallel group of ranks");
+    std::unique_ptr<Communicator> pipeline =
+        world.split(context.rank % 2, context.rank / 2, "gradients of the pipeline group 0");
+    std::unique_ptr<Communicator> within = pipeline->split(0, pipeline->rank(), "a part of it");
+    std::vector<float> values(100, 1.0f);  // 400 bytes
+    tensor->all_reduce(context.comm, values.data(), values.data(), 100, DType::kFloat32,
+                       Reduction::kSum);
+    within->all_gather(context.comm, values.data(), values.data(), 50, DType::kFloat32);
+    world.all_reduce(context.comm, values.data(), values.data(), 1, DType::kFloat32,
+                     Reduction::kSum);
+    context.comm.synchronize();
+    const std::lock_guard<std::mutex> lock(mutex);
+    bytes[context.rank] = world.wire().snapshot();
+  });
+  for (const auto& [rank, counted] : bytes) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    // all-reduce of 400 B over 2 ranks: 2 (1/2) 400; all-gather of 2 x 200 B over 2: (1/2) 400;
+    // all-reduce of 4 B over 4: 2 (3/4) 4.
+    EXPECT_DOUBLE_EQ(counted.by_axis[static_cast<int>(WireAxis::kTensor)], 400.0);
+    EXPECT_DOUBLE_EQ(counted.by_axis[static_cast<int>(WireAxis::kPipeline)], 200.0);
+    EXPECT_DOUBLE_EQ(counted.by_axis[static_cast<int>(WireAxis::kData)], 6.0);
+    EXPECT_DOUBLE_EQ(counted.intra_total() + counted.inter_total(), 606.0);
   }
 }
 

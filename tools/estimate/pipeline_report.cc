@@ -56,9 +56,13 @@ void print_pipeline_estimate(const EstimateJob& job, const PipelineEstimate& est
       "{:.1f}% of the step; micro-batches in flight per pipeline stage: {}\n",
       schedule.name, estimate.simulation.bubble_ratio, estimate.closed_form_bubble_ratio,
       100.0 * estimate.simulation.idle_fraction, in_flight);
-  std::cout << fmt::format(
-      "peak bytes per rank of each pipeline stage (each of its {} data-parallel rank{} holds the same):\n",
-      estimate.data_parallel, estimate.data_parallel == 1 ? "" : "s");
+  const int tensor = job.input.tensor_parallel_size;
+  const std::string ranks =
+      tensor > 1 ? fmt::format("the largest of its {} data-parallel x {} tensor-parallel ranks",
+                               estimate.data_parallel, tensor)
+                 : fmt::format("each of its {} data-parallel rank{} holds the same",
+                               estimate.data_parallel, estimate.data_parallel == 1 ? "" : "s");
+  std::cout << fmt::format("peak bytes per rank of each pipeline stage ({}):\n", ranks);
   for (const PipelineStagePeak& planned : estimate.pipeline_stages) {
     std::cout << fmt::format("pipeline stage {}: {}; {} micro-batch{} in flight\n",
                              planned.pipeline_stage, stage_units(estimate, planned),

@@ -173,7 +173,8 @@ ordered_json step_record(const TrainConfig& config, const StepStats& stats, doub
 }
 
 // What rank 0 put on the wire in a step, in bytes: the totals inside its node and across nodes,
-// and each collective kind's [inside, across] (kinds that sent nothing are left out).
+// each collective kind's [inside, across], and each mesh axis's (runtime/link_model.h); kinds and
+// axes that sent nothing are left out.
 void add_wire_bytes(ordered_json& line, const WireBytes& step) {
   const auto whole = [](double bytes) { return static_cast<std::int64_t>(std::llround(bytes)); };
   line["intra_node_bytes"] = whole(step.intra_total());
@@ -185,6 +186,11 @@ void add_wire_bytes(ordered_json& line, const WireBytes& step) {
                                                        whole(step.inter_node[k])};
   }
   line["wire_bytes"] = std::move(kinds);
+  ordered_json axes = ordered_json::object();
+  for (int a = 0; a < kWireAxes; ++a) {
+    if (step.by_axis[a] != 0.0) axes[wire_axis_name(static_cast<WireAxis>(a))] = whole(step.by_axis[a]);
+  }
+  line["axis_bytes"] = std::move(axes);
 }
 
 // A record of the run (rank 0): to the metrics log, and to the records a report is drawn from.
