@@ -109,14 +109,14 @@ Layout layout(cudaDataType_t type, std::int64_t rows, std::int64_t cols, std::in
               std::int64_t batch, std::int64_t stride) {
   cublasLtMatrixLayout_t raw = nullptr;
   ZEST_CUBLAS_CHECK(cublaslt().layout_create(&raw, type, static_cast<std::uint64_t>(rows),
-                                               static_cast<std::uint64_t>(cols), ld));
+                                             static_cast<std::uint64_t>(cols), ld));
   Layout owned(raw);
   if (batch > 1) {
     const auto count = static_cast<std::int32_t>(batch);
-    ZEST_CUBLAS_CHECK(cublaslt().layout_set(
-        raw, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
-    ZEST_CUBLAS_CHECK(cublaslt().layout_set(
-        raw, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+    ZEST_CUBLAS_CHECK(
+        cublaslt().layout_set(raw, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+    ZEST_CUBLAS_CHECK(cublaslt().layout_set(raw, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                            &stride, sizeof(stride)));
   }
   return owned;
 }
@@ -171,9 +171,9 @@ bool find_algorithm(const MatmulContext& context, const OpDesc& desc, const Layo
                     const Layout& a_layout, const Layout& d_layout, const Preference& pref,
                     cublasLtMatmulHeuristicResult_t& heuristic) {
   int found = 0;
-  const cublasStatus_t status = cublaslt().heuristic(
-      context.handle, desc.get(), b_layout.get(), a_layout.get(), d_layout.get(), d_layout.get(),
-      pref.get(), 1, &heuristic, &found);
+  const cublasStatus_t status =
+      cublaslt().heuristic(context.handle, desc.get(), b_layout.get(), a_layout.get(),
+                           d_layout.get(), d_layout.get(), pref.get(), 1, &heuristic, &found);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
   ZEST_CUBLAS_CHECK(status);
   return found > 0;
@@ -243,10 +243,10 @@ bool try_matmul(const MatmulArgs& x, const MatmulContext& context, cudaStream_t 
     found = find_algorithm(context, desc, b_layout, a_layout, d_layout, pref, heuristic);
   }
   if (!found) return false;
-  ZEST_CUBLAS_CHECK(cublaslt().matmul(context.handle, desc.get(), &x.alpha, x.b, b_layout.get(), x.a,
-                                   a_layout.get(), &x.beta, c, d_layout.get(), x.d,
-                                   d_layout.get(), &heuristic.algo, context.workspace,
-                                   context.workspace_bytes, stream));
+  ZEST_CUBLAS_CHECK(cublaslt().matmul(context.handle, desc.get(), &x.alpha, x.b, b_layout.get(),
+                                      x.a, a_layout.get(), &x.beta, c, d_layout.get(), x.d,
+                                      d_layout.get(), &heuristic.algo, context.workspace,
+                                      context.workspace_bytes, stream));
   return true;
 }
 

@@ -174,16 +174,17 @@ void PipelineTrainer::run_action(Step& step, const Action& action) {
       if (cpu_time) begin->second = TraceRecorder::thread_cpu_us();
     });
     work();
-    stream.enqueue([begin, cpu_time, trace = context_.trace, rank = context_.rank_in_world(), track, label] {
-      TraceRecorder::Slice slice;
-      slice.rank = rank;
-      slice.track = track;
-      slice.name = label;
-      slice.begin_us = begin->first;
-      slice.end_us = TraceRecorder::now_us();
-      if (cpu_time) slice.cpu_us = TraceRecorder::thread_cpu_us() - begin->second;
-      trace->add(std::move(slice));
-    });
+    stream.enqueue(
+        [begin, cpu_time, trace = context_.trace, rank = context_.rank_in_world(), track, label] {
+          TraceRecorder::Slice slice;
+          slice.rank = rank;
+          slice.track = track;
+          slice.name = label;
+          slice.begin_us = begin->first;
+          slice.end_us = TraceRecorder::now_us();
+          if (cpu_time) slice.cpu_us = TraceRecorder::thread_cpu_us() - begin->second;
+          trace->add(std::move(slice));
+        });
   };
   // Note: on the CPU device a free waits for its stream, so a host that enqueued the whole step
   // before the streams ran it would hold every micro-batch's scratch at once. The host waits for

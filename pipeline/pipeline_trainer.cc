@@ -191,7 +191,8 @@ PipelineTrainer::PipelineTrainer(RankContext& context, const EngineOptions& engi
     placement_.replicas = hybrid_->replicas();
     placement_.replica = hybrid_->shard_group();
   }
-  if (tensor_ != nullptr) {  // each tensor-parallel rank saves its slices (checkpoint/tensor_split.h)
+  if (tensor_ !=
+      nullptr) {  // each tensor-parallel rank saves its slices (checkpoint/tensor_split.h)
     placement_.tensor_ranks = tensor_->world_size();
     placement_.tensor_rank = tensor_->rank();
   }

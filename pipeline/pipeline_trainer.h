@@ -158,7 +158,7 @@ class PipelineTrainer final : public Trainer {
   std::unique_ptr<Communicator> activations_;
   std::unique_ptr<Communicator> gradients_;
   std::unique_ptr<Communicator> tied_;  // null unless this rank holds a lent unit or its copy
-  Communicator* tensor_ = nullptr;  // the model's tensor-parallel group; null for one rank
+  Communicator* tensor_ = nullptr;      // the model's tensor-parallel group; null for one rank
   std::unique_ptr<HybridCommunicator> hybrid_;  // over data_parallel_; null without hybrid sharding
   std::unique_ptr<Stream> send_activations_;
   std::unique_ptr<Stream> send_gradients_;

@@ -191,7 +191,9 @@ PeakPrediction train_stage_on_shape_device(const PipelinePlanInput& input, int p
   {
     PipelineTrainer trainer(
         context, options, pipeline, schedule,
-        [&model, group = tensor_group.get()] { return std::make_unique<ShapeModule>(model, group); },
+        [&model, group = tensor_group.get()] {
+          return std::make_unique<ShapeModule>(model, group);
+        },
         shape_optimizer(model.model.optimizer_states));
     const auto output_of = [&](std::size_t unit) {
       return model.units.empty() ? std::size_t{0} : model.units[unit].output;

@@ -40,10 +40,10 @@ TensorParallelGroups split_tensor_parallel_groups(RankContext& world, const Devi
                                            mesh.tensor_parallel_group_name(pipeline_stage, index));
   groups.data = world.communicator.split(tensor, pipeline_stage * data_parallel + index,
                                          same_slice_group_name(mesh, tensor));
-  groups.data_context = std::make_unique<RankContext>(RankContext{
-      groups.data->rank(), groups.data->world_size(), world.device, world.compute, world.comm,
-      world.prefetch, *groups.data, world.trace, world.topology, world.wire, 1,
-      world.rank_in_world()});
+  groups.data_context = std::make_unique<RankContext>(
+      RankContext{groups.data->rank(), groups.data->world_size(), world.device, world.compute,
+                  world.comm, world.prefetch, *groups.data, world.trace, world.topology, world.wire,
+                  1, world.rank_in_world()});
   return groups;
 }
 

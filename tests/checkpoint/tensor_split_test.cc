@@ -23,8 +23,8 @@
 namespace zest {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::drawn_at;
+using ::testing::HasSubstr;
 
 // 4 heads, a vocabulary of 36, 16 channels: each divides by 2 and 4.
 const GptConfig kConfig{/*n_layer=*/1, /*n_head=*/4, /*n_embd=*/16, /*vocab_size=*/36,

@@ -133,8 +133,7 @@ TEST(TensorParallelConfig, CompositionsNotSupportedYetAreRefusedNamingTheKey) {
        {{"zero_optimization", {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}}}}},
       {"zero_optimization.hybrid_shard_size",
        {{"zero_optimization", {{"stage", 3}, {"hybrid_shard_size", 1}}}}},
-      {"activation_checkpointing",
-       {{"activation_checkpointing", {{"policy", "full"}}}}},
+      {"activation_checkpointing", {{"activation_checkpointing", {{"policy", "full"}}}}},
       {"model.vocab_pieces", {{"model", {{"vocab_pieces", 2}}}}},
   };
   for (const auto& [key, patch] : cases) {

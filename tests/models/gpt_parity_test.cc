@@ -81,9 +81,9 @@ const RunResult& reference() {
 
 void expect_same_training(const RunResult& expected, const RunResult& run) {
   for (int step = 0; step < kSteps; ++step) {
-    EXPECT_NEAR(run.losses[step], expected.losses[step],
-                testing::kParityRelative * std::abs(expected.losses[step]) +
-                    testing::kParityAbsolute)
+    EXPECT_NEAR(
+        run.losses[step], expected.losses[step],
+        testing::kParityRelative * std::abs(expected.losses[step]) + testing::kParityAbsolute)
         << "loss at step " << step;
   }
   // Training must have done something for the comparison to mean anything.

@@ -143,9 +143,9 @@ const RunResult& reference(int data) {
 // bound. Counting the replicated parameters on every rank of the group moves the norm by 23%.
 void expect_same_training(const RunResult& expected, const RunResult& run) {
   for (std::size_t step = 0; step < expected.losses.size(); ++step) {
-    EXPECT_NEAR(run.losses[step], expected.losses[step],
-                testing::kParityRelative * std::abs(expected.losses[step]) +
-                    testing::kParityAbsolute)
+    EXPECT_NEAR(
+        run.losses[step], expected.losses[step],
+        testing::kParityRelative * std::abs(expected.losses[step]) + testing::kParityAbsolute)
         << "loss at step " << step;
   }
   EXPECT_EQ(run.largest_replica_gap, 0.0f) << "a replicated parameter differs across the group";

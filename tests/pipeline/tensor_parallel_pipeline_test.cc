@@ -127,7 +127,8 @@ RunResult run_pipeline(const Layout& layout) {
         layout.chunks > 1 ? ScheduleKind::kInterleavedOneFOneB : ScheduleKind::kOneFOneB;
     PipelineTrainer trainer(
         *groups.data_context, options, pipeline,
-        [slice] { return std::make_unique<TensorParallelGpt>(kConfig, slice); }, testing::parity_adamw());
+        [slice] { return std::make_unique<TensorParallelGpt>(kConfig, slice); },
+        testing::parity_adamw());
     const std::int64_t rows = kGlobalBatch / layout.data;
     const std::int64_t first = groups.at.data_parallel_index * rows;
     std::vector<std::int32_t> inputs, targets;
@@ -241,7 +242,8 @@ TEST(TensorParallelPipeline, HybridShardingIsRefusedWithTheReason) {
     const Error error = testing::capture_error([&] {
       PipelineTrainer trainer(
           *groups.data_context, options, pipeline,
-          [slice] { return std::make_unique<TensorParallelGpt>(kConfig, slice); }, testing::parity_adamw());
+          [slice] { return std::make_unique<TensorParallelGpt>(kConfig, slice); },
+          testing::parity_adamw());
     });
     const std::lock_guard<std::mutex> lock(mutex);
     messages.push_back(error.what());

@@ -46,7 +46,9 @@ struct WholeParameter {
       placed[at] = true;
     }
   }
-  bool complete() const { return std::all_of(placed.begin(), placed.end(), [](bool p) { return p; }); }
+  bool complete() const {
+    return std::all_of(placed.begin(), placed.end(), [](bool p) { return p; });
+  }
 };
 
 }  // namespace zest::testing

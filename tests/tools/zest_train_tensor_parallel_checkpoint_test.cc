@@ -107,10 +107,10 @@ TEST_F(ZestTrainTensorParallelCheckpoint, ResumesAtOtherTensorParallelSizesToThe
 TEST_F(ZestTrainTensorParallelCheckpoint, ResumesAcrossPipelineAndTensorParallelLayouts) {
   // 2 pipeline stages x 2 data-parallel ranks x size 2, sequence-parallel, ZeRO 3, 6 steps.
   const std::string first = path("pipelined");
-  const std::vector<StepLoss> whole = steps_of(
-      {"world.ranks=8", kSize2, "tensor_parallel.sequence_parallel=true", R"(pipeline={"stages": 2})",
-       "steps=6", "zero_optimization.stage=3", "checkpoint.every_steps=2",
-       "checkpoint.dir=" + first});
+  const std::vector<StepLoss> whole =
+      steps_of({"world.ranks=8", kSize2, "tensor_parallel.sequence_parallel=true",
+                R"(pipeline={"stages": 2})", "steps=6", "zero_optimization.stage=3",
+                "checkpoint.every_steps=2", "checkpoint.dir=" + first});
   ASSERT_EQ(whole.size(), 6u);
   // Its step 2 at size 1 on 2 data-parallel ranks without pipeline stages, saving step 4 ...
   const std::string second = path("plain");
@@ -120,11 +120,11 @@ TEST_F(ZestTrainTensorParallelCheckpoint, ResumesAcrossPipelineAndTensorParallel
                {"--resume", first + "/step-2"});
   expect_same_steps(plain, whole, 2, "size 2 x 2 pipeline stages -> size 1");
   // ... which resumes at size 2 x 2 pipeline stages (interleaved) on 1 data-parallel rank.
-  const std::vector<StepLoss> again = steps_of(
-      {"world.ranks=4", kSize2,
-       R"(pipeline={"stages": 2, "schedule": "interleaved_1f1b", "partition": "uniform"})",
-       "steps=6"},
-      {"--resume", second + "/step-4"});
+  const std::vector<StepLoss> again =
+      steps_of({"world.ranks=4", kSize2,
+                R"(pipeline={"stages": 2, "schedule": "interleaved_1f1b", "partition": "uniform"})",
+                "steps=6"},
+               {"--resume", second + "/step-4"});
   expect_same_steps(again, whole, 4, "size 2 x 2 pipeline stages -> size 1 -> again");
 }
 
@@ -136,8 +136,8 @@ TEST_F(ZestTrainTensorParallelCheckpoint, ExportsTheWholeModelAsTheTensorParalle
       0);
   const auto from_plain = exported(plain, "plain.safetensors");
   // Size 2 alone, and under 2 pipeline stages (each pipeline stage's tensor ranks save its units).
-  for (const std::string& pipeline : {std::string("pipeline={}"),
-                                      std::string(R"(pipeline={"stages": 2})")}) {
+  for (const std::string& pipeline :
+       {std::string("pipeline={}"), std::string(R"(pipeline={"stages": 2})")}) {
     const std::string cut = path("size2");
     std::filesystem::remove_all(cut);
     const int ranks = pipeline == "pipeline={}" ? 4 : 8;

@@ -71,8 +71,8 @@ TEST_F(ZestTrainTensorParallel, PipelineStagesOverTheGroupsTrainAsDataParallelRa
   const std::vector<double> reference_held_out = held_out_losses();
   ASSERT_EQ(reference.size(), 10u);
   ASSERT_EQ(reference_held_out.size(), 10u);
-  for (const char* variant : {"tensor_parallel.sequence_parallel=false",
-                              "tensor_parallel.sequence_parallel=true"}) {
+  for (const char* variant :
+       {"tensor_parallel.sequence_parallel=false", "tensor_parallel.sequence_parallel=true"}) {
     std::vector<std::string> sets = evaluated;
     sets.insert(sets.end(), {"world.ranks=8", R"(tensor_parallel={"size": 2})", variant,
                              R"(pipeline={"stages": 2})", "zero_optimization.stage=3"});

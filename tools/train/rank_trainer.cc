@@ -25,8 +25,7 @@ std::unique_ptr<Trainer> make_pipeline_trainer(RankContext& context, const Train
                           groups.tensor.get(), config.tensor_parallel.sequence_parallel};
   return std::make_unique<PipelineTrainer>(
       *groups.data_context, engine, pipeline,
-      [gpt, slice] { return std::make_unique<TensorParallelGpt>(gpt, slice); },
-      config.optimizer);
+      [gpt, slice] { return std::make_unique<TensorParallelGpt>(gpt, slice); }, config.optimizer);
 }
 
 }  // namespace

@@ -89,8 +89,7 @@ std::optional<float> evaluate(RankContext& context, Trainer& trainer, const RunS
   // A batch is micro-batch × (world.ranks / tensor_parallel.size) rows at every pipeline mesh;
   // with pipeline stages each data-parallel index runs its share as one micro-batch through them.
   BatchSlice slice;
-  slice.global_rows =
-      config.micro_batch * config.world.ranks / config.tensor_parallel.size;
+  slice.global_rows = config.micro_batch * config.world.ranks / config.tensor_parallel.size;
   slice.rank = data_parallel_index(context, config);
   slice.world_size = data_parallel_size(config);
   double sum = 0.0;
@@ -188,7 +187,8 @@ void add_wire_bytes(ordered_json& line, const WireBytes& step) {
   line["wire_bytes"] = std::move(kinds);
   ordered_json axes = ordered_json::object();
   for (int a = 0; a < kWireAxes; ++a) {
-    if (step.by_axis[a] != 0.0) axes[wire_axis_name(static_cast<WireAxis>(a))] = whole(step.by_axis[a]);
+    if (step.by_axis[a] == 0.0) continue;
+    axes[wire_axis_name(static_cast<WireAxis>(a))] = whole(step.by_axis[a]);
   }
   line["axis_bytes"] = std::move(axes);
 }
