@@ -162,6 +162,48 @@ TEST_F(ZestEstimateTensorParallel, FitProposesNoOffloadAndCountsEveryRank) {
   EXPECT_THAT(result.out, ::testing::Not(HasSubstr("activation_checkpointing.policy")));
 }
 
+// --fit lists every (pipeline stages x tensor-parallel x data-parallel) layout of the 4 ranks the
+// model takes (2 heads: t = 1 or 2; 4 units: p = 1, 2 or 4), each at the peak zest-estimate plans
+// for that layout's own config, and proposes, of those that fit, the fewest pipeline stages, then
+// the fewest tensor-parallel ranks.
+TEST_F(ZestEstimateTensorParallel, FitPlansEveryLayoutOfTheRanksAndProposesOne) {
+  const auto layouts_at = [&](const std::string& capacity) {
+    std::vector<std::string> args = args_with();
+    args.insert(args.end(), {"--fit", "--device-memory", capacity});
+    return estimate_json(args)["layouts"];
+  };
+  const json all = layouts_at("1GiB");
+  std::vector<std::string> seen;
+  for (const json& layout : all) {
+    const int p = layout["pipeline_stages"].get<int>();
+    const int t = layout["tensor_parallel"].get<int>();
+    seen.push_back(std::to_string(p) + "x" + std::to_string(t) + "x" +
+                   layout["data_parallel"].dump());
+    const std::string tensor = "tensor_parallel.size=" + std::to_string(t);
+    const std::string pipeline = p == 1 ? "pipeline={}" : "pipeline.stages=" + std::to_string(p);
+    const json direct = estimate_json(args_with({tensor, pipeline}));
+    EXPECT_EQ(layout["peak_bytes"], direct["per_rank_bytes"]["device_total"]) << seen.back();
+    EXPECT_EQ(layout["fits"], true);
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"1x1x4", "1x2x2", "2x1x2", "2x2x1", "4x1x1"}));
+  ASSERT_EQ(all.size(), 5u);
+  EXPECT_EQ(all[0]["proposed"], true);  // everything fits: no model parallelism at all
+
+  // A capacity that 1 x 2 x 2 fits and the whole model on each rank does not.
+  const auto split_peak = all[1]["peak_bytes"].get<std::size_t>();
+  ASSERT_LT(split_peak, all[0]["peak_bytes"].get<std::size_t>());
+  const json tight = layouts_at(std::to_string(split_peak / 1024 + 1) + "KiB");
+  EXPECT_EQ(tight[0]["fits"], false);
+  EXPECT_EQ(tight[1]["proposed"], true);
+  std::vector<std::string> args = args_with();
+  args.insert(args.end(), {"--fit", "--device-memory", std::to_string(split_peak / 1024 + 1) + "KiB"});
+  const ProcessResult text = run(kEstimate, args);
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("layouts of the 4 ranks (pipeline stages x tensor-parallel x "
+                                  "data-parallel)"));
+  EXPECT_THAT(text.out, HasSubstr("proposed layout: 1 x 2 x 2"));
+}
+
 // What the config refuses for tensor parallelism zest-estimate refuses too, in one line: a size
 // that does not divide the heads, and a composition not built yet (recomputation).
 TEST_F(ZestEstimateTensorParallel, WhatTheConfigRefusesIsOneInputError) {

@@ -25,6 +25,7 @@
 #include "base/error.h"
 #include "base/file_checks.h"
 #include "resolve/resolved_config.h"
+#include "tools/common/layout_fit.h"
 #include "tools/common/memory_estimate.h"
 #include "tools/common/model_size.h"
 #include "tools/common/tool_main.h"
@@ -68,17 +69,27 @@ struct Options {
   std::string html_path;
 };
 
+// --fit's other layouts of the config's ranks (tools/common/layout_fit.h): its JSON, the
+// overrides applied, rearranged as each (pipeline stages, tensor-parallel, data-parallel).
+std::vector<zest::LayoutFit> layouts_of(const Options& options, std::size_t capacity) {
+  nlohmann::json raw = zest::read_json_file(options.config_path);
+  for (const std::string& assignment : options.overrides) zest::apply_override(raw, assignment);
+  return zest::fit_layouts(raw, capacity);
+}
+
 // A config with pipeline stages: each pipeline stage's plan and the schedule's bubble. The
 // top-level numbers of --json are the largest pipeline stage's.
 int estimate_pipeline(const Options& options, const zest::TrainConfig& config,
                       const zest::EstimateJob& job, std::size_t capacity) {
   std::vector<zest::StageFit> fits;
+  std::vector<zest::LayoutFit> layouts;
   if (options.fit) {
     if (capacity == zest::kUnlimitedCapacity) {
       throw zest::Error(zest::ErrorKind::kUsage,
                         "--fit: needs a device capacity (--device-memory, or world.device_memory)");
     }
     fits = zest::fit_pipeline(config, capacity, config.world.host_memory);
+    layouts = layouts_of(options, capacity);
   }
   if (!options.html_path.empty()) {
     throw zest::Error(zest::ErrorKind::kUsage,
@@ -93,7 +104,10 @@ int estimate_pipeline(const Options& options, const zest::TrainConfig& config,
     nlohmann::ordered_json out = zest::estimate_json(per_stage, largest.peak, capacity);
     out.erase("advice");  // the planner's advice is for one pipeline stage holding every unit
     out["pipeline"] = zest::pipeline_json(estimate, capacity);
-    if (options.fit) out["fit"] = zest::fit_json(fits);
+    if (options.fit) {
+      out["fit"] = zest::fit_json(fits);
+      out["layouts"] = zest::layouts_json(layouts);
+    }
     std::cout << out.dump(2) << std::endl;
     return 0;
   }
@@ -101,6 +115,7 @@ int estimate_pipeline(const Options& options, const zest::TrainConfig& config,
   if (options.fit) {
     std::cout << "with the pipeline block (every pipeline stage must fit):\n";
     zest::print_fit(fits, capacity, config.world.ranks, false);
+    zest::print_layouts(layouts, capacity, config.world.ranks);
   }
   return 0;
 }
@@ -136,6 +151,7 @@ int estimate(const Options& options, bool parameter_mode) {
   std::vector<zest::StageFit> fits;
   zest::TierCapacities tiers;
   std::vector<zest::OffloadRung> ladder;
+  std::vector<zest::LayoutFit> layouts;
   if (options.fit) {
     if (capacity == zest::kUnlimitedCapacity) {
       throw zest::Error(zest::ErrorKind::kUsage,
@@ -147,6 +163,7 @@ int estimate(const Options& options, bool parameter_mode) {
     tiers.host = host_capacity;
     if (!options.nvme_path.empty()) zest::set_nvme_capacity(tiers, options.nvme_path, "--nvme");
     ladder = zest::offload_ladder(job.input, tiers);
+    if (!parameter_mode) layouts = layouts_of(options, capacity);
   }
   if (!options.html_path.empty()) {
     const std::vector<zest::StageEstimate> stages =
@@ -159,6 +176,7 @@ int estimate(const Options& options, bool parameter_mode) {
     if (options.fit) {
       out["fit"] = zest::fit_json(fits);
       out["offload_fit"] = zest::offload_fit_json(ladder, tiers);
+      if (!parameter_mode) out["layouts"] = zest::layouts_json(layouts);
     }
     std::cout << out.dump(2) << std::endl;
     return 0;
@@ -169,6 +187,7 @@ int estimate(const Options& options, bool parameter_mode) {
     // Every rank: a tensor-parallel job's are its data-parallel ranks' groups.
     zest::print_fit(fits, capacity, job.input.world_size * job.input.tensor_parallel_size,
                     parameter_mode);
+    if (!parameter_mode) zest::print_layouts(layouts, capacity, config->world.ranks);
   }
   if (!options.html_path.empty()) std::cout << "html: wrote " << options.html_path << "\n";
   return 0;
