@@ -196,7 +196,8 @@ TEST_F(ZestEstimateTensorParallel, FitPlansEveryLayoutOfTheRanksAndProposesOne) 
   EXPECT_EQ(tight[0]["fits"], false);
   EXPECT_EQ(tight[1]["proposed"], true);
   std::vector<std::string> args = args_with();
-  args.insert(args.end(), {"--fit", "--device-memory", std::to_string(split_peak / 1024 + 1) + "KiB"});
+  args.insert(args.end(),
+              {"--fit", "--device-memory", std::to_string(split_peak / 1024 + 1) + "KiB"});
   const ProcessResult text = run(kEstimate, args);
   ASSERT_EQ(text.status, 0) << text.err;
   EXPECT_THAT(text.out, HasSubstr("layouts of the 4 ranks (pipeline stages x tensor-parallel x "

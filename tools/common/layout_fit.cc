@@ -95,12 +95,10 @@ void print_layouts(const std::vector<LayoutFit>& layouts, std::size_t capacity, 
       "rank's peak against {}:\n",
       ranks, format_bytes(capacity));
   for (const LayoutFit& layout : layouts) {
-    std::cout << fmt::format("  {} x {} x {}  {:>11}  {}{}\n", layout.pipeline_stages,
-                             layout.tensor_parallel, layout.data_parallel,
-                             format_bytes(layout.peak), layout.fits ? "fits" : "does not fit",
-                             layout.tensor_group_crosses_nodes
-                                 ? " (a tensor-parallel group would cross nodes)"
-                                 : "");
+    std::cout << fmt::format(
+        "  {} x {} x {}  {:>11}  {}{}\n", layout.pipeline_stages, layout.tensor_parallel,
+        layout.data_parallel, format_bytes(layout.peak), layout.fits ? "fits" : "does not fit",
+        layout.tensor_group_crosses_nodes ? " (a tensor-parallel group would cross nodes)" : "");
   }
   const std::optional<LayoutFit> proposed = proposed_layout(layouts);
   if (!proposed) {

@@ -5,9 +5,9 @@
 // proposed for a device capacity: of those that fit, Megatron's order of growth — tensor-parallel
 // ranks first, as long as a group stays inside a node (its per-layer collectives want a node's
 // links), then pipeline stages (a bubble, and activations across nodes) — so the fewest pipeline
-// stages, then the fewest tensor-parallel ranks, and the most data-parallel ranks. A layout the config cannot take
-// (a size that does not divide the heads, a composition refused with tensor parallelism, a batch
-// the data-parallel ranks cannot split) is left out.
+// stages, then the fewest tensor-parallel ranks, and the most data-parallel ranks. A layout the
+// config cannot take (a size that does not divide the heads, a composition refused with tensor
+// parallelism, a batch the data-parallel ranks cannot split) is left out.
 #pragma once
 
 #include <cstddef>
