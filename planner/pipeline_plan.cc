@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "engine/secondary_shard.h"
+#include "engine/state_bytes.h"
 #include "memory/shard_layout.h"
 #include "pipeline/pipeline_options.h"
 #include "pipeline/pipeline_trainer.h"
@@ -198,6 +199,21 @@ PeakPrediction train_stage_on_shape_device(const PipelinePlanInput& input, int p
     const auto output_of = [&](std::size_t unit) {
       return model.units.empty() ? std::size_t{0} : model.units[unit].output;
     };
+    // An asynchronous checkpoint's snapshot buffers, held from before the steps as a run holds
+    // them from its first save: each holds the units this pipeline stage saves (a lent copy is
+    // its lender's to save), as checkpoint/save_phases.cc's saved_units picks them.
+    std::vector<Buffer> snapshots;
+    if (model.snapshots > 0) {
+      const CheckpointPlacement placement = *trainer.checkpoint_placement();
+      std::vector<std::size_t> saved;
+      for (std::size_t i = 0; i < placement.local_units.size(); ++i) {
+        if (placement.unit_parts[placement.local_units[i]] == placement.part) saved.push_back(i);
+      }
+      const std::size_t bytes = state_bytes(trainer, saved);
+      for (int i = 0; i < model.snapshots; ++i) {
+        snapshots.push_back(device.host_allocator().allocate(bytes, Category::kSnapshot));
+      }
+    }
     trainer.answer_shape_headers([&](int v) {
       const auto bytes = static_cast<std::int64_t>(output_of(boundaries[v] - 1));
       return Tensor{nullptr, {bytes}, DType::kInt8};

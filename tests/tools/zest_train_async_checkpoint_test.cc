@@ -1,7 +1,7 @@
 // zest-train with `checkpoint.async`: the background writer saves the same rank files as the
 // synchronous save and training goes on with the same losses, at every ZeRO stage and with the
 // optimizer's state offloaded to the host or to NVMe; the host snapshot buffers the run measures
-// are the plan's, twice a rank file's bytes; an async
+// are the plan's, twice a rank file's bytes (each pipeline stage's too); an async
 // checkpoint resumes at another world size; a kill -9 while the writer runs leaves a `latest` that
 // resumes; a SIGTERM waits for the writer and publishes the last save; every step's metrics
 // record says how long the loop waited for the save; a value that is not a boolean is one config
@@ -192,6 +192,34 @@ TEST_F(ZestTrainAsyncCheckpoint, TheHostSnapshotBytesAreThePlansTwiceARankFile) 
     const std::size_t expected = async ? file : 0;
     EXPECT_EQ(summary["peak_bytes"][0]["snapshot"].get<std::size_t>(), expected);
     EXPECT_EQ(summary["planned_peak_bytes"]["snapshot"].get<std::size_t>(), expected);
+  }
+}
+
+// With pipeline stages each stage's ranks hold their own snapshots, of the units that stage saves;
+// zest-estimate plans each pipeline stage's (the real PipelineTrainer on the shape-only device).
+TEST_F(ZestTrainAsyncCheckpoint, EachPipelineStagesSnapshotIsItsPlanTwiceItsRankFile) {
+  const std::vector<std::string> pipeline = {"--set", R"(pipeline={"stages": 2})"};
+  const ProcessResult result = save_every_step(Job{"pipeline", 1, pipeline}, "piped", true, 3);
+  ASSERT_EQ(result.status, 0) << result.err;
+  const nlohmann::json summary = summary_of("piped.jsonl");
+  ASSERT_EQ(summary["peak_bytes"].size(), 2u);
+  std::vector<std::string> args = {"--config", kConfig, "--set", "world.ranks=2", "--set",
+                                   "zero_optimization.stage=1", "--set", "steps=3", "--set",
+                                   "checkpoint.dir=" + path("piped_plan"), "--set",
+                                   "checkpoint.every_steps=1", "--set", "checkpoint.async=true",
+                                   "--json"};
+  args.insert(args.end(), pipeline.begin(), pipeline.end());
+  const ProcessResult estimated = testing::wait_for_program(
+      testing::start_program(kEstimate, args, output_files()), output_files());
+  ASSERT_EQ(estimated.status, 0) << estimated.err;
+  const nlohmann::json stages = nlohmann::json::parse(estimated.out)["pipeline"]["per_stage"];
+  ASSERT_EQ(stages.size(), 2u);
+  for (std::size_t rank = 0; rank < 2; ++rank) {  // rank r is pipeline stage r
+    SCOPED_TRACE("pipeline stage " + std::to_string(rank));
+    const std::size_t file = std::filesystem::file_size(
+        path("piped/step-1/rank-" + std::to_string(rank) + ".bin"));
+    EXPECT_EQ(summary["peak_bytes"][rank]["snapshot"].get<std::size_t>(), 2 * file);
+    EXPECT_EQ(stages[rank]["per_rank_bytes"]["host"]["snapshot"].get<std::size_t>(), 2 * file);
   }
 }
 

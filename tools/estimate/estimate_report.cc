@@ -41,6 +41,8 @@ void print_tier(const char* tier, const std::array<std::size_t, kCategoryCount>&
                            format_bytes(total));
 }
 
+}  // namespace
+
 nlohmann::ordered_json tier_json(const std::array<std::size_t, kCategoryCount>& bytes,
                                  std::size_t total) {
   nlohmann::ordered_json out;
@@ -50,8 +52,6 @@ nlohmann::ordered_json tier_json(const std::array<std::size_t, kCategoryCount>& 
   out["total"] = total;
   return out;
 }
-
-}  // namespace
 
 void print_estimate(const EstimateJob& job, const PeakPrediction& prediction,
                     std::size_t capacity) {

@@ -3,6 +3,8 @@
 // advice, and the --fit table; as text for people or as one JSON document (--json).
 #pragma once
 
+#include <array>
+
 #include <cstddef>
 #include <vector>
 
@@ -25,5 +27,9 @@ nlohmann::ordered_json fit_json(const std::vector<StageFit>& fits);
 void print_offload_fit(const std::vector<OffloadRung>& ladder, const TierCapacities& capacities);
 nlohmann::ordered_json offload_fit_json(const std::vector<OffloadRung>& ladder,
                                         const TierCapacities& capacities);
+
+// A tier's bytes by category and its total, as --json writes a tier ("host", "nvme").
+nlohmann::ordered_json tier_json(const std::array<std::size_t, kCategoryCount>& bytes,
+                                 std::size_t total);
 
 }  // namespace zest

@@ -8,6 +8,7 @@
 
 #include "base/byte_size.h"
 #include "memory/allocator.h"
+#include "tools/estimate/estimate_report.h"
 
 namespace zest {
 namespace {
@@ -116,6 +117,7 @@ nlohmann::ordered_json pipeline_json(const PipelineEstimate& estimate, std::size
       per_rank[category_name(category)] = planned.peak.of(category);
     per_rank["device_total"] = planned.peak.device_total;
     per_rank["host_total"] = planned.peak.host_total();
+    per_rank["host"] = tier_json(planned.peak.host_peak, planned.peak.host_total());
     row["per_rank_bytes"] = std::move(per_rank);
     row["in_flight_activations"] = planned.in_flight_activations;
     row["received_activations"] = planned.received_activations;
