@@ -1,12 +1,42 @@
 #include "pipeline/stage_runner.h"
 
 #include <algorithm>
+#include <exception>
 #include <utility>
 
 #include "base/error.h"
 #include "runtime/host_copies.h"
 
 namespace zest {
+
+namespace {
+
+// Note: on the CPU device a buffer frees at once, while the rank's streams may still run work
+// queued on it. A pass that a failure unwinds (a peer's failed transfer inside a backward, say)
+// must wait for the streams before its buffers go; declared after the pass, this waits first.
+class WaitForStreamsOnFailure {
+ public:
+  explicit WaitForStreamsOnFailure(RankContext& context)
+      : context_(context), failures_(std::uncaught_exceptions()) {}
+  ~WaitForStreamsOnFailure() {
+    if (std::uncaught_exceptions() <= failures_) return;
+    for (Stream* stream : {&context_.compute, &context_.comm, &context_.prefetch}) {
+      try {
+        stream->synchronize();
+      } catch (...) {
+        // The failure being thrown, or a peer's echo of it, is the one reported.
+      }
+    }
+  }
+  WaitForStreamsOnFailure(const WaitForStreamsOnFailure&) = delete;
+  WaitForStreamsOnFailure& operator=(const WaitForStreamsOnFailure&) = delete;
+
+ private:
+  RankContext& context_;
+  int failures_;
+};
+
+}  // namespace
 
 PipelineStageRunner::PipelineStageRunner(RankContext& context, ZeroTrainer& trainer,
                                          std::vector<Module*> replicas)
@@ -50,6 +80,7 @@ Tensor PipelineStageRunner::forward(int micro_batch, const Batch& batch) {
   }
   MicroBatchPass pass =
       trainer_.make_pass(replicas_.at(static_cast<std::size_t>(micro_batch))->units());
+  const WaitForStreamsOnFailure wait(context_);
   const std::size_t units = trainer_.layouts().size();
   for (std::size_t u = 0; u < units; ++u) trainer_.forward_unit(u, batch, pass);
   const Tensor output = pass.output();
@@ -67,6 +98,7 @@ Tensor PipelineStageRunner::forward(int micro_batch, const Batch& batch) {
 Tensor PipelineStageRunner::backward(int micro_batch, const Batch& batch, const Tensor& grad_output,
                                      Buffer& grad_input_owner) {
   MicroBatchPass pass = take(in_flight_, micro_batch, "backward");
+  const WaitForStreamsOnFailure wait(context_);
   trainer_.begin_backward(count_backward());
   pass.set_grad_output(grad_output);
   for (std::size_t u = trainer_.layouts().size(); u-- > 0;) trainer_.backward_unit(u, batch, pass);
@@ -76,6 +108,7 @@ Tensor PipelineStageRunner::backward(int micro_batch, const Batch& batch, const 
 Tensor PipelineStageRunner::backward_input(int micro_batch, const Batch& batch,
                                            const Tensor& grad_output, Buffer& grad_input_owner) {
   MicroBatchPass pass = take(in_flight_, micro_batch, "backward-input");
+  const WaitForStreamsOnFailure wait(context_);
   pass.set_grad_output(grad_output);
   for (std::size_t u = trainer_.layouts().size(); u-- > 0;) {
     trainer_.backward_unit(u, batch, pass, ZeroTrainer::BackwardPart::kInput);
@@ -88,6 +121,7 @@ Tensor PipelineStageRunner::backward_input(int micro_batch, const Batch& batch,
 
 void PipelineStageRunner::backward_weight(int micro_batch, const Batch& batch) {
   MicroBatchPass pass = take(awaiting_weight_, micro_batch, "backward-weight");
+  const WaitForStreamsOnFailure wait(context_);
   trainer_.begin_backward(count_backward());
   for (std::size_t u = trainer_.layouts().size(); u-- > 0;) {
     trainer_.backward_unit(u, batch, pass, ZeroTrainer::BackwardPart::kWeight);
