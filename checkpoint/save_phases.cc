@@ -31,26 +31,6 @@ std::vector<CheckpointTensor> state_tensors(Trainer& trainer) {
   return tensors;
 }
 
-// The layouts() entries this rank writes, in the whole model's order: its part's units, each
-// once (a lent copy belongs to its lender's part).
-std::vector<std::size_t> saved_units(const CheckpointPlacement& placement) {
-  std::vector<std::size_t> saved;
-  for (std::size_t i = 0; i < placement.local_units.size(); ++i) {
-    if (placement.unit_parts[placement.local_units[i]] == placement.part) saved.push_back(i);
-  }
-  std::sort(saved.begin(), saved.end(), [&](std::size_t a, std::size_t b) {
-    return placement.local_units[a] < placement.local_units[b];
-  });
-  const auto part_units = static_cast<std::size_t>(
-      std::count(placement.unit_parts.begin(), placement.unit_parts.end(), placement.part));
-  if (saved.size() != part_units) {
-    throw Error(ErrorKind::kInternal,
-                fmt::format("pipeline stage {} holds {} of its {} units", placement.part,
-                            saved.size(), part_units));
-  }
-  return saved;
-}
-
 // The world rank that holds shard `shard` of tensor rank `tensor_rank`'s part of part `part` in
 // shard group `replica`.
 int world_rank_of(const CheckpointPlacement& p, int part, int replica, int shard,

@@ -200,16 +200,10 @@ PeakPrediction train_stage_on_shape_device(const PipelinePlanInput& input, int p
       return model.units.empty() ? std::size_t{0} : model.units[unit].output;
     };
     // An asynchronous checkpoint's snapshot buffers, held from before the steps as a run holds
-    // them from its first save: each holds the units this pipeline stage saves (a lent copy is
-    // its lender's to save), as checkpoint/save_phases.cc's saved_units picks them.
+    // them from its first save: each holds the units this pipeline stage saves.
     std::vector<Buffer> snapshots;
     if (model.snapshots > 0) {
-      const CheckpointPlacement placement = *trainer.checkpoint_placement();
-      std::vector<std::size_t> saved;
-      for (std::size_t i = 0; i < placement.local_units.size(); ++i) {
-        if (placement.unit_parts[placement.local_units[i]] == placement.part) saved.push_back(i);
-      }
-      const std::size_t bytes = state_bytes(trainer, saved);
+      const std::size_t bytes = state_bytes(trainer, saved_units(*trainer.checkpoint_placement()));
       for (int i = 0; i < model.snapshots; ++i) {
         snapshots.push_back(device.host_allocator().allocate(bytes, Category::kSnapshot));
       }
