@@ -86,9 +86,6 @@ void refuse_tensor_parallel_compositions(const TrainConfig& out) {
   if (!out.tensor_parallel.enabled()) return;
   check_model(out);
   const EngineOptions& engine = out.engine;
-  if (out.world.device != DeviceKind::kCpu) {
-    refuse("world.device", out, "a device other than \"cpu\" (its tensor-parallel kernels)");
-  }
   if (engine.hybrid_shard_size != 0 && engine.hybrid_shard_size != out.pipeline.data_parallel) {
     refuse("zero_optimization.hybrid_shard_size", out, "hybrid sharding");
   }

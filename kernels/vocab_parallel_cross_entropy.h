@@ -5,8 +5,9 @@
 // maxima, then this rank's exp-sum and (where the target is its column) the target logit,
 // all-reduced (sum); (3) finish: lse = max + log(exp-sum) and the mean loss; backward:
 // d(logits) = (exp(x - lse) - onehot(target)) * (scale / rows) on the rank's columns.
-// Invariant: a target outside [0, classes) is a kData Error naming its row and value, raised by
-// partials' body on the stream. CPU bodies only (a CUDA stream is refused at the call).
+// Invariant: on the CPU a target outside [0, classes) is a kData Error naming its row and value,
+// raised by partials' body on the stream; on CUDA (kernels/vocab_parallel_cross_entropy_cuda.h),
+// which cannot throw, it makes the loss NaN. The cpu:: bodies are the stream-free halves.
 #pragma once
 
 #include <cstdint>
@@ -36,5 +37,20 @@ void vocab_parallel_cross_entropy_backward(Stream& stream, const float* logits,
                                            const std::int32_t* targets, std::int64_t rows,
                                            std::int64_t cols, std::int64_t begin,
                                            const float* lse, float scale, float* dlogits);
+
+namespace cpu {
+
+void vocab_parallel_row_max(const float* logits, std::int64_t rows, std::int64_t cols,
+                            float* max_out);
+void vocab_parallel_partials(const float* logits, const std::int32_t* targets, std::int64_t rows,
+                             std::int64_t cols, std::int64_t begin, std::int64_t classes,
+                             const float* gathered_max, int group, float* max_out, float* partial);
+void vocab_parallel_finish(const float* max, const float* summed_partial, std::int64_t rows,
+                           float* lse, float* loss);
+void vocab_parallel_cross_entropy_backward(const float* logits, const std::int32_t* targets,
+                                           std::int64_t rows, std::int64_t cols, std::int64_t begin,
+                                           const float* lse, float scale, float* dlogits);
+
+}  // namespace cpu
 
 }  // namespace zest
