@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <vector>
 
 #include <xxhash.h>
 
@@ -10,6 +11,7 @@
 #include "checkpoint/agreement.h"
 #include "checkpoint/files.h"
 #include "checkpoint/save_phases.h"
+#include "checkpoint/state_shard_copies.h"
 #include "runtime/host_collectives.h"
 #include "runtime/trace.h"
 
@@ -33,7 +35,11 @@ struct AsyncCheckpointWriter::Pending {
   std::uint64_t bytes = 0;  // of the buffer, which holds exactly the rank file's bytes
   PhaseRecord record;
   std::optional<Error> failure;
+  // Marks the end of the snapshot's copies on the snapshot stream; the writer waits for it.
+  std::shared_ptr<Event> copied;
+  std::chrono::steady_clock::time_point copy_start;
   std::atomic<bool> done{false};
+  double copy_s = 0.0;  // from the save's start until its copies had run
   double write_s = 0.0;
 };
 
@@ -44,7 +50,15 @@ int snapshot_buffers(std::int64_t saves) {
 AsyncCheckpointWriter::AsyncCheckpointWriter(CheckpointOptions options)
     : options_(std::move(options)) {}
 
-AsyncCheckpointWriter::~AsyncCheckpointWriter() { wait_for_writer(); }
+AsyncCheckpointWriter::~AsyncCheckpointWriter() {
+  wait_for_writer();  // the writer waits for the snapshot's copies before it writes
+  try {
+    // Copies a failed save enqueued and no writer waited for still fill the buffers.
+    if (snapshot_stream_) snapshot_stream_->synchronize();
+  } catch (...) {
+    // A failed copy was reported by its save, or the run is ending on another error.
+  }
+}
 
 std::int64_t AsyncCheckpointWriter::pending_step() const {
   return pending_ ? pending_->save.counters.steps_taken : -1;
@@ -82,9 +96,11 @@ std::optional<SavedCheckpoint> AsyncCheckpointWriter::save(RankContext& context,
 }
 
 void AsyncCheckpointWriter::take_snapshot(RankContext& context, Trainer& trainer, Pending& next) {
-  // The snapshot, into the buffer the writer is not reading; the step loop waits for this copy
-  // only. Note: NVMe-resident state is read through its swap files a sub-group at a time here
-  // (stream_rank_state), not by the writer: the next step's optimizer rewrites those files.
+  // The snapshot, into the buffer the writer is not reading, copied on a stream of its own while
+  // the next step's forward and backward run: the trainer holds its update until the copies
+  // have run (Trainer::hold_state_for), and the writer starts writing once they have. Note:
+  // NVMe-resident state is read through its swap files here, on this thread, a sub-group at a
+  // time, not by the writer: the next step's optimizer rewrites those files.
   const bool snapshot = rank_file_role(next.save.placement) != RankFileRole::kNone;
   const std::size_t size = snapshot ? rank_state_bytes(trainer, next.save) : 0;
   Buffer& buffer = buffers_[next.buffer];
@@ -92,21 +108,36 @@ void AsyncCheckpointWriter::take_snapshot(RankContext& context, Trainer& trainer
     buffer.reset();  // before the new one: the peak is one buffer here, not two
     buffer = context.device.host_allocator().allocate(size, Category::kSnapshot);
   }
-  std::size_t filled = 0;
-  if (snapshot) {
-    stream_rank_state(context, trainer, next.save, [&](const void* bytes, std::size_t count) {
-      if (count > size - filled) {
-        throw Error(ErrorKind::kInternal, "the checkpoint snapshot overflows its " +
-                                              std::to_string(size) + " planned bytes");
-      }
-      std::memcpy(buffer.as<unsigned char>() + filled, bytes, count);
-      filled += count;
-    });
+  const std::vector<StateShard> shards =
+      snapshot ? rank_state_shards(trainer, next.save) : std::vector<StateShard>{};
+  std::size_t total = 0;
+  for (const StateShard& shard : shards) {
+    total += (shard.end - shard.begin) * dtype_size(shard.dtype);
   }
-  if (filled != size) {
-    throw Error(ErrorKind::kInternal, "the checkpoint snapshot filled " + std::to_string(filled) +
-                                          " of its " + std::to_string(size) + " planned bytes");
+  if (total != size) {
+    throw Error(ErrorKind::kInternal, "the checkpoint snapshot holds " + std::to_string(total) +
+                                          " bytes, not its " + std::to_string(size) +
+                                          " planned bytes");
   }
+  if (!snapshot_stream_) snapshot_stream_ = context.device.create_stream("checkpoint snapshot");
+  next.copied = context.device.create_event();
+  next.copy_start = std::chrono::steady_clock::now();
+  unsigned char* into = buffer.as<unsigned char>();
+  for (const StateShard& shard : shards) {
+    const std::size_t element = dtype_size(shard.dtype);
+    const std::size_t count = shard.end - shard.begin;
+    if (shard.swap) {
+      read_state_elements(context, shard, 0, count,
+                          [&](const void* host, std::size_t first, std::size_t piece) {
+                            std::memcpy(into + first * element, host, piece * element);
+                          });
+    } else {
+      context.device.copy(*snapshot_stream_, into, shard.data, count * element);
+    }
+    into += count * element;
+  }
+  snapshot_stream_->record(*next.copied);
+  trainer.hold_state_for(next.copied);
   next.bytes = size;
 }
 
@@ -116,21 +147,30 @@ void AsyncCheckpointWriter::start_writer(RankContext& context, std::size_t buffe
   TraceRecorder* trace = context.trace;
   const int rank = context.rank;
   writer_ = std::thread([pending, bytes, trace, rank] {
+    const std::int64_t copy_begin_us = TraceRecorder::now_us();
+    pending->failure = capture(pending->record, [&] { pending->copied->synchronize(); });
+    pending->copy_s = seconds_since(pending->copy_start);
     const auto start = std::chrono::steady_clock::now();
     const std::int64_t begin_us = TraceRecorder::now_us();
-    pending->failure = capture(pending->record, [&] {
-      FileDigest digest;
-      if (rank_file_role(pending->save.placement) == RankFileRole::kWrite) {
-        HashingFileWriter writer(rank_file_path(pending->temporary, pending->save.placement),
-                                 &pending->budget);
-        writer.write(bytes, pending->bytes);
-        digest = writer.finish();
-      } else if (rank_file_role(pending->save.placement) == RankFileRole::kHash) {
-        digest = {pending->bytes, XXH3_64bits(bytes, pending->bytes)};
-      }
-      pending->record.bytes = digest.bytes;
-      pending->record.xxh3 = digest.xxh3;
-    });
+    if (trace != nullptr) {
+      trace->add({rank, "checkpoint writer", "wait for the snapshot copy", copy_begin_us, begin_us,
+                  static_cast<std::int64_t>(pending->bytes), -1});
+    }
+    if (!pending->failure) {
+      pending->failure = capture(pending->record, [&] {
+        FileDigest digest;
+        if (rank_file_role(pending->save.placement) == RankFileRole::kWrite) {
+          HashingFileWriter writer(rank_file_path(pending->temporary, pending->save.placement),
+                                   &pending->budget);
+          writer.write(bytes, pending->bytes);
+          digest = writer.finish();
+        } else if (rank_file_role(pending->save.placement) == RankFileRole::kHash) {
+          digest = {pending->bytes, XXH3_64bits(bytes, pending->bytes)};
+        }
+        pending->record.bytes = digest.bytes;
+        pending->record.xxh3 = digest.xxh3;
+      });
+    }
     pending->write_s = seconds_since(start);
     if (trace != nullptr) {
       trace->add({rank, "checkpoint writer", "write " + pending->save.final_name, begin_us,
@@ -144,6 +184,7 @@ SavedCheckpoint AsyncCheckpointWriter::publish(RankContext& context) {
   // The writer is joined: its record and failure are this thread's to read.
   std::unique_ptr<Pending> pending = std::move(pending_);
   stats_.write_s = pending->write_s;
+  stats_.copy_s = pending->copy_s;
   const std::vector<PhaseRecord> written =
       exchange_records(context, pending->record, pending->failure);
   raise_if_failed(written, pending->failure, pending->save.what);

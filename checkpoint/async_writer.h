@@ -1,5 +1,6 @@
 // Asynchronous checkpoints (`checkpoint.async`): a save copies this rank's state into a host
-// snapshot between steps and a background thread writes, checksums and fsyncs the rank file
+// snapshot between steps, on a stream of its own (the trainer's next update waits for it:
+// Trainer::hold_state_for), and a background thread writes, checksums and fsyncs the rank file
 // while training goes on. The snapshot is double-buffered: the next save fills the other buffer
 // before it waits for the writer of the previous one, so only the disk's excess over the steps
 // between saves is waited for (AsyncSaveStats::wait_s). The buffers are host memory of the
@@ -33,7 +34,9 @@ class TemporaryDirectory;
 struct AsyncSaveStats {
   std::int64_t saves_started = 0;
   std::int64_t saves_published = 0;
-  double snapshot_s = 0.0;  // the last save's copy into the snapshot (the step loop waits)
+  double snapshot_s = 0.0;  // the last save's snapshot as the step loop waited for it: the
+                            // copies enqueued (and NVMe-resident state read)
+  double copy_s = 0.0;      // the last published save's copies, from its start until they ran
   double wait_s = 0.0;      // the last save's wait for the previous save's writer
   double write_s = 0.0;     // the last finished background write (file and fsync)
   double total_wait_s = 0.0;
@@ -85,6 +88,7 @@ class AsyncCheckpointWriter {
   // copies need to run at full speed.
   Buffer buffers_[2];
   std::size_t next_buffer_ = 0;
+  std::unique_ptr<Stream> snapshot_stream_;  // device-to-host copies into the buffers
   std::unique_ptr<Pending> pending_;
   std::thread writer_;
   AsyncSaveStats stats_;

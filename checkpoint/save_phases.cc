@@ -203,10 +203,10 @@ std::size_t rank_state_bytes(Trainer& trainer, const SaveDescription& save) {
   return state_bytes(trainer, saved_units(save.placement));
 }
 
-void stream_rank_state(const RankContext& context, Trainer& trainer, const SaveDescription& save,
-                       const std::function<void(const void*, std::size_t)>& out) {
+std::vector<StateShard> rank_state_shards(Trainer& trainer, const SaveDescription& save) {
   const CheckpointPlacement& placement = save.placement;
   const std::vector<ShardLayout>& layouts = trainer.layouts();
+  std::vector<StateShard> in_file_order;
   for (std::size_t u : saved_units(placement)) {
     if (layouts[u].shard_length() != placement.units[placement.local_units[u]].shard_length()) {
       throw Error(ErrorKind::kInternal,
@@ -227,12 +227,19 @@ void stream_rank_state(const RankContext& context, Trainer& trainer, const SaveD
         throw Error(ErrorKind::kInternal, "state tensor '" + shard.name + "' of unit '" +
                                               layouts[u].unit_name() + "' is not one shard long");
       }
-      const std::size_t size = dtype_size(shard.dtype);
-      read_state_elements(context, shard, 0, shard.end - shard.begin,
-                          [&](const void* host, std::size_t, std::size_t count) {
-                            out(host, count * size);
-                          });
+      in_file_order.push_back(shard);
     }
+  }
+  return in_file_order;
+}
+
+void stream_rank_state(const RankContext& context, Trainer& trainer, const SaveDescription& save,
+                       const std::function<void(const void*, std::size_t)>& out) {
+  for (const StateShard& shard : rank_state_shards(trainer, save)) {
+    const std::size_t size = dtype_size(shard.dtype);
+    read_state_elements(
+        context, shard, 0, shard.end - shard.begin,
+        [&](const void* host, std::size_t, std::size_t count) { out(host, count * size); });
   }
 }
 

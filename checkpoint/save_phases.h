@@ -69,6 +69,9 @@ std::string prepare_save(RankContext& context, const SaveDescription& save,
 // The bytes stream_rank_state hands out (engine/state_bytes.h over the units this rank saves).
 std::size_t rank_state_bytes(Trainer& trainer, const SaveDescription& save);
 
+// This rank's state shards of the units it saves, in file order (views: Trainer::state_shards).
+std::vector<StateShard> rank_state_shards(Trainer& trainer, const SaveDescription& save);
+
 // Hands `out` this rank's shard of its units' state, the bytes of its rank file, in file order.
 void stream_rank_state(const RankContext& context, Trainer& trainer, const SaveDescription& save,
                        const std::function<void(const void*, std::size_t)>& out);

@@ -102,8 +102,9 @@ void refuse_tensor_parallel_compositions(const TrainConfig& out) {
     refuse("zero_optimization.offload_param", out, "parameter offload");
   }
   if (engine.outer_loop.enabled()) refuse("outer_loop", out, "the outer loop (DiLoCo)");
-  if (engine.activation_checkpointing.enabled()) {
-    refuse("activation_checkpointing", out, "activation recomputation");
+  if (engine.activation_checkpointing.policy == RecomputePolicy::kSelective) {
+    refuse("activation_checkpointing.policy", out,
+           "\"selective\" recomputation (a block's slice keeps no selective part; \"full\" works)");
   }
 }
 

@@ -321,6 +321,12 @@ class Trainer {
   // 0-2 and, at stage 0, the optimizer state).
   virtual std::vector<StateShard> state_shards(std::size_t unit) = 0;
   virtual void state_loaded() = 0;
+  // Work still reading the state views after the caller returns (an asynchronous checkpoint's
+  // snapshot copy, on a stream of its own): the trainer waits for `readers` before it next
+  // changes its state (the optimizer update, state_shards(), state_loaded()) and before it frees
+  // it. So the copy runs beside the next forward and backward, and nothing can overwrite the
+  // state under it.
+  virtual void hold_state_for(std::shared_ptr<Event> readers) = 0;
   virtual TrainerCounters counters() const = 0;
   virtual void set_counters(const TrainerCounters& counters) = 0;
   // How this rank's units sit in the whole model for a checkpoint; none (the default): layouts()

@@ -83,6 +83,11 @@ class OuterLoop final : public Trainer {
   // group from group 0's parameters and inner optimizer state.
   std::vector<StateShard> state_shards(std::size_t unit) override;
   void state_loaded() override;
+  // The inner trainer's state, and this loop's own, change only in step() after the inner
+  // trainer's update, which waits for the readers.
+  void hold_state_for(std::shared_ptr<Event> readers) override {
+    inner_->hold_state_for(std::move(readers));
+  }
   TrainerCounters counters() const override { return inner_->counters(); }
   // The step count tells which meeting was in flight at the save, if any: it lands when it would
   // have.

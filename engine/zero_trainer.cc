@@ -209,6 +209,7 @@ ZeroTrainer::ZeroTrainer(RankContext& context, const EngineOptions& options, Mod
 
 ZeroTrainer::~ZeroTrainer() {
   // Enqueued work may still use the buffers this object owns.
+  wait_for_state_readers();
   try {
     context_.synchronize();
     if (checkpoints_) checkpoints_->synchronize();

@@ -55,6 +55,7 @@ class ZeroTrainer final : public Trainer {
   const EngineOptions& options() const override { return options_; }
   std::vector<StateShard> state_shards(std::size_t unit) override;
   void state_loaded() override;
+  void hold_state_for(std::shared_ptr<Event> readers) override;
   TrainerCounters counters() const override;
   void set_counters(const TrainerCounters& counters) override;
   // Hybrid sharding's: the shard group's shard, one of `replicas` copies; none otherwise.
@@ -190,6 +191,9 @@ class ZeroTrainer final : public Trainer {
   std::shared_ptr<std::int64_t> trace_begin();
   void trace_end(const std::shared_ptr<std::int64_t>& begin, std::string name);
 
+  // Waits for hold_state_for's readers (a failed copy is its reader's to report).
+  void wait_for_state_readers();
+
   // zero_trainer_step.cc
   void apply_optimizer(float lr, float grad_scale);
   void update_unit(FlatUnit& unit, const UpdateArgs& args);
@@ -225,6 +229,7 @@ class ZeroTrainer final : public Trainer {
   double loss_sum_ = 0.0;  // this rank's micro-batch losses since the last step
   std::int64_t steps_taken_ = 0;      // step() calls, skipped ones included
   std::int64_t optimizer_steps_ = 0;  // updates applied (Adam's bias correction counts these)
+  std::shared_ptr<Event> state_readers_;  // hold_state_for's, until the state next changes
   // offload_optimizer only. The last member: its host stream is drained first.
   std::unique_ptr<HostOptimizer> host_;
 };

@@ -11,7 +11,23 @@
 
 namespace zest {
 
+void ZeroTrainer::hold_state_for(std::shared_ptr<Event> readers) {
+  wait_for_state_readers();
+  state_readers_ = std::move(readers);
+}
+
+void ZeroTrainer::wait_for_state_readers() {
+  if (!state_readers_) return;
+  const std::shared_ptr<Event> readers = std::move(state_readers_);
+  try {
+    readers->synchronize();
+  } catch (...) {
+    // The reader (the checkpoint writer) raises its own copy's failure; the state is unchanged.
+  }
+}
+
 std::vector<StateShard> ZeroTrainer::state_shards(std::size_t index) {
+  wait_for_state_readers();  // a caller may write through the views
   FlatUnit& unit = units_.at(index);
   context_.synchronize();
   if (host_) host_->synchronize();
@@ -107,6 +123,7 @@ SwapTraffic ZeroTrainer::swap_traffic() const {
 }
 
 void ZeroTrainer::state_loaded() {
+  wait_for_state_readers();
   Stream& comm = context_.comm;
   // Note: a caller may have written its shards in compute-stream order (write_from_host: the
   // outer loop's meeting does); the all-gathers below run on comm and must read them written.

@@ -61,6 +61,7 @@ ZeroTrainer::StepTotals ZeroTrainer::step_totals(double loss) {
 }
 
 StepStats ZeroTrainer::finish_step(float lr, const StepTotals& summed) {
+  wait_for_state_readers();  // before the update rewrites what a snapshot may still be reading
   const float* totals = summed.values;
   StepStats stats;
   stats.loss_scale = scaler_.scale();

@@ -366,6 +366,11 @@ void PipelineTrainer::state_loaded() {
   for (Chunk& chunk : chunks_) chunk.trainer->state_loaded();
 }
 
+void PipelineTrainer::hold_state_for(std::shared_ptr<Event> readers) {
+  // Every chunk's update and views wait for them (a stage's update is its chunk trainer's).
+  for (Chunk& chunk : chunks_) chunk.trainer->hold_state_for(readers);
+}
+
 void PipelineTrainer::set_counters(const TrainerCounters& counters) {
   for (Chunk& chunk : chunks_) chunk.trainer->set_counters(counters);
 }

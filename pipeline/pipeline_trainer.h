@@ -99,6 +99,7 @@ class PipelineTrainer final : public Trainer {
   // from it).
   std::vector<StateShard> state_shards(std::size_t unit) override;
   void state_loaded() override;
+  void hold_state_for(std::shared_ptr<Event> readers) override;
   std::optional<CheckpointPlacement> checkpoint_placement() const override { return placement_; }
   std::size_t swap_bytes() const override;
   TrainerCounters counters() const override { return chunks_.front().trainer->counters(); }

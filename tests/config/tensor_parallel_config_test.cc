@@ -125,6 +125,16 @@ TEST(TensorParallelConfig, PipelineStagesComposeAndCountTheDataParallelRanks) {
                         "world.ranks 6"));
 }
 
+// Full recomputation re-runs each block's slice, collectives and all, in the same order on every
+// rank of the group: accepted.
+TEST(TensorParallelConfig, FullRecomputationIsAccepted) {
+  json raw = gpt_config();
+  raw["activation_checkpointing"] = {{"policy", "full"}};
+  const TrainConfig config = parse_resolved_config(raw);
+  EXPECT_EQ(config.engine.activation_checkpointing.policy, RecomputePolicy::kFull);
+  EXPECT_EQ(config.tensor_parallel.size, 2);
+}
+
 // Each composition the first slice does not do yet: refused, one line naming the key and saying
 // it is not supported with tensor parallelism yet.
 TEST(TensorParallelConfig, CompositionsNotSupportedYetAreRefusedNamingTheKey) {
@@ -133,8 +143,9 @@ TEST(TensorParallelConfig, CompositionsNotSupportedYetAreRefusedNamingTheKey) {
        {{"zero_optimization", {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}}}}},
       {"zero_optimization.hybrid_shard_size",
        {{"zero_optimization", {{"stage", 3}, {"hybrid_shard_size", 1}}}}},
-      {"activation_checkpointing", {{"activation_checkpointing", {{"policy", "full"}}}}},
       {"model.vocab_pieces", {{"model", {{"vocab_pieces", 2}}}}},
+      {"activation_checkpointing.policy",
+       {{"activation_checkpointing", {{"policy", "selective"}}}}},
   };
   for (const auto& [key, patch] : cases) {
     json raw = gpt_config();

@@ -3,9 +3,9 @@
 // initial slices are the whole model's values exactly, and after 3 steps the losses, gradient
 // norms and every parameter (the ranks' slices put back together) agree within fp32 reduction
 // order, at TP 2 and 4 alone and at TP 2 x DP 2 at every ZeRO stage, with and without sequence
-// parallelism. The replicated parameters (LayerNorms, the row-parallel biases, wpe) stay
-// bit-identical across the tensor-parallel group, and sequence parallelism keeps about a t-th of
-// the activations.
+// parallelism, and with every unit recomputed. The replicated parameters (LayerNorms, the
+// row-parallel biases, wpe) stay bit-identical across the tensor-parallel group, and sequence
+// parallelism keeps about a t-th of the activations.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -53,7 +53,8 @@ struct Run {
   int stage = 0;
   int steps = kSteps;
   float clipping = 0.0f;
-  bool sequence = false;  // sequence parallelism
+  bool sequence = false;   // sequence parallelism
+  bool recompute = false;  // activation_checkpointing "full": every unit's forward run again
 };
 
 void make_global_batch(int step, std::vector<std::int32_t>& inputs,
@@ -92,6 +93,7 @@ RunResult run_gpt(const Run& run) {
     EngineOptions options;
     options.stage = run.stage;
     options.gradient_clipping = run.clipping;
+    if (run.recompute) options.activation_checkpointing.policy = RecomputePolicy::kFull;
     Engine engine(*context, options);
     auto trainer = engine.shard(*model, make_optimizer(testing::parity_adamw()));
     const std::int64_t rows = kGlobalBatch / run.data;
@@ -191,6 +193,15 @@ TEST(TensorParallelGpt, GradientNormAtTp2EqualsTp1AndClipsTheSame) {
         << "norm at step " << step;
   }
   expect_same_training(expected, run);
+}
+
+// Recomputation runs each block's slice again in backward, its collectives with it, in the same
+// order on every rank of the group: the same training as without it.
+TEST(TensorParallelGpt, FullRecomputationAtTp2MatchesTp1) {
+  for (bool sequence : {false, true}) {
+    SCOPED_TRACE(sequence ? "sequence parallel" : "tensor parallel");
+    expect_same_training(reference(2), run_gpt({2, 2, 3, kSteps, 0.0f, sequence, true}));
+  }
 }
 
 TEST(TensorParallelGpt, SequenceParallelismAtTp2AndTp4MatchesTp1) {

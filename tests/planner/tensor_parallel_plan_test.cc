@@ -3,9 +3,9 @@
 // tensor-parallel group, held against the allocator of every rank of the same job trained for
 // two steps — every category and the total to the byte — at TP 2 and TP 4, with and without
 // sequence parallelism, alone and beside 2 data-parallel ranks at ZeRO 1, 2 and 3, in fp32 and
-// bf16, and under 2 pipeline stages (each pipeline stage's plan per tensor rank). The group's last
-// rank, the one zest-estimate plans, is the largest; the slices shrink the model state and
-// sequence parallelism the activations.
+// bf16, with every unit recomputed (activation_checkpointing "full"), and under 2 pipeline stages
+// (each pipeline stage's plan per tensor rank). The group's last rank, the one zest-estimate plans,
+// is the largest; the slices shrink the model state and sequence parallelism the activations.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -45,12 +45,17 @@ struct Job {
   DType dtype = DType::kFloat32;
   int accumulation = 1;
   std::int64_t sequences = 2;  // per data-parallel rank
+  bool recompute = false;      // activation_checkpointing "full" on every unit
 
-  EngineOptions options() const { return testing::engine_options(stage, dtype, accumulation); }
+  EngineOptions options() const {
+    EngineOptions options = testing::engine_options(stage, dtype, accumulation);
+    if (recompute) options.activation_checkpointing.policy = RecomputePolicy::kFull;
+    return options;
+  }
   std::string name() const {
     return "TP " + std::to_string(tensor) + (sequence ? " + SP" : "") + " x DP " +
            std::to_string(data) + ", stage " + std::to_string(stage) + ", " + dtype_name(dtype) +
-           ", accumulation " + std::to_string(accumulation);
+           ", accumulation " + std::to_string(accumulation) + (recompute ? ", recomputed" : "");
   }
 };
 
@@ -111,11 +116,12 @@ void expect_measured_equals_planned(const Job& job) {
 }
 
 TEST(TensorParallelPlan, EveryCategoryEqualsTheMeasuredPeakToTheByte) {
-  for (const Job& job : {Job{2, false}, Job{2, true}, Job{4, false}, Job{4, true},
-                         Job{2, false, 2, 1}, Job{2, true, 2, 3}, Job{2, false, 2, 3},
-                         Job{2, true, 2, 2}, Job{4, true, 1, 3},
-                         Job{2, true, 1, 0, DType::kFloat32, 2},
-                         Job{2, true, 2, 3, DType::kBFloat16, 2}}) {
+  for (const Job& job :
+       {Job{2, false}, Job{2, true}, Job{4, false}, Job{4, true}, Job{2, false, 2, 1},
+        Job{2, true, 2, 3}, Job{2, false, 2, 3}, Job{2, true, 2, 2}, Job{4, true, 1, 3},
+        Job{2, true, 1, 0, DType::kFloat32, 2}, Job{2, true, 2, 3, DType::kBFloat16, 2},
+        Job{2, false, 1, 1, DType::kFloat32, 1, 2, true},
+        Job{4, true, 2, 3, DType::kFloat32, 2, 2, true}}) {
     expect_measured_equals_planned(job);
   }
 }
@@ -146,6 +152,19 @@ TEST(TensorParallelPlan, SlicesShrinkTheModelStateAndSequenceParallelismTheActiv
   EXPECT_EQ(sequence.of(Category::kParams), sliced.of(Category::kParams));
   EXPECT_LT(sliced.of(Category::kActivations), whole.of(Category::kActivations));
   EXPECT_LT(sequence.of(Category::kActivations), sliced.of(Category::kActivations));
+}
+
+// Recomputing every unit keeps only the blocks' inputs from forward to backward: fewer
+// activation bytes on the rank than keeping what each block saves (planned = measured above).
+TEST(TensorParallelPlan, FullRecomputationKeepsFewerActivations) {
+  for (bool sequence : {false, true}) {
+    Job kept{4, sequence, 2, 3, DType::kFloat32, 2};
+    Job recomputed = kept;
+    recomputed.recompute = true;
+    EXPECT_LT(plan(recomputed, 3).of(Category::kActivations),
+              plan(kept, 3).of(Category::kActivations))
+        << (sequence ? "sequence parallel" : "tensor parallel");
+  }
 }
 
 // With pipeline stages over the groups (3D): each (pipeline stage, tensor rank) planned by the
