@@ -206,14 +206,14 @@ TEST_F(ZestEstimateTensorParallel, FitPlansEveryLayoutOfTheRanksAndProposesOne) 
 }
 
 // What the config refuses for tensor parallelism zest-estimate refuses too, in one line: a size
-// that does not divide the heads, and a composition not built yet (recomputation).
+// that does not divide the heads, and a composition not built yet (selective recomputation).
 TEST_F(ZestEstimateTensorParallel, WhatTheConfigRefusesIsOneInputError) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{R"(tensor_parallel={"size": 4})"},
        "model.n_head: 2 attention heads do not divide among tensor_parallel.size 4"},
-      {{R"(activation_checkpointing={"policy": "full"})"},
-       "activation_checkpointing: activation recomputation is not supported with tensor "
-       "parallelism yet"}};
+      {{R"(activation_checkpointing={"policy": "selective"})"},
+       "activation_checkpointing.policy: \"selective\" recomputation (a block's slice keeps no "
+       "selective part; \"full\" works) is not supported with tensor parallelism yet"}};
   for (const auto& [extra, expected] : cases) {
     const ProcessResult result = run(kEstimate, args_with(extra));
     EXPECT_EQ(result.status, 2) << result.err;
