@@ -126,12 +126,17 @@ TEST(TensorParallelConfig, PipelineStagesComposeAndCountTheDataParallelRanks) {
 }
 
 // Full recomputation re-runs each block's slice, collectives and all, in the same order on every
-// rank of the group: accepted.
-TEST(TensorParallelConfig, FullRecomputationIsAccepted) {
+// rank of the group; offload keeps each rank's own slices' state elsewhere: accepted.
+TEST(TensorParallelConfig, FullRecomputationAndOffloadAreAccepted) {
   json raw = gpt_config();
   raw["activation_checkpointing"] = {{"policy", "full"}};
+  raw["zero_optimization"] = {{"stage", 3},
+                              {"offload_optimizer", {{"device", "cpu"}}},
+                              {"offload_param", {{"device", "cpu"}}}};
   const TrainConfig config = parse_resolved_config(raw);
   EXPECT_EQ(config.engine.activation_checkpointing.policy, RecomputePolicy::kFull);
+  EXPECT_EQ(config.engine.offload_optimizer.device, OffloadDevice::kCpu);
+  EXPECT_EQ(config.engine.offload_param.device, OffloadDevice::kCpu);
   EXPECT_EQ(config.tensor_parallel.size, 2);
 }
 
@@ -139,8 +144,6 @@ TEST(TensorParallelConfig, FullRecomputationIsAccepted) {
 // it is not supported with tensor parallelism yet.
 TEST(TensorParallelConfig, CompositionsNotSupportedYetAreRefusedNamingTheKey) {
   const std::vector<std::pair<std::string, json>> cases = {
-      {"zero_optimization.offload_optimizer",
-       {{"zero_optimization", {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}}}}},
       {"zero_optimization.hybrid_shard_size",
        {{"zero_optimization", {{"stage", 3}, {"hybrid_shard_size", 1}}}}},
       {"model.vocab_pieces", {{"model", {{"vocab_pieces", 2}}}}},

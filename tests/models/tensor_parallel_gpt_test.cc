@@ -3,15 +3,19 @@
 // initial slices are the whole model's values exactly, and after 3 steps the losses, gradient
 // norms and every parameter (the ranks' slices put back together) agree within fp32 reduction
 // order, at TP 2 and 4 alone and at TP 2 x DP 2 at every ZeRO stage, with and without sequence
-// parallelism, and with every unit recomputed. The replicated parameters (LayerNorms, the
+// parallelism, with every unit recomputed, and with the optimizer's state and the parameter
+// shards offloaded to host memory or NVMe. The replicated parameters (LayerNorms, the
 // row-parallel biases, wpe) stay bit-identical across the tensor-parallel group, and sequence
 // parallelism keeps about a t-th of the activations.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <string>
@@ -55,6 +59,10 @@ struct Run {
   float clipping = 0.0f;
   bool sequence = false;   // sequence parallelism
   bool recompute = false;  // activation_checkpointing "full": every unit's forward run again
+  // Where the optimizer's state and (stage 3) the parameter shards live; nvme under `swap_path`.
+  OffloadDevice offload_optimizer = OffloadDevice::kNone;
+  OffloadDevice offload_param = OffloadDevice::kNone;
+  std::string swap_path = "";
 };
 
 void make_global_batch(int step, std::vector<std::int32_t>& inputs,
@@ -94,6 +102,10 @@ RunResult run_gpt(const Run& run) {
     options.stage = run.stage;
     options.gradient_clipping = run.clipping;
     if (run.recompute) options.activation_checkpointing.policy = RecomputePolicy::kFull;
+    options.offload_optimizer.device = run.offload_optimizer;
+    options.offload_optimizer.nvme_path = run.swap_path;
+    options.offload_param.device = run.offload_param;
+    options.offload_param.nvme_path = run.swap_path;
     Engine engine(*context, options);
     auto trainer = engine.shard(*model, make_optimizer(testing::parity_adamw()));
     const std::int64_t rows = kGlobalBatch / run.data;
@@ -202,6 +214,28 @@ TEST(TensorParallelGpt, FullRecomputationAtTp2MatchesTp1) {
     SCOPED_TRACE(sequence ? "sequence parallel" : "tensor parallel");
     expect_same_training(reference(2), run_gpt({2, 2, 3, kSteps, 0.0f, sequence, true}));
   }
+}
+
+// Offloaded, each rank's optimizer state (and at stage 3 its parameter shards) of its slices live
+// in host memory or in swap files of its own: the same training as on the device.
+TEST(TensorParallelGpt, OffloadedStateAtTp2TimesDp2MatchesTp1) {
+  const std::string swap =
+      (std::filesystem::temp_directory_path() / ("zest_tp_offload_" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::create_directories(swap);
+  for (OffloadDevice device : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+    SCOPED_TRACE(device == OffloadDevice::kCpu ? "cpu" : "nvme");
+    zest::Run optimizer{2, 2, 2};
+    optimizer.offload_optimizer = device;
+    optimizer.swap_path = swap;
+    expect_same_training(reference(2), run_gpt(optimizer));
+    zest::Run both{2, 2, 3, kSteps, 0.0f, true};
+    both.offload_optimizer = device;
+    both.offload_param = device;
+    both.swap_path = swap;
+    expect_same_training(reference(2), run_gpt(both));
+  }
+  std::filesystem::remove_all(swap);
 }
 
 TEST(TensorParallelGpt, SequenceParallelismAtTp2AndTp4MatchesTp1) {

@@ -3,7 +3,8 @@
 // tensor-parallel group, held against the allocator of every rank of the same job trained for
 // two steps — every category and the total to the byte — at TP 2 and TP 4, with and without
 // sequence parallelism, alone and beside 2 data-parallel ranks at ZeRO 1, 2 and 3, in fp32 and
-// bf16, with every unit recomputed (activation_checkpointing "full"), and under 2 pipeline stages
+// bf16, with every unit recomputed (activation_checkpointing "full"), with the optimizer's state
+// (and at stage 3 the parameters) offloaded to host memory, and under 2 pipeline stages
 // (each pipeline stage's plan per tensor rank). The group's last rank, the one zest-estimate plans,
 // is the largest; the slices shrink the model state and sequence parallelism the activations.
 #include <gtest/gtest.h>
@@ -46,16 +47,22 @@ struct Job {
   int accumulation = 1;
   std::int64_t sequences = 2;  // per data-parallel rank
   bool recompute = false;      // activation_checkpointing "full" on every unit
+  bool offload = false;        // the optimizer's state in host memory, and at stage 3 the params
 
   EngineOptions options() const {
     EngineOptions options = testing::engine_options(stage, dtype, accumulation);
     if (recompute) options.activation_checkpointing.policy = RecomputePolicy::kFull;
+    if (offload) {
+      options.offload_optimizer.device = OffloadDevice::kCpu;
+      if (stage == 3) options.offload_param.device = OffloadDevice::kCpu;
+    }
     return options;
   }
   std::string name() const {
     return "TP " + std::to_string(tensor) + (sequence ? " + SP" : "") + " x DP " +
            std::to_string(data) + ", stage " + std::to_string(stage) + ", " + dtype_name(dtype) +
-           ", accumulation " + std::to_string(accumulation) + (recompute ? ", recomputed" : "");
+           ", accumulation " + std::to_string(accumulation) + (recompute ? ", recomputed" : "") +
+           (offload ? ", offloaded" : "");
   }
 };
 
@@ -98,7 +105,12 @@ std::vector<MemoryUsage> train(const Job& job) {
       trainer->step();
     }
     world.synchronize();
-    usage[static_cast<std::size_t>(world.rank)] = world.allocator().usage();
+    MemoryUsage& mine = usage[static_cast<std::size_t>(world.rank)];
+    mine = world.allocator().usage();
+    // The offloaded state is in the host arena, which the plan's `offload` is (outside the device
+    // total).
+    const auto offload = static_cast<std::size_t>(Category::kOffload);
+    mine.peak[offload] = world.device.host_allocator().usage().peak[offload];
   });
   return usage;
 }
@@ -121,7 +133,9 @@ TEST(TensorParallelPlan, EveryCategoryEqualsTheMeasuredPeakToTheByte) {
         Job{2, true, 2, 3}, Job{2, false, 2, 3}, Job{2, true, 2, 2}, Job{4, true, 1, 3},
         Job{2, true, 1, 0, DType::kFloat32, 2}, Job{2, true, 2, 3, DType::kBFloat16, 2},
         Job{2, false, 1, 1, DType::kFloat32, 1, 2, true},
-        Job{4, true, 2, 3, DType::kFloat32, 2, 2, true}}) {
+        Job{4, true, 2, 3, DType::kFloat32, 2, 2, true},
+        Job{2, false, 2, 2, DType::kFloat32, 1, 2, false, true},
+        Job{2, true, 2, 3, DType::kBFloat16, 1, 2, false, true}}) {
     expect_measured_equals_planned(job);
   }
 }
