@@ -33,13 +33,26 @@ void all_reduce_host(const RankContext& context, const void* send, void* receive
   read_to_host(context.device, comm, receive, staged.data(), bytes);
 }
 
+namespace {
+
+// The context's device and streams, `group`'s ranks.
+RankContext over(const RankContext& context, Communicator& group) {
+  return RankContext{group.rank(),    group.world_size(), context.device,
+                     context.compute, context.comm,       context.prefetch,
+                     group,           context.trace,      context.topology,
+                     context.wire,    context.replicas,   context.rank_in_world()};
+}
+
+}  // namespace
+
 void all_reduce_host(const RankContext& context, Communicator& group, const void* send,
                      void* receive, std::size_t count, DType dtype, Reduction reduction) {
-  const RankContext over_group{group.rank(),    group.world_size(), context.device,
-                               context.compute, context.comm,       context.prefetch,
-                               group,           context.trace,      context.topology,
-                               context.wire,    context.replicas,   context.rank_in_world()};
-  all_reduce_host(over_group, send, receive, count, dtype, reduction);
+  all_reduce_host(over(context, group), send, receive, count, dtype, reduction);
+}
+
+void all_gather_host(const RankContext& context, Communicator& group, const void* send,
+                     void* receive, std::size_t count, DType dtype) {
+  all_gather_host(over(context, group), send, receive, count, dtype);
 }
 
 void all_gather_host(const RankContext& context, const void* send, void* receive,

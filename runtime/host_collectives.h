@@ -26,6 +26,9 @@ void all_reduce_host(const RankContext& context, Communicator& group, const void
 // receive holds world_size × count elements; rank r's send lands at receive + r × count.
 void all_gather_host(const RankContext& context, const void* send, void* receive,
                      std::size_t count, DType dtype);
+// The same over `group`, as all_reduce_host's overload: receive holds group.world_size() × count.
+void all_gather_host(const RankContext& context, Communicator& group, const void* send,
+                     void* receive, std::size_t count, DType dtype);
 
 // Every rank's `values` becomes root's.
 void broadcast_host(const RankContext& context, void* values, std::size_t count, DType dtype,

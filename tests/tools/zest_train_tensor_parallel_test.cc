@@ -5,6 +5,9 @@
 // slices start as the whole model's values); the description says the layout; a size that does
 // not divide the ranks is one input error. (Its plan: zest_estimate_tensor_parallel_test.cc.)
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -98,6 +101,34 @@ TEST_F(ZestTrainTensorParallel, PipelineStagesOverTheGroupsTrainAsDataParallelRa
   ASSERT_EQ(shown.status, 0) << shown.err;
   EXPECT_THAT(shown.out, HasSubstr("2 pipeline stages"));
   EXPECT_THAT(shown.out, HasSubstr("2 tensor-parallel ranks"));
+}
+
+std::string file_bytes(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// --export-initial gathers each parameter's slices over the group and writes it whole: the same
+// file, byte for byte, as the run without tensor parallelism (the slices are drawn as the parts
+// of that model), with sequence parallelism and under pipeline stages too.
+TEST_F(ZestTrainTensorParallel, ExportInitialWritesTheSameFileAsWithoutIt) {
+  const ProcessResult plain = train({"world.ranks=2"}, {"--export-initial", path("plain.st")});
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  const std::string expected = file_bytes(path("plain.st"));
+  ASSERT_FALSE(expected.empty());
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"world.ranks=4", R"(tensor_parallel={"size": 2})"},
+        std::vector<std::string>{"world.ranks=4",
+                                 R"(tensor_parallel={"size": 2, "sequence_parallel": true})",
+                                 "zero_optimization.stage=1"},
+        std::vector<std::string>{"world.ranks=8", R"(tensor_parallel={"size": 2})",
+                                 R"(pipeline={"stages": 2})"}}) {
+    std::remove(path("sliced.st").c_str());
+    const ProcessResult result = train(extra, {"--export-initial", path("sliced.st")});
+    ASSERT_EQ(result.status, 0) << result.err;
+    EXPECT_THAT(result.out, HasSubstr("wrote the initial parameters"));
+    EXPECT_TRUE(file_bytes(path("sliced.st")) == expected) << extra[1];
+  }
 }
 
 TEST_F(ZestTrainTensorParallel, ASizeThatDoesNotDivideTheRanksIsOneInputError) {

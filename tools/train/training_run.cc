@@ -21,7 +21,6 @@
 #include "engine/engine.h"
 #include "optim/lr_schedule.h"
 #include "checkpoint/parameter_import.h"
-#include "checkpoint/safetensors.h"
 #include "runtime/host_collectives.h"
 #include "runtime/world.h"
 #include "tools/common/batch_source_factory.h"
@@ -36,6 +35,7 @@
 #include "tools/train/console.h"
 #include "tools/train/csv_monitor.h"
 #include "tools/train/metrics_log.h"
+#include "tools/train/parameter_export.h"
 #include "tools/train/progress.h"
 #include "tools/train/rank_trainer.h"
 #include "tools/train/run_report.h"
@@ -99,41 +99,6 @@ std::optional<float> evaluate(RankContext& context, Trainer& trainer, const RunS
     sum += trainer.evaluate(batch.batch());
   }
   return static_cast<float>(sum / static_cast<double>(config.data.val_batches));
-}
-
-// Every parameter, full, as one safetensors file written by rank 0 (a collective).
-void export_parameters(RankContext& context, Trainer& trainer, const std::string& path) {
-  std::vector<SafetensorsEntry> entries;
-  std::vector<std::vector<float>> values;
-  std::size_t name_index = 0;
-  const std::vector<std::string> names = trainer.parameter_names();
-  // A pipeline stage's rank holds only its pipeline stage's units; parameter_names() and
-  // full_parameter() are the whole model's (a collective over every rank), in the order of
-  // placement's units.
-  const std::optional<CheckpointPlacement> placement = trainer.checkpoint_placement();
-  for (const ShardLayout& layout : placement ? placement->units : trainer.layouts()) {
-    for (const ParamPlace& place : layout.params()) {
-      std::vector<float> full = trainer.full_parameter(names.at(name_index++));
-      if (context.rank != 0) continue;
-      // A GPT in vocabulary pieces writes its pieces' rows as one embedding.wte, as zest-ckpt
-      // export does (models/gpt_pieces.h).
-      if (layout.unit_name().rfind("wte_piece", 0) == 0 && place.name == "wte" &&
-          !entries.empty() && entries.front().name == "embedding.wte") {
-        entries.front().shape[0] += place.shape[0];
-        values.front().insert(values.front().end(), full.begin(), full.end());
-        continue;
-      }
-      entries.push_back({layout.unit_name() + "." + place.name, DType::kFloat32, place.shape});
-      values.push_back(std::move(full));
-    }
-  }
-  if (context.rank != 0) return;
-  write_safetensors(path, entries, {{"format", "pt"}, {"zest.step", std::to_string(trainer.steps_taken())}},
-                    [&](std::size_t i, const SafetensorsSink& write) {
-                      write(values[i].data(), values[i].size() * sizeof(float));
-                    });
-  Console::say(fmt::format("zest-train: wrote the initial parameters ({} tensors) to {}",
-                           entries.size(), path));
 }
 
 // Starts from model.init_from unless a checkpoint was resumed; returns the first step to run.
@@ -216,7 +181,8 @@ void train_rank(RankContext& context, RunState& run) {
   TrainCheckpoints checkpoints(config);
   const std::int64_t first_step = start(context, *trainer, checkpoints, config);
   if (!run.options.export_initial.empty()) {
-    export_parameters(context, *trainer, run.options.export_initial);
+    export_parameters(context, *trainer, run.options.export_initial,
+                      built.tensor_groups.tensor.get());
     return;
   }
   if (leader) run.first_step = first_step;
@@ -346,13 +312,6 @@ void train_rank(RankContext& context, RunState& run) {
 // directory given as --metrics or a file given as checkpoint.dir fails now, not after the
 // training it would have recorded. Data files are refused as they are loaded, also before it.
 void check_paths(const TrainConfig& config, const RunOptions& options, bool leader_process) {
-  if (config.tensor_parallel.enabled() && !options.export_initial.empty()) {
-    throw Error(ErrorKind::kUsage,
-                "--export-initial: not supported with tensor parallelism yet (tensor_parallel.size " +
-                    std::to_string(config.tensor_parallel.size) +
-                    "): each rank holds slices; export with tensor_parallel.size 1 (the same seed "
-                    "draws the same model)");
-  }
   if (!config.model.init_from.empty()) {
     refuse_non_regular_file(config.model.init_from, ErrorKind::kConfig, "model.init_from");
   }
