@@ -95,7 +95,6 @@ void refuse_tensor_parallel_compositions(const TrainConfig& out) {
   if (engine.quantized_weights || engine.quantized_gradients) {
     refuse("zero_optimization.zero_quantized_weights", out, "quantized collectives (qwZ, qgZ)");
   }
-  if (engine.outer_loop.enabled()) refuse("outer_loop", out, "the outer loop (DiLoCo)");
   if (engine.activation_checkpointing.policy == RecomputePolicy::kSelective) {
     refuse("activation_checkpointing.policy", out,
            "\"selective\" recomputation (a block's slice keeps no selective part; \"full\" works)");

@@ -309,7 +309,9 @@ void OuterLoop::state_loaded() {
 }
 
 std::optional<CheckpointPlacement> OuterLoop::checkpoint_placement() const {
-  CheckpointPlacement placement;
+  // The inner trainer's says how its slices were cut under tensor parallelism; the groups are
+  // this loop's replicas.
+  CheckpointPlacement placement = inner_->checkpoint_placement().value_or(CheckpointPlacement{});
   const RankContext& group = groups_.context();
   placement.shards = group.world_size;
   placement.shard = group.rank;
@@ -320,6 +322,7 @@ std::optional<CheckpointPlacement> OuterLoop::checkpoint_placement() const {
   placement.replicas_agree = false;
   placement.units = inner_->layouts();
   placement.unit_parts.assign(placement.units.size(), 0);
+  placement.local_units.clear();
   for (std::size_t u = 0; u < placement.units.size(); ++u) placement.local_units.push_back(u);
   return placement;
 }
@@ -343,8 +346,13 @@ std::unique_ptr<Trainer> Engine::shard_in_groups(Module& module,
                 "outer_loop with zero_optimization.hybrid_shard_size: each outer-loop group is "
                 "already its own shard group; remove hybrid_shard_size");
   }
+  // With tensor parallelism this engine runs on one tensor index's ranks, a t-th of each node's
+  // (the tensor index varies fastest, runtime/device_mesh.h), so a node holds ranks_per_node / t
+  // of them, consecutive.
+  const Communicator* tensor = module.tensor_parallel_group();
+  const int tensor_ranks = tensor ? tensor->world_size() : 1;
   const int groups = outer_groups(options_.outer_loop.groups, context_.world_size,
-                                  context_.topology.ranks_per_node());
+                                  context_.topology.ranks_per_node() / tensor_ranks);
   if (!outer_) outer_ = std::make_shared<OuterGroups>(context_, groups);
   auto inner = std::make_unique<ZeroTrainer>(outer_->context(), options_, module,
                                              std::move(optimizer));

@@ -4,9 +4,9 @@
 // norms and every parameter (the ranks' slices put back together) agree within fp32 reduction
 // order, at TP 2 and 4 alone and at TP 2 x DP 2 at every ZeRO stage, with and without sequence
 // parallelism, with every unit recomputed, and with the optimizer's state and the parameter
-// shards offloaded to host memory or NVMe. The replicated parameters (LayerNorms, the
-// row-parallel biases, wpe) stay bit-identical across the tensor-parallel group, and sequence
-// parallelism keeps about a t-th of the activations.
+// shards offloaded to host memory or NVMe, and in the outer loop's groups. The replicated
+// parameters (LayerNorms, the row-parallel biases, wpe) stay bit-identical across the
+// tensor-parallel group, and sequence parallelism keeps about a t-th of the activations.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -63,6 +63,7 @@ struct Run {
   OffloadDevice offload_optimizer = OffloadDevice::kNone;
   OffloadDevice offload_param = OffloadDevice::kNone;
   std::string swap_path = "";
+  int outer_groups = 0;  // the outer loop's (DiLoCo) groups of data-parallel ranks; 0: none
 };
 
 void make_global_batch(int step, std::vector<std::int32_t>& inputs,
@@ -106,6 +107,10 @@ RunResult run_gpt(const Run& run) {
     options.offload_optimizer.nvme_path = run.swap_path;
     options.offload_param.device = run.offload_param;
     options.offload_param.nvme_path = run.swap_path;
+    if (run.outer_groups > 0) {
+      options.outer_loop.groups = run.outer_groups;
+      options.outer_loop.inner_steps = 2;  // groups differ after step 1 and meet after step 2
+    }
     Engine engine(*context, options);
     auto trainer = engine.shard(*model, make_optimizer(testing::parity_adamw()));
     const std::int64_t rows = kGlobalBatch / run.data;
@@ -236,6 +241,23 @@ TEST(TensorParallelGpt, OffloadedStateAtTp2TimesDp2MatchesTp1) {
     expect_same_training(reference(2), run_gpt(both));
   }
   std::filesystem::remove_all(swap);
+}
+
+// The outer loop's groups are data-parallel ranks of one tensor index, and its meeting averages
+// each slice with the same slice of the other groups: TP 2 x DP 4 in 2 groups trains as TP 1 x DP
+// 4 in 2 groups, before and after a meeting.
+TEST(TensorParallelGpt, OuterLoopGroupsAtTp2MatchTp1) {
+  zest::Run reference_run{1, 4, 1};
+  reference_run.outer_groups = 2;
+  const RunResult expected = run_gpt(reference_run);
+  // The groups trained apart and met: not the synchronous run's parameters.
+  EXPECT_NE(expected.params.at("head.ln_f.weight"), reference(4).params.at("head.ln_f.weight"));
+  for (bool sequence : {false, true}) {
+    SCOPED_TRACE(sequence ? "sequence parallel" : "tensor parallel");
+    zest::Run run{2, 4, 1, kSteps, 0.0f, sequence};
+    run.outer_groups = 2;
+    expect_same_training(expected, run_gpt(run));
+  }
 }
 
 TEST(TensorParallelGpt, SequenceParallelismAtTp2AndTp4MatchesTp1) {

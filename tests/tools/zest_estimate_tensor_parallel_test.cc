@@ -52,6 +52,9 @@ class ZestEstimateTensorParallel : public zest::testing::ScratchDirectoryTest {
     EXPECT_EQ(result.status, 0) << result.err;
     return json::parse(result.out);
   }
+  // zest-train's measured peaks and plan row against zest-estimate's plan of the same config.
+  void expect_training_measures_the_plan(const std::vector<std::string>& extra,
+                                         std::size_t ranks) const;
 };
 
 TEST_F(ZestEstimateTensorParallel, PrintsTheLargestRanksPlanWithTheMeshInItsHeader) {
@@ -96,11 +99,23 @@ TEST_F(ZestEstimateTensorParallel, PrintsTheLargestRanksPlanWithTheMeshInItsHead
 // zest-train shows the plan row for a tensor-parallel run: the same bytes zest-estimate prints.
 // With frees held until a wait proves them (debug.hold_frees), as the plan replays them, the
 // group's last rank measures the plan to the byte in every category and the others (whose
-// embedding holds no zero base) no more than it.
+// embedding holds no zero base) no more than it. Also in the outer loop's groups (DiLoCo), each
+// group's ranks sharding the state among themselves: 2 groups of 2 data-parallel ranks a node.
 TEST_F(ZestEstimateTensorParallel, ZestTrainsTableShowsThePlanRow) {
-  const json predicted = estimate_json(args_with())["per_rank_bytes"];
+  expect_training_measures_the_plan({}, 4);
+  expect_training_measures_the_plan({"world.ranks=8", "world.ranks_per_node=4",
+                                     R"(outer_loop={"type": "diloco", "inner_steps": 1})"},
+                                    8);
+}
+
+void ZestEstimateTensorParallel::expect_training_measures_the_plan(
+    const std::vector<std::string>& extra, std::size_t ranks) const {
+  SCOPED_TRACE(extra.empty() ? "4 ranks" : "8 ranks in 2 outer-loop groups");
+  const json predicted = estimate_json(args_with(extra))["per_rank_bytes"];
   const std::string metrics = path("metrics.jsonl");
-  std::vector<std::string> args = args_with({"steps=2", "debug.hold_frees=true"});
+  std::vector<std::string> run_extra = extra;
+  run_extra.insert(run_extra.end(), {"steps=2", "debug.hold_frees=true"});
+  std::vector<std::string> args = args_with(run_extra);
   args.insert(args.end(), {"--metrics", metrics});
   const ProcessResult trained = run(kTrain, args);
   ASSERT_EQ(trained.status, 0) << trained.err;
@@ -112,7 +127,7 @@ TEST_F(ZestEstimateTensorParallel, ZestTrainsTableShowsThePlanRow) {
   ASSERT_TRUE(plan.is_object()) << summary.dump();
   EXPECT_EQ(plan["total"], predicted["device_total"]);
   const json& peaks = summary["peak_bytes"];
-  ASSERT_EQ(peaks.size(), 4u);
+  ASSERT_EQ(peaks.size(), ranks);
   for (const json& peak : peaks) {
     SCOPED_TRACE("rank " + peak["rank"].dump());
     const bool last = peak["rank"].get<int>() % 2 == 1;  // tensor rank 1 of 2

@@ -103,6 +103,27 @@ TEST_F(ZestTrainTensorParallel, PipelineStagesOverTheGroupsTrainAsDataParallelRa
   EXPECT_THAT(shown.out, HasSubstr("2 tensor-parallel ranks"));
 }
 
+// The outer loop's groups by node: with 2 tensor-parallel ranks on nodes of 4 ranks, each node
+// holds 2 data-parallel ranks of each tensor index, so 8 ranks train in the 2 groups that 4 ranks
+// on nodes of 2 do, and the same losses (a meeting after step 2).
+TEST_F(ZestTrainTensorParallel, OuterLoopGroupsByNodeTrainAsWithoutTensorParallelism) {
+  const std::string outer = R"(outer_loop={"type": "diloco", "inner_steps": 2})";
+  const std::vector<StepLoss> reference =
+      steps_of({"world.ranks=4", "world.ranks_per_node=2", outer});
+  ASSERT_EQ(reference.size(), 3u);
+  const std::vector<StepLoss> steps = steps_of(
+      {"world.ranks=8", "world.ranks_per_node=4", R"(tensor_parallel={"size": 2})", outer});
+  ASSERT_EQ(steps.size(), reference.size());
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_NEAR(steps[i].loss, reference[i].loss, 1e-5 * std::fabs(reference[i].loss))
+        << "step " << i + 1;
+  }
+  // Grouped otherwise (ranks_per_node 2 or 8 here: 4 groups of 1, 1 group of 4) the second step's
+  // loss moves by about 1e-3 (measured), as it does without the outer loop.
+  const std::vector<StepLoss> synchronous = steps_of({"world.ranks=4"});
+  EXPECT_GT(std::fabs(synchronous[2].loss - reference[2].loss), 1e-4 * reference[2].loss);
+}
+
 std::string file_bytes(const std::string& file) {
   std::ifstream in(file, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

@@ -98,7 +98,10 @@ int data_parallel_ranks(const TrainConfig& config) {
 int shard_ranks(const TrainConfig& config) {
   if (config.world.ranks <= 1) return config.world.ranks;  // processes: the launcher's count
   const int ranks = data_parallel_ranks(config);
-  const int per_node = config.world.ranks_per_node > 0 ? config.world.ranks_per_node : ranks;
+  // A node holds ranks_per_node / t ranks of each tensor index (engine/outer_loop.cc's count).
+  const int tensor = config.tensor_parallel.enabled() ? config.tensor_parallel.size : 1;
+  const int per_node =
+      config.world.ranks_per_node > 0 ? std::max(1, config.world.ranks_per_node / tensor) : ranks;
   if (config.engine.outer_loop.enabled()) {
     return ranks / outer_groups(config.engine.outer_loop.groups, ranks, per_node);
   }
@@ -170,7 +173,8 @@ EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> m
   const int shard = shard_ranks(config);
   if (config.engine.outer_loop.enabled()) {
     // The groups as a count: the planner's world is every group's shard ranks (peak_plan.h).
-    job.input.engine.outer_loop.groups = std::max(1, config.world.ranks / std::max(1, shard));
+    job.input.engine.outer_loop.groups =
+        std::max(1, data_parallel_ranks(config) / std::max(1, shard));
   } else if (shard > 0 && data_parallel_ranks(config) > shard) {
     job.input.replicas = data_parallel_ranks(config) / shard;
   }
