@@ -141,6 +141,25 @@ void AsyncCheckpointWriter::take_snapshot(RankContext& context, Trainer& trainer
   next.bytes = size;
 }
 
+namespace {
+
+// The rank file's `count` bytes, written (or only hashed, by a replica that checks group 0's): the
+// digest the ranks then exchange.
+FileDigest write_rank_file(const SaveDescription& save, const std::string& temporary,
+                           std::optional<std::uint64_t>* budget, const unsigned char* bytes,
+                           std::uint64_t count) {
+  const RankFileRole role = rank_file_role(save.placement);
+  if (role == RankFileRole::kWrite) {
+    HashingFileWriter writer(rank_file_path(temporary, save.placement), budget);
+    writer.write(bytes, count);
+    return writer.finish();
+  }
+  if (role == RankFileRole::kHash) return {count, XXH3_64bits(bytes, count)};
+  return {};
+}
+
+}  // namespace
+
 void AsyncCheckpointWriter::start_writer(RankContext& context, std::size_t buffer) {
   Pending* pending = pending_.get();
   const auto* bytes = buffers_[buffer].as<const unsigned char>();
@@ -152,29 +171,21 @@ void AsyncCheckpointWriter::start_writer(RankContext& context, std::size_t buffe
     pending->copy_s = seconds_since(pending->copy_start);
     const auto start = std::chrono::steady_clock::now();
     const std::int64_t begin_us = TraceRecorder::now_us();
-    if (trace != nullptr) {
-      trace->add({rank, "checkpoint writer", "wait for the snapshot copy", copy_begin_us, begin_us,
-                  static_cast<std::int64_t>(pending->bytes), -1});
-    }
     if (!pending->failure) {
       pending->failure = capture(pending->record, [&] {
-        FileDigest digest;
-        if (rank_file_role(pending->save.placement) == RankFileRole::kWrite) {
-          HashingFileWriter writer(rank_file_path(pending->temporary, pending->save.placement),
-                                   &pending->budget);
-          writer.write(bytes, pending->bytes);
-          digest = writer.finish();
-        } else if (rank_file_role(pending->save.placement) == RankFileRole::kHash) {
-          digest = {pending->bytes, XXH3_64bits(bytes, pending->bytes)};
-        }
+        const FileDigest digest = write_rank_file(pending->save, pending->temporary,
+                                                  &pending->budget, bytes, pending->bytes);
         pending->record.bytes = digest.bytes;
         pending->record.xxh3 = digest.xxh3;
       });
     }
     pending->write_s = seconds_since(start);
     if (trace != nullptr) {
+      const auto size = static_cast<std::int64_t>(pending->bytes);
+      trace->add({rank, "checkpoint writer", "wait for the snapshot copy", copy_begin_us, begin_us,
+                  size, -1});
       trace->add({rank, "checkpoint writer", "write " + pending->save.final_name, begin_us,
-                  TraceRecorder::now_us(), static_cast<std::int64_t>(pending->bytes), -1});
+                  TraceRecorder::now_us(), size, -1});
     }
     pending->done.store(true);
   });
