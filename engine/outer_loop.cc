@@ -15,8 +15,10 @@
 
 namespace zest {
 
-int outer_groups(int asked, int world_size, int ranks_per_node) {
-  if (asked == kOuterGroupsNode) asked = world_size / std::max(1, ranks_per_node);
+int outer_groups(int asked, int world_size, int ranks_per_node, int tensor_ranks) {
+  if (asked == kOuterGroupsNode) {
+    asked = world_size / std::max(1, ranks_per_node / std::max(1, tensor_ranks));
+  }
   if (asked < 1 || world_size % asked != 0) {
     throw Error(ErrorKind::kConfig,
                 fmt::format("outer_loop.groups: {} groups do not divide the {} ranks; groups must "
@@ -346,13 +348,11 @@ std::unique_ptr<Trainer> Engine::shard_in_groups(Module& module,
                 "outer_loop with zero_optimization.hybrid_shard_size: each outer-loop group is "
                 "already its own shard group; remove hybrid_shard_size");
   }
-  // With tensor parallelism this engine runs on one tensor index's ranks, a t-th of each node's
-  // (the tensor index varies fastest, runtime/device_mesh.h), so a node holds ranks_per_node / t
-  // of them, consecutive.
+  // With tensor parallelism this engine runs on one tensor index's data-parallel ranks.
   const Communicator* tensor = module.tensor_parallel_group();
-  const int tensor_ranks = tensor ? tensor->world_size() : 1;
   const int groups = outer_groups(options_.outer_loop.groups, context_.world_size,
-                                  context_.topology.ranks_per_node() / tensor_ranks);
+                                  context_.topology.ranks_per_node(),
+                                  tensor ? tensor->world_size() : 1);
   if (!outer_) outer_ = std::make_shared<OuterGroups>(context_, groups);
   auto inner = std::make_unique<ZeroTrainer>(outer_->context(), options_, module,
                                              std::move(optimizer));

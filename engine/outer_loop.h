@@ -25,9 +25,11 @@
 namespace zest {
 
 // How many groups `asked` means in a world of `world_size` ranks on nodes of `ranks_per_node`
-// (kOuterGroupsNode: one per node). A count that does not divide the world is a kConfig Error,
-// one line naming outer_loop.groups.
-int outer_groups(int asked, int world_size, int ranks_per_node);
+// (kOuterGroupsNode: one per node). With `tensor_ranks` > 1 the world is one tensor index's
+// data-parallel ranks, of which a node holds ranks_per_node / tensor_ranks (the tensor index
+// varies fastest, runtime/device_mesh.h). A count that does not divide the world is a kConfig
+// Error, one line naming outer_loop.groups.
+int outer_groups(int asked, int world_size, int ranks_per_node, int tensor_ranks = 1);
 
 // The world split into groups, and each rank's peers in the other groups (the ranks at the same
 // place in theirs). Collective over the world: every rank makes it alike.

@@ -1,8 +1,8 @@
 // The bytes of a rank's state shards (Trainer::state_shards) over some of its units: the size
 // of a checkpoint's rank file and of an asynchronous checkpoint's host snapshot
 // (checkpoint/async_writer.h), which sizes its buffer with this function, as the memory planner
-// (planner/peak_plan.h, planner/pipeline_plan.h) plans the snapshot with it. Invariant: the bytes that streaming those
-// shards in full hands out, to the byte.
+// (planner/peak_plan.h, planner/pipeline_plan.h) plans the snapshot with it. Invariant: the
+// bytes that streaming those shards in full hands out, to the byte.
 #pragma once
 
 #include <cstddef>

@@ -282,6 +282,8 @@ TEST(OuterLoop, GroupsThatDoNotDivideTheWorldAreOneLine) {
       Error);
   EXPECT_EQ(outer_groups(kOuterGroupsNode, 8, 2), 4);
   EXPECT_EQ(outer_groups(kOuterGroupsNode, 8, 8), 1);
+  // 4 data-parallel ranks of one tensor index of 2, on nodes of 4 ranks: 2 of them a node.
+  EXPECT_EQ(outer_groups(kOuterGroupsNode, 4, 4, 2), 2);
 }
 
 }  // namespace

@@ -98,12 +98,10 @@ int data_parallel_ranks(const TrainConfig& config) {
 int shard_ranks(const TrainConfig& config) {
   if (config.world.ranks <= 1) return config.world.ranks;  // processes: the launcher's count
   const int ranks = data_parallel_ranks(config);
-  // A node holds ranks_per_node / t ranks of each tensor index (engine/outer_loop.cc's count).
-  const int tensor = config.tensor_parallel.enabled() ? config.tensor_parallel.size : 1;
-  const int per_node =
-      config.world.ranks_per_node > 0 ? std::max(1, config.world.ranks_per_node / tensor) : ranks;
+  const int per_node = config.world.ranks_per_node > 0 ? config.world.ranks_per_node : ranks;
   if (config.engine.outer_loop.enabled()) {
-    return ranks / outer_groups(config.engine.outer_loop.groups, ranks, per_node);
+    return ranks / outer_groups(config.engine.outer_loop.groups, ranks, per_node,
+                                config.tensor_parallel.size);
   }
   const int size =
       hybrid_shard_size(config.engine.hybrid_shard_size, config.engine.stage, ranks, per_node);
