@@ -350,9 +350,9 @@ std::unique_ptr<Trainer> Engine::shard_in_groups(Module& module,
   }
   // With tensor parallelism this engine runs on one tensor index's data-parallel ranks.
   const Communicator* tensor = module.tensor_parallel_group();
-  const int groups = outer_groups(options_.outer_loop.groups, context_.world_size,
-                                  context_.topology.ranks_per_node(),
-                                  tensor ? tensor->world_size() : 1);
+  const int groups =
+      outer_groups(options_.outer_loop.groups, context_.world_size,
+                   context_.topology.ranks_per_node(), tensor ? tensor->world_size() : 1);
   if (!outer_) outer_ = std::make_shared<OuterGroups>(context_, groups);
   auto inner = std::make_unique<ZeroTrainer>(outer_->context(), options_, module,
                                              std::move(optimizer));
