@@ -1,9 +1,5 @@
 #include "engine/gradient_checks.h"
 
-#include <fmt/format.h>
-
-#include "base/error.h"
-#include "runtime/host_collectives.h"
 #include "runtime/host_copies.h"
 
 namespace zest {
@@ -59,43 +55,16 @@ void GradientChecks::reset() {
   context_.device.fill_zero(context_.compute, results_.data(), results_.bytes());
 }
 
-void GradientChecks::raise_divergence(std::int64_t step, const std::vector<FlatUnit>& units,
-                                      bool flagged) {
-  // Every rank says which of its units saw a non-finite gradient first (-1: none).
-  // -2: none of its units, but its reduced statistics (an overflow in the reduction itself).
-  std::int32_t mine = any_non_finite() ? -2 : -1;
-  for (std::size_t u = 0; u < units.size() && mine < 0; ++u) {
-    if (read_[u].non_finite != 0) mine = static_cast<std::int32_t>(u);
+NonFiniteFinding GradientChecks::finding(const std::vector<FlatUnit>& units) const {
+  NonFiniteFinding found;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    if (read_[u].non_finite == 0) continue;
+    found.where = NonFiniteFinding::Where::kUnit;
+    found.unit = units[u].layout.unit_name();
+    return found;
   }
-  std::vector<std::int32_t> all(static_cast<std::size_t>(context_.world_size));
-  context_.communicator.label_next("divergence report");
-  all_gather_host(context_, &mine, all.data(), 1, DType::kInt32);
-  std::vector<std::string> where;
-  bool reduced = false;
-  for (std::size_t rank = 0; rank < all.size(); ++rank) {
-    reduced = reduced || all[rank] == -2;
-    if (all[rank] < 0) continue;
-    // Note: the world's rank: the group may be a shard group or a pipeline stage's.
-    const int world_rank = context_.communicator.world_rank_of(static_cast<int>(rank));
-    where.push_back(fmt::format("rank {}, unit {}", world_rank,
-                                units[static_cast<std::size_t>(all[rank])].layout.unit_name()));
-  }
-  // Note: no rank's own gradient may be non-finite while the reduced one is (an overflow in the
-  // reduction itself); then the message says so instead of naming a rank.
-  if (flagged && where.empty() && !reduced) {
-    // Note: nothing of this group's was non-finite, yet the step's totals were: they are summed
-    // over more than this group (a pipeline's stages), and the pipeline stage that holds the NaN
-    // names it. This is its echo, of the peer-failure kind, so that the World reports the cause.
-    throw Error(ErrorKind::kPeerFailure,
-                fmt::format("non-finite gradient at step {} on another pipeline stage", step));
-  }
-  const std::string origin = where.empty() ? "in the reduced gradients"
-                                           : "on " + fmt::format("{}", fmt::join(where, "; "));
-  throw Error(ErrorKind::kDivergence,
-              fmt::format("non-finite gradient at step {} {} ({} training has no loss scale to "
-                          "lower and skip the step; lower the learning rate, clip gradients, or "
-                          "check the data of that step)",
-                          step, origin, dtype_name(dtype_)));
+  if (any_non_finite()) found.where = NonFiniteFinding::Where::kReduction;
+  return found;
 }
 
 }  // namespace zest

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/divergence_report.h"
 #include "engine/flat_unit.h"
 #include "engine/stage_plan.h"
 #include "kernels/gradient_statistics.h"
@@ -37,11 +38,9 @@ class GradientChecks {
   // Compute stream: every result back to zero for the next step's reductions.
   void reset();
 
-  // Throws the kDivergence Error naming the step, and each rank's first unit whose local
-  // gradient was not finite (a collective: every rank calls it).
-  // `flagged`: the step's totals counted a rank's non-finite flag (not only an infinite norm).
-  [[noreturn]] void raise_divergence(std::int64_t step, const std::vector<FlatUnit>& units,
-                                     bool flagged);
+  // What inspect() read, for raise_divergence (engine/divergence_report.h): the first of `units`
+  // whose local gradient was not finite.
+  NonFiniteFinding finding(const std::vector<FlatUnit>& units) const;
 
  private:
   GradientStatistics* result(std::size_t index) { return results_.as<GradientStatistics>() + index; }

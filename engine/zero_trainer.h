@@ -110,6 +110,11 @@ class ZeroTrainer final : public Trainer {
   StepTotals step_totals(double loss);
   // The step, once every rank's totals are summed (what step() does after its all-reduce).
   StepStats finish_step(float lr, const StepTotals& summed);
+  // Whether `summed` stops the run: a non-finite gradient, and no loss scale to lower. Then
+  // finish_step() raises it over this trainer's groups, and a caller that summed the totals over
+  // more ranks (a pipeline) raises it over its own first, with non_finite_finding().
+  bool diverges(const StepTotals& summed) const;
+  NonFiniteFinding non_finite_finding() const { return checks_->finding(units_); }
   // After the step's last backward, before step_totals(): unit `unit`'s reduced gradient, what
   // this rank's optimizer reads (the whole buffer at stage 0, this rank's shard at stages 1-3),
   // in the compute dtype, for a caller that sums it with a copy's on the comm stream (a unit

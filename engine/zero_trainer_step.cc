@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "kernels/convert.h"
+#include "engine/divergence_report.h"
 #include "engine/parameter_offload.h"
 #include "engine/zero_trainer.h"
 #include "runtime/host_collectives.h"
@@ -60,6 +61,11 @@ ZeroTrainer::StepTotals ZeroTrainer::step_totals(double loss) {
   return totals;
 }
 
+bool ZeroTrainer::diverges(const StepTotals& summed) const {
+  const bool overflow = summed.values[2] > 0.0f || !std::isfinite(summed.values[1]);
+  return overflow && !options_.loss_scale.enabled;
+}
+
 StepStats ZeroTrainer::finish_step(float lr, const StepTotals& summed) {
   wait_for_state_readers();  // before the update rewrites what a snapshot may still be reading
   const float* totals = summed.values;
@@ -70,10 +76,11 @@ StepStats ZeroTrainer::finish_step(float lr, const StepTotals& summed) {
   micro_batches_ = 0;
   loss_sum_ = 0.0;
   stats.step = ++steps_taken_;
-  const bool overflow = totals[2] > 0.0f || !std::isfinite(totals[1]);
-  if (overflow && !options_.loss_scale.enabled) {
-    checks_->raise_divergence(stats.step, units_, totals[2] > 0.0f);
+  if (diverges(summed)) {
+    raise_divergence(context_, {&context_.communicator, module_.tensor_parallel_group()},
+                     stats.step, options_.compute_dtype, non_finite_finding());
   }
+  const bool overflow = totals[2] > 0.0f || !std::isfinite(totals[1]);
   // The per-unit checks start again from zero for the next step's reductions (compute order).
   checks_->reset();
   if (options_.loss_scale.enabled && overflow) {

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "engine/divergence_report.h"
 #include "engine/hybrid_shards.h"
 #include "pipeline/schedule_generators.h"
 #include "pipeline/schedule_simulator.h"
@@ -294,6 +295,19 @@ StepStats PipelineTrainer::step(float lr) {
     throw Error(ErrorKind::kUsage, "step() without forward_backward(); call it once per step");
   }
   step_pending_ = false;
+  ZeroTrainer& first = *chunks_.front().trainer;
+  if (first.diverges(totals_)) {
+    // The flag was summed over every pipeline stage (and the tensor-parallel group), so the
+    // report is gathered over them too: a pipeline stage whose own units were finite names the
+    // rank whose were not, as that rank does.
+    NonFiniteFinding mine;
+    for (Chunk& chunk : chunks_) {
+      const NonFiniteFinding found = chunk.trainer->non_finite_finding();
+      if (found.where > mine.where) mine = found;
+    }
+    raise_divergence(context_, {&context_.communicator, tensor_}, first.steps_taken() + 1,
+                     first.options().compute_dtype, mine);
+  }
   StepStats stats;
   for (Chunk& chunk : chunks_) stats = chunk.runner->finish_step(lr, totals_);
   return stats;

@@ -161,4 +161,19 @@ TEST_F(ZestTrainTensorParallel, ASizeThatDoesNotDivideTheRanksIsOneInputError) {
   EXPECT_THAT(lines[0], HasSubstr("tensor_parallel.size 3 = 3 does not divide world.ranks 4"));
 }
 
+// A NaN on one rank of a tensor-parallel group: every rank of the group saw the group's flag,
+// and the run's one line names the rank and unit where it arose, not a rank that echoed it (with
+// pipeline stages too, where the flag also crosses the stages).
+TEST_F(ZestTrainTensorParallel, ANanGradientStopsTheRunNamingTheRankWhereItArose) {
+  for (const char* pipeline : {"pipeline={}", "pipeline.stages=2"}) {
+    const ProcessResult result =
+        train({"world.ranks=4", R"(tensor_parallel={"size": 2})", pipeline,
+               R"(debug={"fault": {"kind": "nan_gradient", "rank": 1, "step": 2}})"});
+    EXPECT_EQ(result.status, 1) << result.err;
+    const std::vector<std::string> lines = lines_of(result.err);
+    ASSERT_EQ(lines.size(), 1u) << result.err;
+    EXPECT_THAT(lines[0], HasSubstr("non-finite gradient at step 2 on rank 1, unit ")) << pipeline;
+  }
+}
+
 }  // namespace
