@@ -342,6 +342,17 @@ bool ZeroTrainer::pins_own(const FlatUnit& unit, bool backward, bool recomputed)
          gatherer_->gradient_in_slot(unit);
 }
 
+ZeroTrainer::CallViews::~CallViews() {
+  for (Buffer& buffer : scratch) {
+    if (buffer.empty()) continue;
+    try {
+      release_after(*device, *stream, std::move(buffer));
+    } catch (...) {
+      // Only the device can fail a stream-ordered free; its stream's next synchronize says so.
+    }
+  }
+}
+
 ZeroTrainer::CallViews ZeroTrainer::prepare_call(FlatUnit& unit, const MicroBatchPass& pass,
                                                  bool backward, bool recomputed) {
   // Pinned first, so that at stage 3 the unit's gathers are enqueued before the host waits for
@@ -351,6 +362,8 @@ ZeroTrainer::CallViews ZeroTrainer::prepare_call(FlatUnit& unit, const MicroBatc
   const std::vector<void*> borrowed_params = borrowed_->pin_at_once(unit);
   if (recomputed) wait_for_lagging_call(pass);
   CallViews views;
+  views.device = &context_.device;
+  views.stream = &context_.compute;
   views.backward = backward;
   // Note: a gradient that lives in its unit's gather slot is made when the unit first asks for
   // it (Context::grad), after the unit's last read of those parameters; every other gradient

@@ -140,6 +140,17 @@ class ZeroTrainer final : public Trainer {
     std::vector<Fold> folds;
     std::vector<Buffer> scratch;  // fp32 copies, freed in stream order after the call
     BorrowedUnits::Call borrowed;  // the units the call borrows (engine/borrowed_units.h)
+    // Where the scratch copies are written: the destructor frees what finish_call did not in
+    // that stream's order. Note: a failure in the call (an out-of-memory) unwinds the views
+    // while the stream may still be widening parameters into them, and on the CPU device a
+    // Buffer frees at once: freed plainly, the stream would write into the heap's free lists.
+    Device* device = nullptr;
+    Stream* stream = nullptr;
+
+    CallViews() = default;
+    CallViews(CallViews&&) = default;
+    CallViews& operator=(CallViews&&) = delete;
+    ~CallViews();
   };
 
   // For an out-of-memory in a micro-batch: the planner's estimate at this micro-batch and the

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -34,8 +35,11 @@ struct Layout {
   int hybrid_shard_size = 0;
 };
 
+// `compute_lag`: the compute stream is held this long before each step's forward, so the host
+// runs ahead of the work it enqueues (as it does on a busy machine).
 Outcome run(FaultInjection fault, int stage = 2, DType dtype = DType::kFloat32,
-            std::chrono::milliseconds timeout = std::chrono::seconds(20), Layout layout = {}) {
+            std::chrono::milliseconds timeout = std::chrono::seconds(20), Layout layout = {},
+            std::chrono::milliseconds compute_lag = {}) {
   Outcome outcome;
   WorldOptions world_options;
   world_options.ranks = layout.ranks;
@@ -58,6 +62,9 @@ Outcome run(FaultInjection fault, int stage = 2, DType dtype = DType::kFloat32,
       for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i % 4);
       const Batch batch = testing::rank_rows(inputs, labels, 8, context.rank, 2);
       for (int step = 1; step <= 4; ++step) {
+        if (compute_lag.count() > 0) {
+          context.compute.enqueue([compute_lag] { std::this_thread::sleep_for(compute_lag); });
+        }
         trainer->forward_backward(batch);
         const StepStats stats = trainer->step();
         if (context.rank == 0) outcome.skipped.push_back(stats.skipped);
@@ -135,6 +142,23 @@ TEST(FaultInjection, AFailedAllocationIsTheOutOfMemoryMessage) {
       << outcome.error;
   EXPECT_NE(outcome.error.find("for 'activations'; injected by debug.fault"), std::string::npos)
       << outcome.error;
+}
+
+// In 2-byte compute each call widens its unit's parameters into fp32 copies on the compute
+// stream. An out-of-memory inside the call unwinds those copies while the stream, behind the
+// host, has yet to write them: they are freed after it, not at once (which wrote into freed
+// heap memory: a crash at the next allocation, or a heap-use-after-free under ASan).
+TEST(FaultInjection, AFailedAllocationIn2ByteComputeFreesNothingTheStreamStillWrites) {
+  for (const DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (const int stage : {0, 3}) {
+      const Outcome outcome = run(fault(FaultInjection::Kind::kFailAllocation, 1, 2), stage, dtype,
+                                  std::chrono::seconds(20), Layout{},
+                                  std::chrono::milliseconds(100));
+      EXPECT_EQ(outcome.kind, ErrorKind::kOutOfMemory) << outcome.error;
+      EXPECT_NE(outcome.error.find("rank 1: out of memory on cpu:1"), std::string::npos)
+          << outcome.error;
+    }
+  }
 }
 
 // debug.fault.rank is a world rank in every layout. Under hybrid sharding each rank's trainer sees
