@@ -65,16 +65,6 @@ void refuse_offload_param_pipeline(const TrainConfig& out) {
                  "\"nvme\" is not supported with outer_loop, which reads the parameter shards "
                  "in place; set the device to \"cpu\" or \"none\", or leave outer_loop out");
   }
-  if (out.pipeline.enabled() && out.engine.offload_optimizer.enabled() && out.model.type == "gpt") {
-    // Note: the tied token table's gradient is summed across the first and the last pipeline
-    // stage on the device after its reduction, where the offloaded optimizer has already taken
-    // it to the host (engine ZeroTrainer::reduced_gradient); refused here, not by a rank later.
-    config_error("zero_optimization.offload_optimizer.device",
-                 "an offloaded optimizer inside pipeline stages is not supported yet for the GPT, "
-                 "whose token table is tied across the first and last pipeline stage, and "
-                 "pipeline.stages is " + std::to_string(out.pipeline.stages) +
-                     "; set the device to \"none\" or leave the pipeline block out");
-  }
   if (!out.pipeline.enabled() || !out.engine.offload_param.enabled()) return;
   config_error("zero_optimization.offload_param.device",
                "offloaded parameters inside pipeline stages are not supported yet, and "

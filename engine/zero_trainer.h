@@ -118,8 +118,12 @@ class ZeroTrainer final : public Trainer {
   // After the step's last backward, before step_totals(): unit `unit`'s reduced gradient, what
   // this rank's optimizer reads (the whole buffer at stage 0, this rank's shard at stages 1-3),
   // in the compute dtype, for a caller that sums it with a copy's on the comm stream (a unit
-  // tied across pipeline stages). A kConfig Error with the optimizer offloaded: the host holds it.
+  // tied across pipeline stages); then reduced_gradient_changed(unit).
   Tensor reduced_gradient(std::size_t unit);
+  // After the caller's sum of reduced_gradient(unit) was enqueued on the comm stream: the
+  // offloaded optimizer, which took the unit's shard to the host at its last reduction, takes
+  // the sum there again (in comm-stream order, before the update waits for it).
+  void reduced_gradient_changed(std::size_t unit);
 
  private:
   class Context;

@@ -165,18 +165,16 @@ void ZeroTrainer::run_backward(const Batch& batch, MicroBatchPass& pass, bool la
 
 Tensor ZeroTrainer::reduced_gradient(std::size_t unit) {
   FlatUnit& flat = units_.at(unit);
-  if (offloaded()) {
-    // Note: the offloaded optimizer took its gradient shard to the host at the last reduction.
-    throw Error(ErrorKind::kConfig,
-                "zero_optimization.offload_optimizer: not with units tied across pipeline "
-                "stages yet (unit '" + flat.layout.unit_name() + "')");
-  }
   const std::size_t shard_begin = flat.layout.shard_range(context_.rank).begin;
   const std::size_t offset = plan_.optimizer_first(shard_begin) - plan_.grads_first(shard_begin);
   const std::size_t count =
       plan_.optimizer_length(flat.layout.flat_length(), flat.layout.shard_length());
   void* reduced = static_cast<char*>(flat.grads.data()) + offset * element_size();
   return Tensor{reduced, {static_cast<std::int64_t>(count)}, options_.compute_dtype};
+}
+
+void ZeroTrainer::reduced_gradient_changed(std::size_t unit) {
+  if (host_) host_->copy_gradients_to_host(units_.at(unit));
 }
 
 }  // namespace zest

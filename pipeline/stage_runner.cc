@@ -169,6 +169,7 @@ void PipelineStageRunner::sum_reduced_gradient(std::size_t unit, Communicator& g
   group.label_next(label.c_str());
   group.all_reduce(context_.comm, reduced.data, reduced.data, reduced.numel(), reduced.dtype,
                    Reduction::kSum);
+  trainer_.reduced_gradient_changed(unit);
 }
 
 }  // namespace zest

@@ -221,21 +221,6 @@ TEST(PipelineConfig, RecomputationListsTheWholeModelsPlanAndRefusesCheckpointOff
   EXPECT_NO_THROW(parse_resolved_config(config));
 }
 
-// The GPT's token table is tied across the first and the last pipeline stage, whose gradient
-// sum an offloaded optimizer would miss: the config refuses the pair in one line (it was a
-// rank's error at run time); the MLP, which ties nothing, is accepted.
-TEST(PipelineConfig, AnOffloadedOptimizerIsRefusedForTheTiedGpt) {
-  json config = with_pipeline(gpt_config(), {{"stages", 2}});
-  config["zero_optimization"] = {{"stage", 1}, {"offload_optimizer", {{"device", "cpu"}}}};
-  EXPECT_EQ(config_error(config),
-            "zero_optimization.offload_optimizer.device: an offloaded optimizer inside pipeline "
-            "stages is not supported yet for the GPT, whose token table is tied across the first "
-            "and last pipeline stage, and pipeline.stages is 2; set the device to \"none\" or "
-            "leave the pipeline block out");
-  config["pipeline"]["stages"] = 1;
-  EXPECT_NO_THROW(parse_resolved_config(config));
-}
-
 TEST(PipelineConfig, OverridesReachTheBlock) {
   const TrainConfig config =
       parse_resolved_config(gpt_config(), {"pipeline.stages=4", "pipeline.partition=[1,1,2,2]"});

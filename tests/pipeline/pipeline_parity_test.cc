@@ -154,5 +154,32 @@ TEST(PipelineParity, RecomputationInsideStages) {
   }
 }
 
+// The optimizer offloaded inside pipeline stages: the GPT's token table, tied across the first
+// and last pipeline stage, is summed on the device after its reductions, where the offloaded
+// optimizer had already taken the shard to the host; it takes the sum there again. Host memory
+// and NVMe, every sharded ZeRO stage, the interleaved schedule too.
+TEST(PipelineParity, AnOffloadedOptimizerUpdatesTheTiedTokenTableFromItsSum) {
+  const std::string nvme = ::testing::TempDir() + "pipeline_parity_nvme";
+  struct Case {
+    int zero;
+    OffloadDevice device;
+    ScheduleKind kind;
+    int chunks;
+  };
+  for (const Case& c : {Case{1, OffloadDevice::kCpu, ScheduleKind::kOneFOneB, 1},
+                        Case{2, OffloadDevice::kCpu, ScheduleKind::kInterleavedOneFOneB, 2},
+                        Case{3, OffloadDevice::kCpu, ScheduleKind::kZeroBubbleH1, 1},
+                        Case{2, OffloadDevice::kNvme, ScheduleKind::kOneFOneB, 1}}) {
+    PipelineSpec spec = spec_of(TestModel::kGpt, 2, 2, c.zero, c.kind, 4, c.chunks);
+    spec.configure_engine = [&](EngineOptions& options) {
+      options.offload_optimizer.device = c.device;
+      options.offload_optimizer.nvme_path = nvme;
+    };
+    expect_parity(spec, name_of(TestModel::kGpt, 2, 2, c.zero, c.kind, 4) +
+                            (c.device == OffloadDevice::kCpu ? " offloaded to cpu"
+                                                             : " offloaded to nvme"));
+  }
+}
+
 }  // namespace
 }  // namespace zest::testing

@@ -2,7 +2,7 @@
 // every category, on ranks as threads (the CPU device): GPipe and 1F1B at 2x2 and 4x1 (pipeline
 // pipeline stages x data-parallel ranks) at ZeRO stages 0-3, ZB-H1 (a split unit's backward
 // workspace held from B to W), interleaved 1F1B, on the MLP and the GPT (its embedding tied to the
-// head's pipeline stage). GPipe holds every micro-batch, 1F1B at most p - s on pipeline stage s:
+// head's pipeline stage), with the optimizer offloaded too. GPipe holds every micro-batch, 1F1B at most p - s on pipeline stage s:
 // the plans show both.
 #include <gtest/gtest.h>
 
@@ -30,13 +30,20 @@ struct Case {
   int zero = 0;
   ScheduleKind schedule = ScheduleKind::kOneFOneB;
   int micro_batches = 4;
+  bool offload_optimizer = false;  // to host memory
 
   int chunks() const { return schedule == ScheduleKind::kInterleavedOneFOneB ? 2 : 1; }
   std::int64_t rows() const { return 8 * data_parallel * micro_batches; }  // 8 per micro-batch
   std::string name() const {
     return std::string(is_mlp(model) ? "mlp " : "gpt ") + std::to_string(pipeline_stages) + "x" +
            std::to_string(data_parallel) + " zero " + std::to_string(zero) + " " +
-           std::string(schedule_kind_name(schedule));
+           std::string(schedule_kind_name(schedule)) + (offload_optimizer ? " offloaded" : "");
+  }
+  EngineOptions engine() const {
+    EngineOptions options;
+    options.stage = zero;
+    if (offload_optimizer) options.offload_optimizer.device = OffloadDevice::kCpu;
+    return options;
   }
   PipelineOptions options() const {
     PipelineOptions options;
@@ -55,8 +62,7 @@ std::vector<MemoryUsage> measure(const Case& c) {
   world.ranks = c.pipeline_stages * c.data_parallel;
   world.hold_frees = true;  // frees when a wait proves them, as the plan replays
   World(world).run([&](RankContext& context) {
-    EngineOptions options;
-    options.stage = c.zero;
+    const EngineOptions options = c.engine();
     PipelineTrainer trainer(context, options, c.options(), model_factory(c.model),
                             test_optimizer(c.model));
     const std::int64_t local = c.rows() / c.data_parallel;
@@ -67,15 +73,18 @@ std::vector<MemoryUsage> measure(const Case& c) {
       trainer.step();
     }
     context.synchronize();
-    usage[static_cast<std::size_t>(context.rank)] = context.allocator().usage();
+    MemoryUsage mine = context.allocator().usage();
+    // The offloaded optimizer's state lives in the host arena; the plan counts it as offload.
+    const auto offload = static_cast<std::size_t>(Category::kOffload);
+    mine.peak[offload] = context.device.host_allocator().usage().peak[offload];
+    usage[static_cast<std::size_t>(context.rank)] = mine;
   });
   return usage;
 }
 
 std::vector<PipelineStagePeak> plan(const Case& c) {
   std::unique_ptr<Module> model = model_factory(c.model)();
-  EngineOptions options;
-  options.stage = c.zero;
+  EngineOptions options = c.engine();
   options.gradient_accumulation_steps = c.micro_batches;
   const std::int64_t width = is_mlp(c.model) ? kMlpSizes.front() : kGptConfig.seq_len;
   PipelinePlanInput input;
@@ -134,6 +143,15 @@ TEST(PipelineMeasured, GptAndInterleavedEqualThePlan) {
   expect_measured_equals_planned({TestModel::kGpt, 2, 2, 1, ScheduleKind::kGPipe});
   expect_measured_equals_planned({TestModel::kGpt, 2, 2, 1, ScheduleKind::kInterleavedOneFOneB});
   expect_measured_equals_planned({TestModel::kMlp, 2, 2, 3, ScheduleKind::kInterleavedOneFOneB});
+}
+
+// The optimizer offloaded inside pipeline stages, the GPT's tied token table included: the
+// device holds no optimizer state, and the plan says so to the byte.
+TEST(PipelineMeasured, AnOffloadedOptimizerEqualsThePlan) {
+  for (int zero = 1; zero <= 3; ++zero) {
+    expect_measured_equals_planned({TestModel::kGpt, 2, 2, zero, ScheduleKind::kOneFOneB, 4, true});
+  }
+  expect_measured_equals_planned({TestModel::kMlp, 2, 2, 2, ScheduleKind::kGPipe, 4, true});
 }
 
 // GPipe keeps all m micro-batches on every pipeline stage, 1F1B at most p - s on pipeline stage s.
