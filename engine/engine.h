@@ -275,7 +275,7 @@ class Engine {
  private:
   // The context the trainer runs in: this rank's, or its shard group's view of it when the
   // options ask for hybrid sharding (engine/hybrid_shards.cc).
-  RankContext& trainer_context();
+  RankContext& trainer_context(const Module& module);
   // The outer loop's: a ZeRO trainer in this rank's group, wrapped (engine/outer_loop.cc).
   std::unique_ptr<Trainer> shard_in_groups(Module& module, std::unique_ptr<Optimizer> optimizer);
 

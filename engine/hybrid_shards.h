@@ -14,12 +14,14 @@
 
 namespace zest {
 
-// The shard group's size hybrid sharding uses at `stage` in a world of `world_size` ranks on
-// nodes of `ranks_per_node`, or 0 when it is off: not asked (0), stage 0 (nothing is sharded:
-// gradients are all-reduced over the world as without it), or a group of the whole world (one
-// shard group: plain ZeRO). `asked` may be kHybridShardNode (a node's ranks). A size that does
-// not divide the world is a kConfig Error, one line.
-int hybrid_shard_size(int asked, int stage, int world_size, int ranks_per_node);
+// The shard group's size hybrid sharding uses at `stage` over `world_size` data-parallel ranks on
+// nodes of `ranks_per_node` world ranks, or 0 when it is off: not asked (0), stage 0 (nothing is
+// sharded: gradients are all-reduced over the world as without it), or a group of the whole
+// world (one shard group: plain ZeRO). `asked` may be kHybridShardNode (a node's data-parallel
+// ranks: with `tensor_ranks` > 1, a node holds ranks_per_node / tensor_ranks of one tensor
+// index's). A size that does not divide the world is a kConfig Error, one line.
+int hybrid_shard_size(int asked, int stage, int world_size, int ranks_per_node,
+                      int tensor_ranks = 1);
 
 class HybridShards {
  public:

@@ -64,6 +64,10 @@ struct Run {
   OffloadDevice offload_param = OffloadDevice::kNone;
   std::string swap_path = "";
   int outer_groups = 0;  // the outer loop's (DiLoCo) groups of data-parallel ranks; 0: none
+  int hybrid_shard_size = 0;  // zero_optimization.hybrid_shard_size; 0: off
+  int hpz = 1;                // zero_optimization.zero_hpz_partition_size
+  bool quantized_weights = false;    // qwZ
+  bool quantized_gradients = false;  // qgZ
 };
 
 void make_global_batch(int step, std::vector<std::int32_t>& inputs,
@@ -107,6 +111,10 @@ RunResult run_gpt(const Run& run) {
     options.offload_optimizer.nvme_path = run.swap_path;
     options.offload_param.device = run.offload_param;
     options.offload_param.nvme_path = run.swap_path;
+    options.hybrid_shard_size = run.hybrid_shard_size;
+    options.hpz_group_size = run.hpz;
+    options.quantized_weights = run.quantized_weights;
+    options.quantized_gradients = run.quantized_gradients;
     if (run.outer_groups > 0) {
       options.outer_loop.groups = run.outer_groups;
       options.outer_loop.inner_steps = 2;  // groups differ after step 1 and meet after step 2
@@ -241,6 +249,45 @@ TEST(TensorParallelGpt, OffloadedStateAtTp2TimesDp2MatchesTp1) {
     expect_same_training(reference(2), run_gpt(both));
   }
   std::filesystem::remove_all(swap);
+}
+
+// Hybrid sharding and hpZ's secondary shard split a tensor index's data-parallel group (its
+// ranks, not consecutive world ranks): TP 2 x DP 4 trains as TP 1 x DP 4, with and without
+// sequence parallelism.
+TEST(TensorParallelGpt, HybridShardsAndTheSecondaryShardAtTp2MatchTp1) {
+  for (bool sequence : {false, true}) {
+    SCOPED_TRACE(sequence ? "sequence parallel" : "tensor parallel");
+    zest::Run hybrid{2, 4, 3, kSteps, 0.0f, sequence};
+    hybrid.hybrid_shard_size = 2;
+    expect_same_training(reference(4), run_gpt(hybrid));
+    zest::Run secondary{2, 4, 3, kSteps, 0.0f, sequence};
+    secondary.hpz = 2;
+    expect_same_training(reference(4), run_gpt(secondary));
+  }
+}
+
+// qwZ quantizes a tensor-parallel rank's own flat units (its slices) for the gather, in blocks
+// that differ from the whole model's: TP 2 x DP 2 trains as TP 1 x DP 2 with qwZ to within the
+// quantization's error, and not as the unquantized run; the replicated parameters stay identical
+// across the group (their gradients are not quantized). With and without sequence parallelism.
+TEST(TensorParallelGpt, QuantizedWeightsAtTp2MatchTp1ToTheQuantizationsError) {
+  zest::Run whole{1, 2, 3};
+  whole.quantized_weights = true;
+  const RunResult expected = run_gpt(whole);
+  for (bool sequence : {false, true}) {
+    SCOPED_TRACE(sequence ? "sequence parallel" : "tensor parallel");
+    zest::Run sliced = whole;
+    sliced.tensor = 2;
+    sliced.sequence = sequence;
+    const RunResult run = run_gpt(sliced);
+    for (std::size_t step = 0; step < expected.losses.size(); ++step) {
+      EXPECT_NEAR(run.losses[step], expected.losses[step], 2e-3 * std::abs(expected.losses[step]))
+          << "loss at step " << step;
+    }
+    EXPECT_NE(run.params.at("block0.attn.c_attn.weight"),
+              reference(2).params.at("block0.attn.c_attn.weight"));
+    EXPECT_EQ(run.largest_replica_gap, 0.0f) << "a replicated parameter differs across the group";
+  }
 }
 
 // The outer loop's groups are data-parallel ranks of one tensor index, and its meeting averages

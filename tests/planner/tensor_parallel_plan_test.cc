@@ -48,6 +48,9 @@ struct Job {
   std::int64_t sequences = 2;  // per data-parallel rank
   bool recompute = false;      // activation_checkpointing "full" on every unit
   bool offload = false;        // the optimizer's state in host memory, and at stage 3 the params
+  int hybrid = 0;              // zero_optimization.hybrid_shard_size; 0: off
+  int hpz = 1;                 // zero_optimization.zero_hpz_partition_size
+  bool quantized_weights = false;  // qwZ
 
   EngineOptions options() const {
     EngineOptions options = testing::engine_options(stage, dtype, accumulation);
@@ -56,13 +59,18 @@ struct Job {
       options.offload_optimizer.device = OffloadDevice::kCpu;
       if (stage == 3) options.offload_param.device = OffloadDevice::kCpu;
     }
+    options.hybrid_shard_size = hybrid;
+    options.hpz_group_size = hpz;
+    options.quantized_weights = quantized_weights;
     return options;
   }
   std::string name() const {
     return "TP " + std::to_string(tensor) + (sequence ? " + SP" : "") + " x DP " +
            std::to_string(data) + ", stage " + std::to_string(stage) + ", " + dtype_name(dtype) +
            ", accumulation " + std::to_string(accumulation) + (recompute ? ", recomputed" : "") +
-           (offload ? ", offloaded" : "");
+           (offload ? ", offloaded" : "") +
+           (hybrid > 0 ? ", hybrid " + std::to_string(hybrid) : "") +
+           (hpz > 1 ? ", hpZ " + std::to_string(hpz) : "") + (quantized_weights ? ", qwZ" : "");
   }
 };
 
@@ -71,8 +79,10 @@ struct Job {
 PeakPrediction plan(const Job& job, int rank) {
   shape::ShapeCommunicator group(rank, job.tensor);
   TensorParallelGpt model(kConfig, TensorSlice{rank, job.tensor, &group, job.sequence});
+  // Hybrid sharding divides the state over a shard group of the data-parallel ranks.
   PeakPlanInput input = plan_input(model, {job.sequences, kConfig.seq_len}, job.options(),
-                                   make_optimizer(OptimizerOptions{})->state_count(), job.data);
+                                   make_optimizer(OptimizerOptions{})->state_count(),
+                                   job.hybrid > 0 ? job.hybrid : job.data);
   input.tensor_parallel_size = job.tensor;
   return predict_peak(input);
 }
@@ -138,6 +148,18 @@ TEST(TensorParallelPlan, EveryCategoryEqualsTheMeasuredPeakToTheByte) {
         Job{2, true, 2, 3, DType::kBFloat16, 1, 2, false, true}}) {
     expect_measured_equals_planned(job);
   }
+}
+
+// Hybrid sharding, hpZ's secondary shard and qwZ's quantized gathers over a tensor index's
+// data-parallel group: planned = measured as without tensor parallelism.
+TEST(TensorParallelPlan, HybridShardsHpzAndQwzEqualTheMeasuredPeak) {
+  Job hybrid{2, false, 4, 3};
+  hybrid.hybrid = 2;
+  Job secondary{2, true, 4, 3};
+  secondary.hpz = 2;
+  Job quantized{2, true, 2, 3};
+  quantized.quantized_weights = true;
+  for (const Job& job : {hybrid, secondary, quantized}) expect_measured_equals_planned(job);
 }
 
 TEST(TensorParallelPlan, TheGroupsLastRankIsTheLargest) {

@@ -1,9 +1,9 @@
 // zest-train with a `tensor_parallel` block, ranks as threads: 4 ranks as 2 data-parallel x 2
-// tensor-parallel (with and without sequence parallelism, with full recomputation, and with the
-// optimizer's state and the parameters offloaded) train the losses and gradient norms,
-// step by step, of the same job on 2 ranks without it (the same global batch, the same seed: the
-// slices start as the whole model's values); the description says the layout; a size that does
-// not divide the ranks is one input error. (Its plan: zest_estimate_tensor_parallel_test.cc.)
+// tensor-parallel (with and without sequence parallelism, with full recomputation, with the
+// optimizer's state and the parameters offloaded, with hybrid sharding) train the losses and
+// gradient norms, step by step, of the same job on 2 ranks without it (the same global batch, the
+// same seed: the slices start as the whole model's values); the description says the layout; a
+// size that does not divide the ranks is one input error. (Its plan: zest_estimate_tensor_parallel_test.cc.)
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -44,7 +44,8 @@ TEST_F(ZestTrainTensorParallel, TrainsAsTheSameJobOnItsDataParallelRanksAlone) {
        {"zero_optimization.stage=1", "zero_optimization.stage=3",
         "tensor_parallel.sequence_parallel=true", R"(activation_checkpointing={"policy": "full"})",
         R"(zero_optimization={"stage": 3, "offload_optimizer": {"device": "cpu"},)"
-        R"( "offload_param": {"device": "cpu"}})"}) {
+        R"( "offload_param": {"device": "cpu"}})",
+        R"(zero_optimization={"stage": 3, "hybrid_shard_size": 1})"}) {
     const std::vector<StepLoss> steps =
         steps_of({"world.ranks=4", R"(tensor_parallel={"size": 2})", stage});
     ASSERT_EQ(steps.size(), reference.size()) << stage;

@@ -103,8 +103,8 @@ int shard_ranks(const TrainConfig& config) {
     return ranks / outer_groups(config.engine.outer_loop.groups, ranks, per_node,
                                 config.tensor_parallel.size);
   }
-  const int size =
-      hybrid_shard_size(config.engine.hybrid_shard_size, config.engine.stage, ranks, per_node);
+  const int size = hybrid_shard_size(config.engine.hybrid_shard_size, config.engine.stage, ranks,
+                                     per_node, config.tensor_parallel.size);
   return size == 0 ? ranks : size;
 }
 
@@ -149,9 +149,11 @@ std::shared_ptr<Module> tensor_parallel_rank_model(const TrainConfig& config) {
 }
 
 std::string planned_ranks(const EstimateJob& job) {
-  const int data = job.input.world_size;
   const int tensor = job.input.tensor_parallel_size;
-  if (tensor <= 1) return fmt::format("every one of the {} ranks holds the same", data);
+  if (tensor <= 1) {
+    return fmt::format("every one of the {} ranks holds the same", job.input.world_size);
+  }
+  const int data = job.data_parallel > 0 ? job.data_parallel : job.input.world_size;
   // The ranks of a tensor-parallel group differ by the embedding's zero base at most.
   return fmt::format("the largest of the {} ranks, {} data-parallel x {} tensor-parallel",
                      data * tensor, data, tensor);
@@ -178,6 +180,7 @@ EstimateJob job_from_config(const TrainConfig& config, std::shared_ptr<Module> m
   }
   job.input.tensor_parallel_size = config.tensor_parallel.size;
   job.sequence_parallel = tensor_parallel && config.tensor_parallel.sequence_parallel;
+  job.data_parallel = data_parallel_ranks(config);
   job.input.device = config.world.device;
   job.input.batch_bytes = micro_batch_bytes(config.model, config.micro_batch);
   job.micro_batch = config.micro_batch;

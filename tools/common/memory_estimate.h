@@ -31,6 +31,9 @@ struct EstimateJob {
   std::size_t parameters = 0;       // the model's, every parameter once
   std::size_t rank_parameters = 0;  // the planned rank's (tensor parallelism: its slices)
   bool sequence_parallel = false;   // tensor_parallel.sequence_parallel, with tensor parallelism
+  // The data-parallel ranks of one tensor index; input.world_size is fewer where hybrid sharding
+  // or an outer loop's groups shard the state. 0: input.world_size (a bare parameter count).
+  int data_parallel = 0;
 };
 
 // The same model built another way, for the memory advice: a GPT of one vocabulary piece gets
