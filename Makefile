@@ -136,7 +136,7 @@ TSAN_SUITES ?= runtime_cpu_stream_test runtime_held_frees_test runtime_local_com
                pipeline_schedule_on_ranks_test engine_recompute_test \
                memory_swap_store_test engine_nvme_offload_test engine_outer_loop_test \
                models_tensor_parallel_gpt_test pipeline_tensor_parallel_pipeline_test \
-               engine_state_readers_test
+               engine_state_readers_test engine_divergence_report_test
 tsan: deps
 	$(call configure,build-tsan,$(SANITIZER_FLAGS) -DZEST_SANITIZE=thread)
 	cmake --build build-tsan -j$(NPROC) --target $(TSAN_SUITES)
