@@ -77,8 +77,11 @@ StepStats ZeroTrainer::finish_step(float lr, const StepTotals& summed) {
   loss_sum_ = 0.0;
   stats.step = ++steps_taken_;
   if (diverges(summed)) {
-    raise_divergence(context_, {&context_.communicator, module_.tensor_parallel_group()},
-                     stats.step, options_.compute_dtype, non_finite_finding());
+    // The flag was summed over every rank the step's all-reduce spans, and the tensor-parallel
+    // group: the report is gathered over the same ranks.
+    std::vector<Communicator*> groups = context_.communicator.spanning_groups();
+    groups.push_back(module_.tensor_parallel_group());
+    raise_divergence(context_, groups, stats.step, options_.compute_dtype, non_finite_finding());
   }
   const bool overflow = totals[2] > 0.0f || !std::isfinite(totals[1]);
   // The per-unit checks start again from zero for the next step's reductions (compute order).

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/dtype.h"
 #include "runtime/stream.h"
@@ -79,6 +80,9 @@ class Communicator {
                                               std::chrono::milliseconds timeout = {}) = 0;
   // The group's name in errors; empty for the world.
   virtual std::string group_name() const { return {}; }
+  // The groups an all_reduce over this communicator runs over, in turn, which together hold every
+  // rank it spans: this one; hybrid sharding's shard group, then its replica group.
+  virtual std::vector<Communicator*> spanning_groups() { return {this}; }
   // The world rank of rank `rank` of this group, as errors name ranks.
   virtual int world_rank_of(int rank) const { return rank; }
 

@@ -46,6 +46,7 @@ class HybridCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name,
                                       std::chrono::milliseconds timeout = {}) override;
   std::string group_name() const override { return shard_->group_name(); }
+  std::vector<Communicator*> spanning_groups() override { return {shard_.get(), replica_.get()}; }
   int world_rank_of(int rank) const override { return shard_->world_rank_of(rank); }
   void label_next(const char* label) override;
   void name_next(const std::string& caller) override { shard_->name_next(caller); }
