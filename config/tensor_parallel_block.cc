@@ -90,13 +90,6 @@ void refuse_tensor_parallel_compositions(const TrainConfig& out) {
       out.pipeline.enabled()) {
     refuse("zero_optimization.hybrid_shard_size", out, "hybrid sharding inside pipeline stages");
   }
-  if (engine.quantized_gradients) {
-    // Note: each rank of the group quantizes its own flat units in blocks mixed with its slices,
-    // so the replicated parameters' (LayerNorms') reduced gradients would differ across the
-    // group, and their copies drift apart (measured: 4e-5 after 3 steps).
-    refuse("zero_optimization.zero_quantized_gradients", out,
-           "quantized gradients (qgZ: the replicated parameters' copies would drift apart)");
-  }
   if (engine.activation_checkpointing.policy == RecomputePolicy::kSelective) {
     refuse("activation_checkpointing.policy", out,
            "\"selective\" recomputation (a block's slice keeps no selective part; \"full\" works)");

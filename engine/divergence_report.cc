@@ -42,8 +42,9 @@ std::vector<FindingRecord> gather_records(const RankContext& context,
                     records.size() * sizeof(FindingRecord), DType::kInt8);
     records = std::move(all);
   }
-  std::sort(records.begin(), records.end(),
-            [](const FindingRecord& a, const FindingRecord& b) { return a.world_rank < b.world_rank; });
+  std::sort(records.begin(), records.end(), [](const FindingRecord& a, const FindingRecord& b) {
+    return a.world_rank < b.world_rank;
+  });
   return records;
 }
 

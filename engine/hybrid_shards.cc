@@ -9,8 +9,7 @@
 
 namespace zest {
 
-int hybrid_shard_size(int asked, int stage, int world_size, int ranks_per_node,
-                      int tensor_ranks) {
+int hybrid_shard_size(int asked, int stage, int world_size, int ranks_per_node, int tensor_ranks) {
   if (asked == 0) return 0;
   if (asked == kHybridShardNode) asked = std::max(1, ranks_per_node / tensor_ranks);
   if (asked < 0 || world_size % asked != 0) {
@@ -36,9 +35,9 @@ HybridShards::HybridShards(RankContext& world, int shard_size)
 RankContext& Engine::trainer_context(const Module& module) {
   // With tensor parallelism this engine runs on one tensor index's data-parallel ranks.
   const Communicator* tensor = module.tensor_parallel_group();
-  const int size = hybrid_shard_size(options_.hybrid_shard_size, options_.stage,
-                                     context_.world_size, context_.topology.ranks_per_node(),
-                                     tensor ? tensor->world_size() : 1);
+  const int size =
+      hybrid_shard_size(options_.hybrid_shard_size, options_.stage, context_.world_size,
+                        context_.topology.ranks_per_node(), tensor ? tensor->world_size() : 1);
   if (size == 0) return context_;
   if (!hybrid_) hybrid_ = std::make_shared<HybridShards>(context_, size);
   return hybrid_->context();

@@ -499,7 +499,8 @@ Engine::Engine(RankContext& context, EngineOptions options)
 std::unique_ptr<Trainer> Engine::shard(Module& module, std::unique_ptr<Optimizer> optimizer) {
   if (!optimizer) throw Error(ErrorKind::kUsage, "Engine::shard needs an optimizer");
   if (options_.outer_loop.enabled()) return shard_in_groups(module, std::move(optimizer));
-  return std::make_unique<ZeroTrainer>(trainer_context(module), options_, module, std::move(optimizer));
+  return std::make_unique<ZeroTrainer>(trainer_context(module), options_, module,
+                                       std::move(optimizer));
 }
 
 }  // namespace zest

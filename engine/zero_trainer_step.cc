@@ -9,6 +9,7 @@
 #include "kernels/convert.h"
 #include "engine/divergence_report.h"
 #include "engine/parameter_offload.h"
+#include "engine/whole_parameter_gradients.h"
 #include "engine/zero_trainer.h"
 #include "runtime/host_collectives.h"
 #include "runtime/host_copies.h"
@@ -27,12 +28,20 @@ StepStats ZeroTrainer::step(float lr) {
                                        " micro-batches; gradient_accumulation_steps is " +
                                        std::to_string(options_.gradient_accumulation_steps));
   }
+  Communicator* tensor = module_.tensor_parallel_group();
+  if (tensor != nullptr && options_.quantized_gradients) {
+    // Before the norm and the update read them (engine/whole_parameter_gradients.h).
+    share_whole_parameter_gradients(context_, *tensor, units_, plan_, options_.compute_dtype);
+    if (host_) {
+      for (FlatUnit& unit : units_) host_->copy_gradients_to_host(unit);
+    }
+  }
   // One all-reduce carries the loss, the squared gradient norm and the overflow flag.
   const int loss_ranks = context_.world_size * context_.replicas;
   StepTotals totals = step_totals(loss_sum_ / options_.gradient_accumulation_steps / loss_ranks);
   context_.communicator.label_next("step loss, norm, overflow");
   all_reduce_host(context_, totals.values, totals.values, 3, DType::kFloat32, Reduction::kSum);
-  if (Communicator* tensor = module_.tensor_parallel_group()) {
+  if (tensor != nullptr) {
     // Each tensor-parallel rank summed its own slices (and the first, the replicated
     // parameters); the loss is the same on every one of them, so only the norm and the
     // overflow flag are summed across the group.

@@ -142,15 +142,13 @@ TEST(TensorParallelConfig, FullRecomputationAndOffloadAreAccepted) {
 
 // Each composition tensor parallelism does not do yet: refused, one line naming the key and
 // saying it is not supported with tensor parallelism yet. Hybrid sharding is refused only inside
-// pipeline stages; alone, it and ZeRO++'s qwZ and hpZ are accepted.
+// pipeline stages; alone, it and ZeRO++'s qwZ, qgZ and hpZ are accepted.
 TEST(TensorParallelConfig, CompositionsNotSupportedYetAreRefusedNamingTheKey) {
   const std::vector<std::pair<std::string, json>> cases = {
       {"zero_optimization.hybrid_shard_size",
        {{"world", {{"ranks", 8}}},
         {"pipeline", {{"stages", 2}}},
         {"zero_optimization", {{"stage", 3}, {"hybrid_shard_size", 1}}}}},
-      {"zero_optimization.zero_quantized_gradients",
-       {{"zero_optimization", {{"stage", 3}, {"zero_quantized_gradients", true}}}}},
       {"model.vocab_pieces", {{"model", {{"vocab_pieces", 2}}}}},
       {"activation_checkpointing.policy",
        {{"activation_checkpointing", {{"policy", "selective"}}}}},
@@ -167,6 +165,7 @@ TEST(TensorParallelConfig, CompositionsNotSupportedYetAreRefusedNamingTheKey) {
   for (const json& accepted :
        {json{{"zero_optimization", {{"stage", 3}, {"hybrid_shard_size", 1}}}},
         json{{"zero_optimization", {{"stage", 3}, {"zero_quantized_weights", true}}}},
+        json{{"zero_optimization", {{"stage", 2}, {"zero_quantized_gradients", true}}}},
         json{{"world", {{"ranks", 8}}},
              {"zero_optimization", {{"stage", 3}, {"zero_hpz_partition_size", 2}}}}}) {
     json raw = gpt_config();

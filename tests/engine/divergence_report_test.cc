@@ -52,9 +52,7 @@ std::vector<std::string> errors_of(const std::function<NonFiniteFinding(int)>& f
   return errors;
 }
 
-NonFiniteFinding in_unit(const std::string& unit) {
-  return {NonFiniteFinding::Where::kUnit, unit};
-}
+NonFiniteFinding in_unit(const std::string& unit) { return {NonFiniteFinding::Where::kUnit, unit}; }
 
 void expect_every_rank_says(const std::vector<std::string>& errors, const std::string& text) {
   EXPECT_EQ(std::set<std::string>(errors.begin(), errors.end()).size(), 1u)
@@ -66,8 +64,8 @@ void expect_every_rank_says(const std::vector<std::string>& errors, const std::s
 }
 
 TEST(DivergenceReport, EveryRankNamesTheLateRankAndUnitWhereTheGradientWasNotFinite) {
-  const auto errors = errors_of(
-      [](int rank) { return rank == 3 ? in_unit("layer4") : NonFiniteFinding{}; }, false);
+  const auto errors =
+      errors_of([](int rank) { return rank == 3 ? in_unit("layer4") : NonFiniteFinding{}; }, false);
   expect_every_rank_says(errors, "non-finite gradient at step 7 on rank 3, unit layer4 (fp32");
 }
 
@@ -101,9 +99,8 @@ TEST(DivergenceReport, AUnitIsNamedBeforeAReductionAndAReductionAloneIsSaidSo) {
 
 TEST(DivergenceReport, ALongUnitNameIsCutNotOverrun) {
   const std::string long_name(300, 'u');
-  const auto errors =
-      errors_of([&](int rank) { return rank == 0 ? in_unit(long_name) : NonFiniteFinding{}; },
-                false);
+  const auto errors = errors_of(
+      [&](int rank) { return rank == 0 ? in_unit(long_name) : NonFiniteFinding{}; }, false);
   expect_every_rank_says(errors, "on rank 0, unit " + std::string(119, 'u') + " (");
 }
 

@@ -151,9 +151,9 @@ TEST(FaultInjection, AFailedAllocationIsTheOutOfMemoryMessage) {
 TEST(FaultInjection, AFailedAllocationIn2ByteComputeFreesNothingTheStreamStillWrites) {
   for (const DType dtype : {DType::kBFloat16, DType::kFloat16}) {
     for (const int stage : {0, 3}) {
-      const Outcome outcome = run(fault(FaultInjection::Kind::kFailAllocation, 1, 2), stage, dtype,
-                                  std::chrono::seconds(20), Layout{},
-                                  std::chrono::milliseconds(100));
+      const Outcome outcome =
+          run(fault(FaultInjection::Kind::kFailAllocation, 1, 2), stage, dtype,
+              std::chrono::seconds(20), Layout{}, std::chrono::milliseconds(100));
       EXPECT_EQ(outcome.kind, ErrorKind::kOutOfMemory) << outcome.error;
       EXPECT_NE(outcome.error.find("rank 1: out of memory on cpu:1"), std::string::npos)
           << outcome.error;

@@ -175,9 +175,9 @@ TEST(PipelineParity, AnOffloadedOptimizerUpdatesTheTiedTokenTableFromItsSum) {
       options.offload_optimizer.device = c.device;
       options.offload_optimizer.nvme_path = nvme;
     };
-    expect_parity(spec, name_of(TestModel::kGpt, 2, 2, c.zero, c.kind, 4) +
-                            (c.device == OffloadDevice::kCpu ? " offloaded to cpu"
-                                                             : " offloaded to nvme"));
+    expect_parity(
+        spec, name_of(TestModel::kGpt, 2, 2, c.zero, c.kind, 4) +
+                  (c.device == OffloadDevice::kCpu ? " offloaded to cpu" : " offloaded to nvme"));
   }
 }
 

@@ -2,8 +2,8 @@
 // every category, on ranks as threads (the CPU device): GPipe and 1F1B at 2x2 and 4x1 (pipeline
 // pipeline stages x data-parallel ranks) at ZeRO stages 0-3, ZB-H1 (a split unit's backward
 // workspace held from B to W), interleaved 1F1B, on the MLP and the GPT (its embedding tied to the
-// head's pipeline stage), with the optimizer offloaded too. GPipe holds every micro-batch, 1F1B at most p - s on pipeline stage s:
-// the plans show both.
+// head's pipeline stage), with the optimizer offloaded too. GPipe holds every micro-batch, 1F1B at
+// most p - s on pipeline stage s: the plans show both.
 #include <gtest/gtest.h>
 
 #include <algorithm>

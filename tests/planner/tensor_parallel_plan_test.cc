@@ -50,7 +50,8 @@ struct Job {
   bool offload = false;        // the optimizer's state in host memory, and at stage 3 the params
   int hybrid = 0;              // zero_optimization.hybrid_shard_size; 0: off
   int hpz = 1;                 // zero_optimization.zero_hpz_partition_size
-  bool quantized_weights = false;  // qwZ
+  bool quantized_weights = false;    // qwZ
+  bool quantized_gradients = false;  // qgZ
 
   EngineOptions options() const {
     EngineOptions options = testing::engine_options(stage, dtype, accumulation);
@@ -62,6 +63,7 @@ struct Job {
     options.hybrid_shard_size = hybrid;
     options.hpz_group_size = hpz;
     options.quantized_weights = quantized_weights;
+    options.quantized_gradients = quantized_gradients;
     return options;
   }
   std::string name() const {
@@ -70,7 +72,8 @@ struct Job {
            ", accumulation " + std::to_string(accumulation) + (recompute ? ", recomputed" : "") +
            (offload ? ", offloaded" : "") +
            (hybrid > 0 ? ", hybrid " + std::to_string(hybrid) : "") +
-           (hpz > 1 ? ", hpZ " + std::to_string(hpz) : "") + (quantized_weights ? ", qwZ" : "");
+           (hpz > 1 ? ", hpZ " + std::to_string(hpz) : "") + (quantized_weights ? ", qwZ" : "") +
+           (quantized_gradients ? ", qgZ" : "");
   }
 };
 
@@ -150,16 +153,20 @@ TEST(TensorParallelPlan, EveryCategoryEqualsTheMeasuredPeakToTheByte) {
   }
 }
 
-// Hybrid sharding, hpZ's secondary shard and qwZ's quantized gathers over a tensor index's
-// data-parallel group: planned = measured as without tensor parallelism.
-TEST(TensorParallelPlan, HybridShardsHpzAndQwzEqualTheMeasuredPeak) {
+// Hybrid sharding, hpZ's secondary shard, qwZ's quantized gathers and qgZ's quantized reductions
+// over a tensor index's data-parallel group: planned = measured as without tensor parallelism.
+TEST(TensorParallelPlan, HybridShardsAndZeroPlusPlusEqualTheMeasuredPeak) {
   Job hybrid{2, false, 4, 3};
   hybrid.hybrid = 2;
   Job secondary{2, true, 4, 3};
   secondary.hpz = 2;
-  Job quantized{2, true, 2, 3};
-  quantized.quantized_weights = true;
-  for (const Job& job : {hybrid, secondary, quantized}) expect_measured_equals_planned(job);
+  Job weights{2, true, 2, 3};
+  weights.quantized_weights = true;
+  Job gradients{2, false, 2, 2};
+  gradients.quantized_gradients = true;
+  for (const Job& job : {hybrid, secondary, weights, gradients}) {
+    expect_measured_equals_planned(job);
+  }
 }
 
 TEST(TensorParallelPlan, TheGroupsLastRankIsTheLargest) {

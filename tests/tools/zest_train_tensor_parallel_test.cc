@@ -3,7 +3,8 @@
 // optimizer's state and the parameters offloaded, with hybrid sharding) train the losses and
 // gradient norms, step by step, of the same job on 2 ranks without it (the same global batch, the
 // same seed: the slices start as the whole model's values); the description says the layout; a
-// size that does not divide the ranks is one input error. (Its plan: zest_estimate_tensor_parallel_test.cc.)
+// size that does not divide the ranks is one input error. (Its plan:
+// zest_estimate_tensor_parallel_test.cc.)
 #include <cmath>
 #include <cstdio>
 #include <fstream>
