@@ -20,6 +20,11 @@ namespace {
 const char* byte_offset(const void* base, std::size_t bytes) {
   return static_cast<const char*>(base) + bytes;
 }
+
+// A rank's non-finite flag was counted, or the summed norm overflowed.
+bool overflowed(const ZeroTrainer::StepTotals& summed) {
+  return summed.values[2] > 0.0f || !std::isfinite(summed.values[1]);
+}
 }  // namespace
 
 StepStats ZeroTrainer::step(float lr) {
@@ -71,8 +76,7 @@ ZeroTrainer::StepTotals ZeroTrainer::step_totals(double loss) {
 }
 
 bool ZeroTrainer::diverges(const StepTotals& summed) const {
-  const bool overflow = summed.values[2] > 0.0f || !std::isfinite(summed.values[1]);
-  return overflow && !options_.loss_scale.enabled;
+  return overflowed(summed) && !options_.loss_scale.enabled;
 }
 
 StepStats ZeroTrainer::finish_step(float lr, const StepTotals& summed) {
@@ -92,7 +96,7 @@ StepStats ZeroTrainer::finish_step(float lr, const StepTotals& summed) {
     groups.push_back(module_.tensor_parallel_group());
     raise_divergence(context_, groups, stats.step, options_.compute_dtype, non_finite_finding());
   }
-  const bool overflow = totals[2] > 0.0f || !std::isfinite(totals[1]);
+  const bool overflow = overflowed(summed);
   // The per-unit checks start again from zero for the next step's reductions (compute order).
   checks_->reset();
   if (options_.loss_scale.enabled && overflow) {
